@@ -1,0 +1,45 @@
+//! The tarpc services: what the agent and the servers answer.
+
+use crate::error::{CallError, RpcError};
+use crate::ids::{CallId, ServerId, Ticket};
+use crate::messages::*;
+use crate::service::ServiceDesc;
+
+/// The agent: registry, ranking, reports, status.
+#[tarpc::service]
+pub trait AgentApi {
+    /// A server joins (or re-joins under the same name).
+    async fn register(reg: Registration) -> Result<RegisterReply, RpcError>;
+    /// A server is alive, with its load.
+    async fn heartbeat(hb: Heartbeat) -> Ack;
+    /// A server's finished calls (batched).
+    async fn report(server: ServerId, reports: Vec<CallReport>) -> Ack;
+    /// Every service some server offers.
+    async fn list_services() -> Vec<ServiceSummary>;
+    /// One service's description, for checking and packing arguments.
+    async fn describe(service: String) -> Result<ServiceDesc, RpcError>;
+    /// Ranks the live servers for a call and records the assignment to the first.
+    async fn rank(profile: CallProfile, options: RankOptions) -> Result<Ranking, RpcError>;
+    /// Like `rank`, but records nothing: every candidate's ETC breakdown.
+    async fn explain(
+        profile: CallProfile,
+        options: RankOptions,
+    ) -> Result<Vec<Candidate>, RpcError>;
+    /// The client gives up an assignment without running it anywhere.
+    async fn release(ticket: Ticket);
+    /// Servers, their state and queues.
+    async fn status() -> AgentStatus;
+}
+
+/// A compute server: runs calls.
+#[tarpc::service]
+pub trait ServerApi {
+    /// Who the server is and what it offers.
+    async fn hello() -> ServerInfo;
+    /// Runs one call (waiting for a free slot first).
+    async fn execute(req: ExecuteRequest) -> Result<ExecuteReply, CallError>;
+    /// Cancels a queued or running call; false if the server does not know it.
+    async fn cancel(call: CallId) -> bool;
+    /// Liveness and load.
+    async fn ping() -> Pong;
+}

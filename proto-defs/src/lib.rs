@@ -1,0 +1,30 @@
+//! The gridwise wire protocol, shared by agent, servers and clients.
+//!
+//! The data types (service descriptions, values, call profiles, ETC breakdowns) are plain serde
+//! structs and compile without any runtime; the `rpc` feature adds the tarpc service traits
+//! ([`AgentApi`], [`ServerApi`]) and the TCP transport with its connection hello.
+
+pub mod complexity;
+pub mod error;
+pub mod ids;
+pub mod messages;
+pub mod service;
+pub mod value;
+
+#[cfg(feature = "rpc")]
+pub mod api;
+#[cfg(feature = "rpc")]
+pub mod wire;
+
+pub use complexity::{Complexity, ComplexityError};
+pub use error::{CallError, CallErrorKind, ErrorCode, RpcError};
+pub use ids::{CallId, ServerId, Ticket};
+pub use messages::*;
+pub use service::{ArgDesc, ArgError, ArgMode, ArgType, Dim, ServiceDesc, ServiceError};
+pub use value::{Array, ElemType, Value};
+
+#[cfg(feature = "rpc")]
+pub use api::{AgentApi, AgentApiClient, ServerApi, ServerApiClient};
+
+/// The protocol version every connection's hello carries; peers with another version are refused.
+pub const PROTOCOL_VERSION: u32 = 1;

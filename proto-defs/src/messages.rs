@@ -1,0 +1,373 @@
+//! Messages between clients, the agent and servers.
+
+use crate::ids::{CallId, ServerId, Ticket};
+use crate::service::ServiceDesc;
+use crate::value::Value;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// What the agent needs to rank servers for one call: no bulk data, only sizes and byte counts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallProfile {
+    /// Service name.
+    pub service: String,
+    /// Size parameter values, in the description's order.
+    pub sizes: Vec<(String, i64)>,
+    /// Bytes the inputs take on the wire.
+    pub in_bytes: u64,
+    /// Bytes the outputs are expected to take.
+    pub out_bytes: u64,
+}
+
+/// How the agent orders candidate servers (DESIGN.md §6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Minimum completion time over the ETC (queue + transfers + compute).
+    #[default]
+    Mct,
+    /// Each call to the next server in turn.
+    RoundRobin,
+    /// Classic GridSolve: the highest calibrated rate, ignoring queues and sizes.
+    ConstantSpeed,
+}
+
+impl Policy {
+    /// Every policy, for help texts.
+    pub const ALL: [Policy; 3] = [Policy::Mct, Policy::RoundRobin, Policy::ConstantSpeed];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Mct => "mct",
+            Policy::RoundRobin => "round-robin",
+            Policy::ConstantSpeed => "constant-speed",
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Policy::ALL
+            .iter()
+            .copied()
+            .find(|p| p.as_str() == s.trim())
+            .ok_or_else(|| {
+                format!(
+                    "unknown policy `{s}`: use one of {}",
+                    Policy::ALL.map(|p| p.as_str()).join(", ")
+                )
+            })
+    }
+}
+
+/// Per-call ranking options.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankOptions {
+    /// Only this server (by name): a function handle bound at init time.
+    pub pin_server: Option<String>,
+    /// A policy other than the agent's default.
+    pub policy: Option<Policy>,
+}
+
+/// Where an ETC's compute term came from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ComputeSource {
+    /// complexity ÷ the rate (operations/s) the server measured for this service at start-up.
+    CalibratedRate {
+        /// Operations per second.
+        rate: f64,
+    },
+    /// The mean kernel time of this service's past calls on this server (no complexity).
+    History {
+        /// How many calls the mean is over.
+        calls: u64,
+    },
+    /// Nothing is known yet; the compute term is zero.
+    Unknown,
+}
+
+impl fmt::Display for ComputeSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ComputeSource::CalibratedRate { rate } => {
+                write!(f, "complexity / calibrated rate {:.3} Gop/s", rate / 1e9)
+            }
+            ComputeSource::History { calls } => write!(f, "mean of {calls} past call(s)"),
+            ComputeSource::Unknown => f.write_str("unknown (no complexity, no history)"),
+        }
+    }
+}
+
+/// Estimated time to compute for one call on one server, term by term (seconds).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Etc {
+    /// Wait for a free slot behind the calls already assigned to the server.
+    pub queue_wait_s: f64,
+    /// Sending the inputs: latency + in_bytes ÷ bandwidth.
+    pub transfer_in_s: f64,
+    /// Running the kernel.
+    pub compute_s: f64,
+    /// Returning the outputs: latency + out_bytes ÷ bandwidth.
+    pub transfer_out_s: f64,
+    /// Where the compute term came from.
+    pub compute_source: ComputeSource,
+}
+
+impl Etc {
+    /// The sum of the terms: the expected completion time from now.
+    pub fn total_s(&self) -> f64 {
+        self.queue_wait_s + self.transfer_in_s + self.compute_s + self.transfer_out_s
+    }
+}
+
+/// One server the call may go to, with its estimate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// The server.
+    pub server_id: ServerId,
+    /// Its name.
+    pub name: String,
+    /// Where clients reach it (host:port).
+    pub addr: String,
+    /// The estimate.
+    pub etc: Etc,
+}
+
+/// The agent's answer to a rank request: servers in order of preference.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ranking {
+    /// The assignment record for the first candidate; pass it on to the server that runs the call.
+    pub ticket: Ticket,
+    /// Candidates, best first. Never empty.
+    pub candidates: Vec<Candidate>,
+    /// The policy that ordered them.
+    pub policy: Policy,
+}
+
+/// What a server tells the agent when it registers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    /// Unique server name (re-registering under the same name replaces the old entry).
+    pub name: String,
+    /// Where clients reach it (host:port).
+    pub addr: String,
+    /// Calls it runs at once; the rest wait in its queue.
+    pub slots: u32,
+    /// The services it offers.
+    pub services: Vec<ServiceDesc>,
+    /// Operations per second measured at start-up, per service that has a complexity.
+    pub rates: Vec<(String, f64)>,
+    /// The rate for services without one of their own (from the dgemm calibration).
+    pub default_rate: f64,
+    /// Physical memory, bytes.
+    pub memory_bytes: u64,
+    /// CPU cores.
+    pub cores: u32,
+}
+
+/// The agent's answer to a registration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RegisterReply {
+    /// The server's id from now on.
+    pub server_id: ServerId,
+    /// How often the agent wants heartbeats, ms.
+    pub heartbeat_interval_ms: u64,
+}
+
+/// A server's load at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadSample {
+    /// Calls running.
+    pub running: u32,
+    /// Calls waiting for a slot.
+    pub queued: u32,
+    /// One-minute load average of the host (0 where unknown).
+    pub loadavg_1m: f64,
+}
+
+/// A heartbeat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// Who.
+    pub server_id: ServerId,
+    /// Its load now.
+    pub load: LoadSample,
+}
+
+/// The agent's answer to a heartbeat or a report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ack {
+    /// Noted.
+    Ok,
+    /// The agent does not know this server (it restarted, or marked it down): register again.
+    Reregister,
+}
+
+/// Time spent on one call, as the server saw it (seconds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// Waiting for a free slot.
+    pub queue_wait_s: f64,
+    /// From the client's send to the request's arrival (needs synchronised clocks across hosts;
+    /// exact on one host).
+    pub input_transfer_s: f64,
+    /// Running the kernel.
+    pub kernel_s: f64,
+    /// From arrival to reply, all included.
+    pub server_s: f64,
+}
+
+/// A finished call, reported by the server to the agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallReport {
+    /// The assignment it came with, if any.
+    pub ticket: Option<Ticket>,
+    /// Service name.
+    pub service: String,
+    /// Size parameter values.
+    pub sizes: Vec<(String, i64)>,
+    /// Where the time went.
+    pub timing: Timing,
+    /// Whether the kernel returned outputs.
+    pub ok: bool,
+}
+
+/// One call sent to a server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecuteRequest {
+    /// The client's id for the call (for cancel).
+    pub call_id: CallId,
+    /// The agent's assignment, if the agent chose this server.
+    pub ticket: Option<Ticket>,
+    /// Service name.
+    pub service: String,
+    /// IN and INOUT values, in order.
+    pub inputs: Vec<Value>,
+    /// Client wall clock at send, ns since the Unix epoch.
+    pub sent_at_unix_ns: u64,
+}
+
+/// A server's answer to a successful call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecuteReply {
+    /// OUT and INOUT values, in order.
+    pub outputs: Vec<Value>,
+    /// Where the time went.
+    pub timing: Timing,
+    /// The server's name.
+    pub server: String,
+}
+
+/// What a server says about itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    /// Name.
+    pub name: String,
+    /// Services offered.
+    pub services: Vec<ServiceDesc>,
+    /// Calls run at once.
+    pub slots: u32,
+    /// Load now.
+    pub load: LoadSample,
+}
+
+/// Whether a server may get calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServerState {
+    /// Heartbeats arrive.
+    Up,
+    /// No heartbeat within the timeout: no new calls until it registers again.
+    Down,
+}
+
+/// A server as the agent sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerStatus {
+    /// Id.
+    pub id: ServerId,
+    /// Name.
+    pub name: String,
+    /// Address.
+    pub addr: String,
+    /// Up or down.
+    pub state: ServerState,
+    /// Services offered.
+    pub services: Vec<String>,
+    /// Slots.
+    pub slots: u32,
+    /// Calls assigned by the agent and not yet reported.
+    pub pending: u32,
+    /// Calls finished and reported.
+    pub completed: u64,
+    /// The load in the last heartbeat.
+    pub load: LoadSample,
+    /// Seconds since the last heartbeat.
+    pub last_heard_s: f64,
+    /// Calibrated default rate, operations/s.
+    pub default_rate: f64,
+}
+
+/// A service and how many live servers offer it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceSummary {
+    /// Description.
+    pub desc: ServiceDesc,
+    /// Live servers offering it.
+    pub servers_up: u32,
+}
+
+/// The agent's view of the grid.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    /// The agent's default policy.
+    pub policy: Policy,
+    /// Seconds since the agent started.
+    pub uptime_s: f64,
+    /// Every known server.
+    pub servers: Vec<ServerStatus>,
+    /// Calls ranked since start.
+    pub ranked: u64,
+}
+
+/// A server's answer to a ping.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pong {
+    /// Name.
+    pub name: String,
+    /// Load now.
+    pub load: LoadSample,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_names_round_trip() {
+        for p in Policy::ALL {
+            assert_eq!(p.as_str().parse::<Policy>().unwrap(), p);
+        }
+        assert!("heft".parse::<Policy>().unwrap_err().contains("mct"));
+    }
+
+    #[test]
+    fn etc_total_is_the_sum() {
+        let e = Etc {
+            queue_wait_s: 1.0,
+            transfer_in_s: 0.5,
+            compute_s: 2.0,
+            transfer_out_s: 0.25,
+            compute_source: ComputeSource::Unknown,
+        };
+        assert_eq!(e.total_s(), 3.75);
+    }
+}

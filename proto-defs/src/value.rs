@@ -1,0 +1,334 @@
+//! Argument and result values. Arrays travel as one contiguous little-endian byte buffer, never
+//! as per-element serde sequences, so a large matrix costs a memcpy, not a million tags.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The element type of a vector or matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ElemType {
+    /// 64-bit float
+    F64,
+    /// 32-bit float
+    F32,
+    /// 32-bit signed integer
+    I32,
+    /// 64-bit signed integer
+    I64,
+}
+
+impl ElemType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            ElemType::F64 | ElemType::I64 => 8,
+            ElemType::F32 | ElemType::I32 => 4,
+        }
+    }
+
+    /// The IDL spelling (`f64`, `f32`, `i32`, `i64`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ElemType::F64 => "f64",
+            ElemType::F32 => "f32",
+            ElemType::I32 => "i32",
+            ElemType::I64 => "i64",
+        }
+    }
+}
+
+impl fmt::Display for ElemType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ElemType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "f64" | "double" => Ok(ElemType::F64),
+            "f32" | "float" => Ok(ElemType::F32),
+            "i32" => Ok(ElemType::I32),
+            "i64" => Ok(ElemType::I64),
+            other => Err(format!(
+                "unknown element type `{other}`: use f64, f32, i32 or i64"
+            )),
+        }
+    }
+}
+
+/// A dense vector (cols = 1) or row-major matrix.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct Array {
+    /// Element type.
+    pub elem: ElemType,
+    /// Number of rows (the length, for a vector).
+    pub rows: u64,
+    /// Number of columns (1 for a vector).
+    pub cols: u64,
+    /// rows × cols elements, row-major, little-endian.
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+}
+
+impl fmt::Debug for Array {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Array<{}>[{}x{}; {} bytes]",
+            self.elem,
+            self.rows,
+            self.cols,
+            self.data.len()
+        )
+    }
+}
+
+macro_rules! typed_array {
+    ($from:ident, $to:ident, $t:ty, $elem:expr) => {
+        /// Builds an array from native values (row-major).
+        pub fn $from(rows: u64, cols: u64, values: &[$t]) -> Array {
+            let mut data = Vec::with_capacity(values.len() * std::mem::size_of::<$t>());
+            for v in values {
+                data.extend_from_slice(&v.to_le_bytes());
+            }
+            Array {
+                elem: $elem,
+                rows,
+                cols,
+                data,
+            }
+        }
+
+        /// The elements as native values, or `None` for another element type or a short buffer.
+        pub fn $to(&self) -> Option<Vec<$t>> {
+            const N: usize = std::mem::size_of::<$t>();
+            if self.elem != $elem || self.data.len() % N != 0 {
+                return None;
+            }
+            Some(
+                self.data
+                    .chunks_exact(N)
+                    .map(|c| {
+                        let mut b = [0u8; N];
+                        b.copy_from_slice(c);
+                        <$t>::from_le_bytes(b)
+                    })
+                    .collect(),
+            )
+        }
+    };
+}
+
+impl Array {
+    typed_array!(from_f64, to_f64, f64, ElemType::F64);
+    typed_array!(from_f32, to_f32, f32, ElemType::F32);
+    typed_array!(from_i32, to_i32, i32, ElemType::I32);
+    typed_array!(from_i64, to_i64, i64, ElemType::I64);
+
+    /// Number of elements the shape promises.
+    pub fn len(&self) -> u64 {
+        self.rows.saturating_mul(self.cols)
+    }
+
+    /// Whether the shape holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the byte buffer holds exactly rows × cols elements.
+    pub fn is_well_formed(&self) -> bool {
+        self.len()
+            .checked_mul(self.elem.size() as u64)
+            .is_some_and(|n| n == self.data.len() as u64)
+    }
+}
+
+/// One argument or result value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Value {
+    /// `int`
+    Int(i64),
+    /// `double`
+    Double(f64),
+    /// `string`
+    Str(String),
+    /// `bytes`
+    Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// `vector<T>[n]`
+    Vector(Array),
+    /// `matrix<T>[r,c]`
+    Matrix(Array),
+}
+
+impl Value {
+    /// A vector of f64.
+    pub fn vector_f64(values: &[f64]) -> Value {
+        Value::Vector(Array::from_f64(values.len() as u64, 1, values))
+    }
+
+    /// A row-major rows × cols matrix of f64; `values.len()` must be rows × cols.
+    pub fn matrix_f64(rows: u64, cols: u64, values: &[f64]) -> Value {
+        Value::Matrix(Array::from_f64(rows, cols, values))
+    }
+
+    /// The integer, if this is an `Int`.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// The float, if this is a `Double`.
+    pub fn as_double(&self) -> Option<f64> {
+        match self {
+            Value::Double(d) => Some(*d),
+            _ => None,
+        }
+    }
+
+    /// The string, if this is a `Str`.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The array, if this is a vector or a matrix.
+    pub fn as_array(&self) -> Option<&Array> {
+        match self {
+            Value::Vector(a) | Value::Matrix(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The kind in IDL words, for error messages.
+    pub fn kind(&self) -> String {
+        match self {
+            Value::Int(_) => "int".into(),
+            Value::Double(_) => "double".into(),
+            Value::Str(_) => "string".into(),
+            Value::Bytes(_) => "bytes".into(),
+            Value::Vector(a) => format!("vector<{}>[{}]", a.elem, a.rows),
+            Value::Matrix(a) => format!("matrix<{}>[{},{}]", a.elem, a.rows, a.cols),
+        }
+    }
+
+    /// Bytes this value puts on the wire (payload only), for transfer estimates.
+    pub fn payload_bytes(&self) -> u64 {
+        match self {
+            Value::Int(_) | Value::Double(_) => 8,
+            Value::Str(s) => s.len() as u64,
+            Value::Bytes(b) => b.len() as u64,
+            Value::Vector(a) | Value::Matrix(a) => a.data.len() as u64,
+        }
+    }
+
+    /// A JSON rendering for command-line output: numbers, strings, arrays (matrices as rows).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        fn rows<T: Serialize + Clone>(v: Vec<T>, cols: u64, matrix: bool) -> serde_json::Value {
+            if !matrix {
+                return json!(v);
+            }
+            let cols = cols.max(1) as usize;
+            json!(v.chunks(cols).map(|r| r.to_vec()).collect::<Vec<_>>())
+        }
+        match self {
+            Value::Int(i) => json!(i),
+            Value::Double(d) => json!(d),
+            Value::Str(s) => json!(s),
+            Value::Bytes(b) => json!(b),
+            Value::Vector(a) | Value::Matrix(a) => {
+                let m = matches!(self, Value::Matrix(_));
+                match a.elem {
+                    ElemType::F64 => rows(a.to_f64().unwrap_or_default(), a.cols, m),
+                    ElemType::F32 => rows(a.to_f32().unwrap_or_default(), a.cols, m),
+                    ElemType::I32 => rows(a.to_i32().unwrap_or_default(), a.cols, m),
+                    ElemType::I64 => rows(a.to_i64().unwrap_or_default(), a.cols, m),
+                }
+            }
+        }
+    }
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Value::Int(v)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(v: f64) -> Self {
+        Value::Double(v)
+    }
+}
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::Str(v.to_string())
+    }
+}
+
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::Str(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn f64_arrays_round_trip(v in proptest::collection::vec(any::<f64>(), 0..64)) {
+            let a = Array::from_f64(v.len() as u64, 1, &v);
+            prop_assert!(a.is_well_formed());
+            let back = a.to_f64().unwrap();
+            prop_assert_eq!(back.len(), v.len());
+            for (x, y) in back.iter().zip(&v) {
+                prop_assert_eq!(x.to_bits(), y.to_bits());
+            }
+        }
+
+        #[test]
+        fn i32_arrays_round_trip(v in proptest::collection::vec(any::<i32>(), 0..64)) {
+            let a = Array::from_i32(1, v.len() as u64, &v);
+            prop_assert_eq!(a.to_i32().unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn wrong_element_type_is_refused() {
+        let a = Array::from_f64(2, 1, &[1.0, 2.0]);
+        assert!(a.to_i64().is_none());
+        assert!(a.to_f32().is_none());
+    }
+
+    #[test]
+    fn short_buffer_is_not_well_formed() {
+        let mut a = Array::from_f64(2, 2, &[1.0, 2.0, 3.0, 4.0]);
+        a.data.pop();
+        assert!(!a.is_well_formed());
+        let huge = Array {
+            elem: ElemType::F64,
+            rows: u64::MAX,
+            cols: 2,
+            data: vec![],
+        };
+        assert!(!huge.is_well_formed());
+    }
+
+    #[test]
+    fn matrix_renders_as_rows() {
+        let m = Value::matrix_f64(2, 2, &[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(m.to_json().to_string(), "[[1.0,2.0],[3.0,4.0]]");
+        assert_eq!(m.kind(), "matrix<f64>[2,2]");
+    }
+}
