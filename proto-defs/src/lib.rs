@@ -14,6 +14,8 @@ pub mod value;
 #[cfg(feature = "rpc")]
 pub mod api;
 #[cfg(feature = "rpc")]
+pub mod settings;
+#[cfg(feature = "rpc")]
 pub mod wire;
 
 pub use complexity::{Complexity, ComplexityError};

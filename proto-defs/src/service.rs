@@ -533,6 +533,56 @@ impl ServiceDesc {
         })
     }
 
+    /// A call profile from size-parameter values alone (no inputs): array byte counts come
+    /// from dimensions that are fixed or named by a size parameter. For "what would this cost"
+    /// questions, e.g. `gridwise status --service dgemm --size m=1000,n=1000,k=1000`.
+    pub fn profile_for_sizes(&self, sizes: &[(String, i64)]) -> Result<CallProfile, String> {
+        for (k, _) in sizes {
+            if !self.size_params.contains(k) {
+                return Err(format!(
+                    "`{k}` is not a size parameter of `{}` (size parameters: {})",
+                    self.name,
+                    self.size_params.join(", ")
+                ));
+            }
+        }
+        let mut ordered = Vec::with_capacity(self.size_params.len());
+        for p in &self.size_params {
+            let v = sizes
+                .iter()
+                .find(|(k, _)| k == p)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| format!("`{}` needs a value for size parameter `{p}`", self.name))?;
+            ordered.push((p.clone(), v));
+        }
+        let dim = |d: &Dim| -> u64 {
+            match d {
+                Dim::Fixed(n) => *n,
+                Dim::Arg(a) => ordered
+                    .iter()
+                    .find(|(k, _)| k == a)
+                    .map(|(_, v)| (*v).max(0) as u64)
+                    .unwrap_or(0),
+            }
+        };
+        let bytes = |a: &ArgDesc| -> u64 {
+            match &a.ty {
+                ArgType::Int | ArgType::Double => 8,
+                ArgType::Str | ArgType::Bytes => 0,
+                ArgType::Vector { elem, len } => dim(len) * elem.size() as u64,
+                ArgType::Matrix { elem, rows, cols } => dim(rows)
+                    .saturating_mul(dim(cols))
+                    .saturating_mul(elem.size() as u64),
+            }
+        };
+        Ok(CallProfile {
+            service: self.name.clone(),
+            in_bytes: self.inputs().map(bytes).sum(),
+            out_bytes: self.outputs().map(bytes).sum(),
+            sizes: ordered,
+        })
+    }
+
     /// A one-line signature, e.g. `dgemm(in m: int, in A: matrix<f64>[m,k], out C: …)`.
     pub fn signature(&self) -> String {
         let args: Vec<String> = self
@@ -663,6 +713,23 @@ mod tests {
             .check_inputs(&[Value::Int(-1), Value::Int(0), Value::Int(0), a.clone(), a])
             .unwrap_err();
         assert!(e.to_string().contains("negative"), "{e}");
+    }
+
+    #[test]
+    fn profile_from_sizes_alone() {
+        let d = dgemm();
+        let p = d
+            .profile_for_sizes(&[("k".into(), 3), ("m".into(), 2), ("n".into(), 4)])
+            .unwrap();
+        assert_eq!(p.sizes[0], ("m".to_string(), 2));
+        assert_eq!(p.in_bytes, 24 + 48 + 96);
+        assert_eq!(p.out_bytes, 64);
+        assert!(
+            d.profile_for_sizes(&[("m".into(), 2)])
+                .unwrap_err()
+                .contains("`n`")
+        );
+        assert!(d.profile_for_sizes(&[("q".into(), 2)]).is_err());
     }
 
     #[test]

@@ -178,15 +178,16 @@ pub async fn connect(
     }
 }
 
-/// The client side of a tarpc transport over a framed connection.
-pub fn client_transport<Req, Resp>(
-    framed: FramedTcp,
-) -> tarpc::serde_transport::Transport<
+/// The client end of a tarpc connection: requests out, responses in.
+pub type ClientTransport<Req, Resp> = tarpc::serde_transport::Transport<
     TcpStream,
     Response<Resp>,
     ClientMessage<Req>,
     Bincode<Response<Resp>, ClientMessage<Req>>,
->
+>;
+
+/// The client side of a tarpc transport over a framed connection.
+pub fn client_transport<Req, Resp>(framed: FramedTcp) -> ClientTransport<Req, Resp>
 where
     Req: Serialize,
     Resp: DeserializeOwned,

@@ -1,1 +1,10 @@
-//! placeholder
+//! The `gridwise` command-line tool's pieces: argument parsing by service description,
+//! status and ETC explanations, one-off calls, the demo, benchmarks, and local grids of
+//! daemons started on loopback.
+
+pub mod args;
+pub mod bench;
+pub mod call;
+pub mod demo;
+pub mod local;
+pub mod status;

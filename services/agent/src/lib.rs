@@ -1,1 +1,58 @@
-//! placeholder
+//! The gridwise agent daemon: a thin tarpc shell around the pure decision core
+//! (`gridwise-sched`). It knows every server, ranks calls, and hears back how they went.
+
+pub mod cli;
+pub mod config;
+pub mod handler;
+
+pub use config::AgentConfig;
+pub use handler::AgentHandler;
+
+use futures::StreamExt;
+use gridwise_proto::{AgentApi, wire};
+use gridwise_sched::AgentCore;
+use std::time::Duration;
+use tarpc::server::{BaseChannel, Channel};
+use tokio::net::TcpListener;
+
+/// Binds, announces `listening <addr>` on stdout (tools that start the agent read it to learn an
+/// ephemeral port), and serves until the process ends.
+pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
+    let core_cfg = cfg.core()?;
+    let listener = TcpListener::bind(&cfg.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+    let addr = listener.local_addr()?;
+    gridwise_proto::settings::announce(&addr.to_string());
+    tracing::info!(%addr, policy = %core_cfg.policy, "agent listening");
+
+    let handler = AgentHandler::new(AgentCore::new(core_cfg.clone()));
+    let sweeper = handler.clone();
+    let period = (core_cfg.heartbeat_timeout / 4).max(Duration::from_millis(20));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            sweeper.sweep();
+        }
+    });
+
+    let wire_cfg = wire::WireConfig {
+        token: cfg.token.clone(),
+        max_frame_bytes: cfg.max_frame_bytes,
+        ..wire::WireConfig::default()
+    };
+    wire::accept_loop(listener, wire_cfg, cfg.name.clone(), move |framed, peer| {
+        let handler = handler.clone();
+        async move {
+            BaseChannel::with_defaults(wire::server_transport(framed, peer))
+                .execute(handler.serve())
+                .for_each(|call| async move {
+                    tokio::spawn(call);
+                })
+                .await;
+        }
+    })
+    .await;
+    Ok(())
+}

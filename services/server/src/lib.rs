@@ -1,1 +1,93 @@
-//! placeholder
+//! The gridwise server daemon: offers kernels, runs calls in a bounded number of slots,
+//! and keeps the agent informed (registration, heartbeats with load, call timings).
+
+pub mod agent_link;
+pub mod cli;
+pub mod config;
+pub mod handler;
+pub mod host;
+pub mod kernels;
+
+pub use config::ServerConfig;
+pub use handler::ServerHandler;
+
+use futures::StreamExt;
+use gridwise_proto::{Registration, ServerApi, wire};
+use tarpc::server::{BaseChannel, Channel};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+/// Builds the kernels, calibrates, binds, announces `listening <addr>` on stdout, registers
+/// with the agent and serves until the process ends.
+pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
+    let set = kernels::build(&cfg)?;
+    let listener = TcpListener::bind(&cfg.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+    let bound = listener.local_addr()?;
+    let addr = match &cfg.advertise {
+        Some(a) => a.clone(),
+        None if bound.ip().is_unspecified() => anyhow::bail!(
+            "listening on {bound} needs `advertise = \"host:port\"` so that clients can reach this server"
+        ),
+        None => bound.to_string(),
+    };
+    let name = cfg
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("server-{}", bound.port()));
+    let slots = cfg.slots.unwrap_or_else(host::cores).max(1);
+
+    let calibration = if cfg.calibrate {
+        let s = set.clone();
+        tokio::task::spawn_blocking(move || kernels::calibrate_all(&s)).await?
+    } else {
+        kernels::Rates::default()
+    };
+    for (svc, rate) in &calibration.rates {
+        tracing::info!(service = %svc, "calibrated at {:.3} Gop/s", rate / 1e9);
+    }
+
+    let reg = Registration {
+        name: name.clone(),
+        addr: addr.clone(),
+        slots,
+        services: set.values().map(|k| k.desc().clone()).collect(),
+        rates: calibration.rates,
+        default_rate: calibration.default_rate,
+        memory_bytes: host::memory_bytes(),
+        cores: host::cores(),
+    };
+
+    let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let handler = ServerHandler::new(name.clone(), set, slots, report_tx);
+    gridwise_proto::settings::announce(&addr);
+    tracing::info!(%name, %addr, slots, agent = %cfg.agent, "server listening");
+
+    let wire_cfg = wire::WireConfig {
+        token: cfg.token.clone(),
+        max_frame_bytes: cfg.max_frame_bytes,
+        ..wire::WireConfig::default()
+    };
+    tokio::spawn(agent_link::run(
+        cfg.agent.clone(),
+        wire_cfg.clone(),
+        reg,
+        handler.clone(),
+        report_rx,
+        cfg.report_batch_max,
+    ));
+    wire::accept_loop(listener, wire_cfg, name, move |framed, peer| {
+        let handler = handler.clone();
+        async move {
+            BaseChannel::with_defaults(wire::server_transport(framed, peer))
+                .execute(handler.serve())
+                .for_each(|call| async move {
+                    tokio::spawn(call);
+                })
+                .await;
+        }
+    })
+    .await;
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! `gridwise`: talk to a grid (status, call), run the demo and benchmarks, or run a daemon.
+
+use clap::{Parser, Subcommand};
+use gridwise_agent::cli::AgentArgs;
+use gridwise_cli::{args, bench, call, demo, status};
+use gridwise_client::{Client, ClientConfig};
+use gridwise_proto::RankOptions;
+use gridwise_server::cli::ServerArgs;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "gridwise",
+    version,
+    about = "gridwise: remote calls placed by functional performance models"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How a client command reaches the grid.
+#[derive(clap::Args, Clone)]
+struct Conn {
+    /// The agent's address [default: 127.0.0.1:7000; `bench` starts its own grid without it].
+    #[arg(long, env = "GRIDWISE_AGENT")]
+    agent: Option<String>,
+    /// Shared token, if the grid has one.
+    #[arg(long, env = "GRIDWISE_TOKEN")]
+    token: Option<String>,
+    /// Client config file (TOML, see the README; replaces --agent and --token).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Servers, their state, services and queues; with --service and --size, every
+    /// candidate's ETC breakdown for such a call.
+    Status {
+        /// A service to explain a ranking for.
+        #[arg(long)]
+        service: Option<String>,
+        /// Size parameters for --service, e.g. m=1000,n=1000,k=1000.
+        #[arg(long, requires = "service")]
+        size: Option<String>,
+        /// Ranking policy to explain (default: the agent's).
+        #[arg(long)]
+        policy: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Services offered on the grid, with their signatures.
+    Services {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// One remote call: `gridwise call add 41` prints 42. Arrays as JSON or `rand`.
+    Call {
+        /// Service name.
+        service: String,
+        /// Input arguments in order.
+        #[arg(allow_negative_numbers = true)]
+        args: Vec<String>,
+        /// Run on this server (by name) instead of the agent's choice.
+        #[arg(long)]
+        server: Option<String>,
+        /// One JSON object with outputs, server and timing.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// The main job: an agent and emulated heterogeneous servers on loopback, a mixed batch.
+    Demo,
+    /// Benchmarks (JSON with --json).
+    Bench {
+        #[command(subcommand)]
+        which: BenchCmd,
+    },
+    /// Run the agent daemon (same as gridwise-agent).
+    Agent(AgentArgs),
+    /// Run a server daemon (same as gridwise-server).
+    Server(ServerArgs),
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Call overhead of the full path for the no-op `add`.
+    Rpc {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Synchronous calls to time.
+        #[arg(long, default_value_t = 5000)]
+        calls: usize,
+        /// Asynchronous calls for the throughput.
+        #[arg(long, default_value_t = 50_000)]
+        async_calls: usize,
+        /// Asynchronous sessions in flight.
+        #[arg(long, default_value_t = 512)]
+        window: usize,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+fn client(conn: &Conn) -> anyhow::Result<Client> {
+    let cfg = match &conn.config {
+        Some(p) => ClientConfig::from_file(p)?,
+        None => {
+            let addr = conn
+                .agent
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1:7000".into());
+            let mut c = ClientConfig::with_agent(addr);
+            c.token = conn.token.clone();
+            c
+        }
+    };
+    Ok(Client::connect(cfg)?)
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(&cli) {
+        // One readable line (with its causes), not a backtrace: these are user-facing errors.
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: &Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Agent(a) => {
+            gridwise_proto::settings::init_logging();
+            a.run_blocking()
+        }
+        Command::Server(s) => {
+            gridwise_proto::settings::init_logging();
+            s.run_blocking()
+        }
+        Command::Status {
+            service,
+            size,
+            policy,
+            json,
+            conn,
+        } => {
+            let c = client(conn)?;
+            match service {
+                None => status::print_status(&c, *json),
+                Some(svc) => {
+                    let sizes = args::parse_sizes(size.as_deref().unwrap_or(""))?;
+                    let policy = policy
+                        .as_deref()
+                        .map(str::parse)
+                        .transpose()
+                        .map_err(anyhow::Error::msg)?;
+                    let opts = RankOptions {
+                        pin_server: None,
+                        policy,
+                    };
+                    status::print_explain(&c, svc, &sizes, opts, *json)
+                }
+            }
+        }
+        Command::Services { conn } => {
+            let c = client(conn)?;
+            for s in c.list_services()? {
+                println!("{}  [{} server(s) up]", s.desc.signature(), s.servers_up);
+                if !s.desc.doc.is_empty() {
+                    println!("    {}", s.desc.doc);
+                }
+            }
+            Ok(())
+        }
+        Command::Call {
+            service,
+            args,
+            server,
+            json,
+            conn,
+        } => {
+            let c = client(conn)?;
+            call::run(&c, service, args, server.as_deref(), *json)
+        }
+        Command::Demo => demo::run(),
+        Command::Bench { which } => match which {
+            BenchCmd::Rpc {
+                json,
+                calls,
+                async_calls,
+                window,
+                conn,
+            } => {
+                let out = bench::run_rpc(&bench::RpcBench {
+                    agent: conn.agent.clone(),
+                    token: conn.token.clone(),
+                    sync_calls: *calls,
+                    async_calls: *async_calls,
+                    window: *window,
+                })?;
+                if *json {
+                    println!("{out}");
+                } else {
+                    println!("{}", serde_json::to_string_pretty(&out)?);
+                }
+                Ok(())
+            }
+        },
+    }
+}

@@ -1,0 +1,145 @@
+//! `gridwise status`: the grid as the agent sees it, and for a call profile, every candidate's
+//! ETC breakdown (why the agent would choose what it chooses).
+
+use gridwise_client::Client;
+use gridwise_proto::{AgentStatus, Candidate, RankOptions, ServerState};
+use serde_json::json;
+
+/// Prints servers, their state, services and queues.
+pub fn print_status(client: &Client, as_json: bool) -> anyhow::Result<()> {
+    let st = client.status()?;
+    if as_json {
+        println!("{}", status_json(&st));
+        return Ok(());
+    }
+    println!(
+        "agent: policy {}, up {:.0}s, {} call(s) ranked, {} server(s)",
+        st.policy,
+        st.uptime_s,
+        st.ranked,
+        st.servers.len()
+    );
+    println!(
+        "{:<16} {:<22} {:<5} {:>5} {:>7} {:>9} {:>7} {:>8} {:>11}  services",
+        "server",
+        "address",
+        "state",
+        "slots",
+        "pending",
+        "completed",
+        "running",
+        "heard",
+        "dgemm Gop/s"
+    );
+    for s in &st.servers {
+        println!(
+            "{:<16} {:<22} {:<5} {:>5} {:>7} {:>9} {:>7} {:>7.1}s {:>11.2}  {}",
+            s.name,
+            s.addr,
+            if s.state == ServerState::Up {
+                "up"
+            } else {
+                "DOWN"
+            },
+            s.slots,
+            s.pending,
+            s.completed,
+            s.load.running,
+            s.last_heard_s,
+            s.default_rate / 1e9,
+            s.services.join(",")
+        );
+    }
+    Ok(())
+}
+
+fn status_json(st: &AgentStatus) -> serde_json::Value {
+    json!({
+        "policy": st.policy.as_str(),
+        "uptime_s": st.uptime_s,
+        "ranked": st.ranked,
+        "servers": st.servers.iter().map(|s| json!({
+            "id": s.id.to_string(), "name": s.name, "addr": s.addr,
+            "state": if s.state == ServerState::Up { "up" } else { "down" },
+            "slots": s.slots, "pending": s.pending, "completed": s.completed,
+            "running": s.load.running, "queued": s.load.queued, "loadavg_1m": s.load.loadavg_1m,
+            "last_heard_s": s.last_heard_s, "default_rate": s.default_rate, "services": s.services,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Prints every candidate's ETC breakdown for a call of `service` with these sizes.
+pub fn print_explain(
+    client: &Client,
+    service: &str,
+    sizes: &[(String, i64)],
+    options: RankOptions,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let desc = client.describe(service)?;
+    let profile = desc.profile_for_sizes(sizes).map_err(anyhow::Error::msg)?;
+    let cands = client.explain(profile.clone(), options)?;
+    if as_json {
+        println!("{}", explain_json(&cands));
+        return Ok(());
+    }
+    let sizes: Vec<String> = profile
+        .sizes
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    println!(
+        "{service}({}): {} in, {} out; candidates best first",
+        sizes.join(", "),
+        human_bytes(profile.in_bytes),
+        human_bytes(profile.out_bytes)
+    );
+    println!(
+        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10}  compute from",
+        "server", "ETC s", "queue s", "in s", "compute s", "out s"
+    );
+    for c in &cands {
+        let e = &c.etc;
+        println!(
+            "{:<16} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6}  {}",
+            c.name,
+            e.total_s(),
+            e.queue_wait_s,
+            e.transfer_in_s,
+            e.compute_s,
+            e.transfer_out_s,
+            e.compute_source
+        );
+    }
+    Ok(())
+}
+
+fn explain_json(cands: &[Candidate]) -> serde_json::Value {
+    json!(
+        cands
+            .iter()
+            .map(|c| json!({
+                "server": c.name, "addr": c.addr, "etc_s": c.etc.total_s(),
+                "queue_wait_s": c.etc.queue_wait_s, "transfer_in_s": c.etc.transfer_in_s,
+                "compute_s": c.etc.compute_s, "transfer_out_s": c.etc.transfer_out_s,
+                "compute_source": c.etc.compute_source.to_string(),
+            }))
+            .collect::<Vec<_>>()
+    )
+}
+
+/// Bytes with a binary unit.
+pub fn human_bytes(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = b as f64;
+    let mut i = 0;
+    while x >= 1024.0 && i + 1 < U.len() {
+        x /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{x:.1} {}", U[i])
+    }
+}

@@ -1,0 +1,247 @@
+//! [`Client`]: the same API as [`GridClient`], blocking, for programs without an async runtime.
+
+use crate::client::{CallResult, GridClient};
+use crate::config::ClientConfig;
+use crate::error::GrpcError;
+use crate::handle::FunctionHandle;
+use crate::session::SessionId;
+use gridwise_proto::{
+    AgentStatus, CallProfile, Candidate, ErrorCode, RankOptions, ServiceDesc, ServiceSummary, Value,
+};
+use std::future::Future;
+use std::thread::JoinHandle;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+/// A blocking GridRPC client. It owns a single-threaded tokio runtime driven by a background
+/// thread; each method runs on the caller's thread until its answer is in. Methods may be
+/// called from many threads at once. Do not call them from inside an async runtime (use
+/// [`GridClient`] there): they return `OtherErrorCode` if you do.
+pub struct Client {
+    inner: GridClient,
+    rt: Handle,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("agent", &self.inner.agent_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+fn inside_runtime() -> GrpcError {
+    GrpcError::new(
+        ErrorCode::OtherErrorCode,
+        "the blocking gridwise Client was used inside an async runtime: use GridClient there",
+    )
+}
+
+/// Starts a current-thread runtime on its own thread; returns its handle, the stop signal and
+/// the thread.
+fn start_runtime() -> Result<(Handle, oneshot::Sender<()>, JoinHandle<()>), GrpcError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            GrpcError::new(
+                ErrorCode::OtherErrorCode,
+                format!("cannot start the client runtime: {e}"),
+            )
+        })?;
+    let handle = rt.handle().clone();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("gridwise-client".into())
+        .spawn(move || {
+            // Drives I/O and timers for every caller until the client is dropped.
+            rt.block_on(async {
+                let _ = stop_rx.await;
+            });
+        })
+        .map_err(|e| {
+            GrpcError::new(
+                ErrorCode::OtherErrorCode,
+                format!("cannot start the client thread: {e}"),
+            )
+        })?;
+    Ok((handle, stop_tx, thread))
+}
+
+impl Client {
+    /// Connects to the agent named in `cfg`.
+    pub fn connect(cfg: ClientConfig) -> Result<Client, GrpcError> {
+        if Handle::try_current().is_ok() {
+            return Err(inside_runtime());
+        }
+        let (rt, stop, thread) = start_runtime()?;
+        let mut stop = Some(stop);
+        let mut thread = Some(thread);
+        match rt.block_on(GridClient::connect(cfg)) {
+            Ok(inner) => Ok(Client {
+                inner,
+                rt,
+                stop,
+                thread,
+            }),
+            Err(e) => {
+                shut_down(&mut stop, &mut thread);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads a configuration file (see [`ClientConfig::from_file`]) and connects.
+    pub fn from_config_file(path: impl AsRef<std::path::Path>) -> Result<Client, GrpcError> {
+        Client::connect(ClientConfig::from_file(path)?)
+    }
+
+    /// The async client underneath, for use from async code.
+    pub fn async_client(&self) -> &GridClient {
+        &self.inner
+    }
+
+    fn run<T, F>(&self, fut: F) -> Result<T, GrpcError>
+    where
+        F: Future<Output = Result<T, GrpcError>>,
+    {
+        if Handle::try_current().is_ok() {
+            return Err(inside_runtime());
+        }
+        self.rt.block_on(fut)
+    }
+
+    /// See [`GridClient::function_handle_default`].
+    pub fn function_handle_default(&self, service: &str) -> Result<FunctionHandle, GrpcError> {
+        self.run(self.inner.function_handle_default(service))
+    }
+
+    /// See [`GridClient::function_handle_init`].
+    pub fn function_handle_init(
+        &self,
+        service: &str,
+        server_name: &str,
+    ) -> Result<FunctionHandle, GrpcError> {
+        self.run(self.inner.function_handle_init(service, server_name))
+    }
+
+    /// See [`GridClient::function_handle_destruct`].
+    pub fn function_handle_destruct(&self, h: &FunctionHandle) -> Result<(), GrpcError> {
+        self.inner.function_handle_destruct(h)
+    }
+
+    /// See [`GridClient::get_handle`].
+    pub fn get_handle(&self, id: SessionId) -> Result<FunctionHandle, GrpcError> {
+        self.inner.get_handle(id)
+    }
+
+    /// See [`GridClient::call`].
+    pub fn call(&self, h: &FunctionHandle, inputs: Vec<Value>) -> Result<CallResult, GrpcError> {
+        self.run(self.inner.call(h, inputs))
+    }
+
+    /// See [`GridClient::call_async`].
+    pub fn call_async(
+        &self,
+        h: &FunctionHandle,
+        inputs: Vec<Value>,
+    ) -> Result<SessionId, GrpcError> {
+        self.inner.call_async(h, inputs)
+    }
+
+    /// See [`GridClient::probe`].
+    pub fn probe(&self, id: SessionId) -> Result<(), GrpcError> {
+        self.inner.probe(id)
+    }
+
+    /// See [`GridClient::probe_or`].
+    pub fn probe_or(&self, ids: &[SessionId]) -> Result<SessionId, GrpcError> {
+        self.inner.probe_or(ids)
+    }
+
+    /// See [`GridClient::wait`].
+    pub fn wait(&self, id: SessionId) -> Result<CallResult, GrpcError> {
+        self.run(self.inner.wait(id))
+    }
+
+    /// See [`GridClient::wait_and`].
+    pub fn wait_and(&self, ids: &[SessionId]) -> Result<Vec<CallResult>, GrpcError> {
+        self.run(self.inner.wait_and(ids))
+    }
+
+    /// See [`GridClient::wait_or`].
+    pub fn wait_or(&self, ids: &[SessionId]) -> Result<(SessionId, CallResult), GrpcError> {
+        self.run(self.inner.wait_or(ids))
+    }
+
+    /// See [`GridClient::wait_all`].
+    pub fn wait_all(&self) -> Result<Vec<(SessionId, CallResult)>, GrpcError> {
+        self.run(self.inner.wait_all())
+    }
+
+    /// See [`GridClient::wait_any`].
+    pub fn wait_any(&self) -> Result<(SessionId, CallResult), GrpcError> {
+        self.run(self.inner.wait_any())
+    }
+
+    /// See [`GridClient::cancel`].
+    pub fn cancel(&self, id: SessionId) -> Result<(), GrpcError> {
+        self.run(self.inner.cancel(id))
+    }
+
+    /// See [`GridClient::cancel_all`].
+    pub fn cancel_all(&self) -> Result<(), GrpcError> {
+        self.run(self.inner.cancel_all())
+    }
+
+    /// See [`GridClient::get_error`].
+    pub fn get_error(&self, id: SessionId) -> Option<GrpcError> {
+        self.inner.get_error(id)
+    }
+
+    /// See [`GridClient::get_failed_session_id`].
+    pub fn get_failed_session_id(&self) -> Option<SessionId> {
+        self.inner.get_failed_session_id()
+    }
+
+    /// See [`GridClient::status`].
+    pub fn status(&self) -> Result<AgentStatus, GrpcError> {
+        self.run(self.inner.status())
+    }
+
+    /// See [`GridClient::list_services`].
+    pub fn list_services(&self) -> Result<Vec<ServiceSummary>, GrpcError> {
+        self.run(self.inner.list_services())
+    }
+
+    /// See [`GridClient::describe`].
+    pub fn describe(&self, service: &str) -> Result<ServiceDesc, GrpcError> {
+        self.run(self.inner.describe(service))
+    }
+
+    /// See [`GridClient::explain`].
+    pub fn explain(
+        &self,
+        profile: CallProfile,
+        opts: RankOptions,
+    ) -> Result<Vec<Candidate>, GrpcError> {
+        self.run(self.inner.explain(profile, opts))
+    }
+}
+
+fn shut_down(stop: &mut Option<oneshot::Sender<()>>, thread: &mut Option<JoinHandle<()>>) {
+    if let Some(s) = stop.take() {
+        let _ = s.send(());
+    }
+    if let Some(t) = thread.take() {
+        let _ = t.join();
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        shut_down(&mut self.stop, &mut self.thread);
+    }
+}

@@ -1,0 +1,517 @@
+//! [`GridClient`]: the asynchronous GridRPC client.
+
+use crate::config::ClientConfig;
+use crate::conn::{Conn, connection_lost};
+use crate::error::{GrpcError, transport_text};
+use crate::handle::{Binding, FunctionHandle};
+use crate::session::{CancelFlag, CompletionGuard, SessionId, Sessions};
+use gridwise_proto::wire;
+use gridwise_proto::{
+    AgentStatus, CallError, CallId, CallProfile, Candidate, ErrorCode, Etc, ExecuteRequest,
+    RankOptions, Ranking, ServiceDesc, ServiceSummary, Ticket, Timing, Value,
+};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tarpc::client::RpcError as TransportError;
+use tokio::runtime::Handle;
+
+/// The outcome of one successful remote call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallResult {
+    /// The OUT and INOUT values, in the order of the service description.
+    pub outputs: Vec<Value>,
+    /// The server that ran the call.
+    pub server: String,
+    /// Where the time went, as the server measured it.
+    pub timing: Timing,
+    /// How long the agent took to rank the servers (round trip), seconds.
+    pub rank_s: f64,
+    /// The execute round trip seen by the client (the successful attempt), seconds.
+    pub round_trip_s: f64,
+    /// The agent's estimate for the server that ran the call.
+    pub predicted: Option<Etc>,
+    /// How many servers were tried (1 when the first candidate ran it).
+    pub attempts: u32,
+}
+
+struct Inner {
+    cfg: ClientConfig,
+    conn: Conn,
+    sessions: Arc<Sessions>,
+    rt: Handle,
+    next_handle: AtomicU64,
+    call_timeout: Duration,
+}
+
+/// A connection to a gridwise grid with GridRPC semantics (async). Cheap to clone; clones
+/// share connections and sessions.
+#[derive(Clone)]
+pub struct GridClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for GridClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GridClient")
+            .field("agent", &self.inner.cfg.agent)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// `fut`, or None once `cancel` is raised first (never, without a flag).
+async fn unless_cancelled<F: Future>(cancel: Option<&CancelFlag>, fut: F) -> Option<F::Output> {
+    match cancel {
+        None => Some(fut.await),
+        Some(c) => {
+            tokio::select! {
+                biased;
+                out = fut => Some(out),
+                _ = c.cancelled() => None,
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Gives up an assignment in the background.
+    fn release_later(self: &Arc<Self>, ticket: Ticket) {
+        let inner = self.clone();
+        self.rt.spawn(async move {
+            if let Err(e) = inner.conn.release(ticket).await {
+                tracing::debug!(%ticket, "could not release the ticket: {e}");
+            }
+        });
+    }
+
+    /// The call path: rank, then try the candidates in order.
+    async fn run_call(
+        self: &Arc<Self>,
+        service: &str,
+        binding: &Binding,
+        profile: CallProfile,
+        inputs: Vec<Value>,
+        cancel: Option<&CancelFlag>,
+    ) -> Result<CallResult, GrpcError> {
+        let cancelled = || GrpcError::cancelled(format!("the call to `{service}`"));
+        if cancel.is_some_and(CancelFlag::is_cancelled) {
+            return Err(cancelled());
+        }
+        let opts = RankOptions {
+            pin_server: binding.server().map(str::to_string),
+            policy: self.cfg.policy,
+        };
+        let started = Instant::now();
+        let ranking: Ranking = match cancel {
+            None => self.conn.rank(&profile, &opts).await?,
+            Some(c) => {
+                let inner = self.clone();
+                let rank = async move { inner.conn.rank(&profile, &opts).await };
+                let mut rank = Box::pin(rank);
+                tokio::select! {
+                    biased;
+                    r = &mut rank => r?,
+                    _ = c.cancelled() => {
+                        // The agent may record the assignment anyway: release it when it comes.
+                        let inner = self.clone();
+                        self.rt.spawn(async move {
+                            if let Ok(r) = rank.await {
+                                inner.release_later(r.ticket);
+                            }
+                        });
+                        return Err(cancelled());
+                    }
+                }
+            }
+        };
+        let rank_s = started.elapsed().as_secs_f64();
+        let n = ranking.candidates.len();
+        if n == 0 {
+            self.release_later(ranking.ticket);
+            return Err(GrpcError::new(
+                ErrorCode::ServerNotFound,
+                format!("the agent found no server for `{service}`"),
+            ));
+        }
+        let mut inputs = inputs;
+        let mut failures: Vec<String> = Vec::new();
+        for (i, cand) in ranking.candidates.iter().enumerate() {
+            let who = format!("{} ({})", cand.name, cand.addr);
+            let Some(conn) = unless_cancelled(cancel, self.conn.server(&cand.addr)).await else {
+                self.release_later(ranking.ticket);
+                return Err(cancelled());
+            };
+            let conn = match conn {
+                Ok(c) => c,
+                Err(e) => {
+                    failures.push(format!("{who}: {}", e.message));
+                    continue;
+                }
+            };
+            if cancel.is_some_and(CancelFlag::is_cancelled) {
+                self.release_later(ranking.ticket);
+                return Err(cancelled());
+            }
+            // Later candidates need the inputs too; the last attempt takes them.
+            let sent = if i + 1 < n {
+                inputs.clone()
+            } else {
+                std::mem::take(&mut inputs)
+            };
+            let call_id = CallId::new_random();
+            let req = ExecuteRequest {
+                call_id,
+                ticket: Some(ranking.ticket),
+                service: service.to_string(),
+                inputs: sent,
+                sent_at_unix_ns: unix_ns(),
+            };
+            let sent_at = Instant::now();
+            let ctx = wire::context(self.call_timeout);
+            let reply = match cancel {
+                None => conn.client.execute(ctx, req).await,
+                Some(c) => {
+                    let mut exec = std::pin::pin!(conn.client.execute(ctx, req));
+                    tokio::select! {
+                        biased;
+                        r = &mut exec => r,
+                        _ = c.cancelled() => {
+                            // Tell the server first; dropping `exec` afterwards stops waiting.
+                            self.cancel_on_server(&conn.client, call_id, &who).await;
+                            return Err(cancelled());
+                        }
+                    }
+                }
+            };
+            let round_trip_s = sent_at.elapsed().as_secs_f64();
+            match reply {
+                Ok(Ok(rep)) => {
+                    return Ok(CallResult {
+                        outputs: rep.outputs,
+                        server: rep.server,
+                        timing: rep.timing,
+                        rank_s,
+                        round_trip_s,
+                        predicted: Some(cand.etc.clone()),
+                        attempts: (i + 1) as u32,
+                    });
+                }
+                Ok(Err(e)) if e.retryable() => {
+                    tracing::debug!(server = %who, "call refused, trying the next server: {e}");
+                    failures.push(format!("{who}: {e}"));
+                }
+                Ok(Err(e)) => return Err(call_failed(&who, e)),
+                Err(TransportError::DeadlineExceeded) => {
+                    // Not retried: the call may still be running there.
+                    return Err(GrpcError::communication(format!(
+                        "{who} did not answer `{service}` within {} s (call_timeout_s)",
+                        self.call_timeout.as_secs()
+                    )));
+                }
+                Err(e) => {
+                    if connection_lost(&e) {
+                        self.conn.drop_server(&cand.addr, conn.epoch);
+                    }
+                    tracing::debug!(server = %who, "call failed, trying the next server: {e}");
+                    failures.push(format!("{who}: {}", transport_text(&e)));
+                }
+            }
+        }
+        self.release_later(ranking.ticket);
+        Err(GrpcError::communication(format!(
+            "every candidate server failed for `{service}` ({} tried): {}",
+            n,
+            failures.join("; ")
+        )))
+    }
+
+    /// Tells a server to stop a call, waiting (a bounded time) for its answer.
+    async fn cancel_on_server(
+        &self,
+        server: &gridwise_proto::ServerApiClient,
+        call_id: CallId,
+        who: &str,
+    ) {
+        let timeout = self.cfg.agent_timeout();
+        let ask = server.cancel(wire::context(timeout), call_id);
+        match tokio::time::timeout(timeout, ask).await {
+            Ok(Ok(known)) => {
+                tracing::debug!(server = %who, %call_id, known, "cancel delivered");
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(server = %who, %call_id, "cancel not delivered: {e}");
+            }
+            Err(_) => tracing::debug!(server = %who, %call_id, "cancel not answered in time"),
+        }
+    }
+}
+
+fn call_failed(who: &str, e: CallError) -> GrpcError {
+    let code = e.code();
+    GrpcError::new(code, format!("{who}: {e}"))
+}
+
+impl GridClient {
+    /// Connects to the agent named in `cfg`. Must be called inside a tokio runtime; session
+    /// tasks and connections live on that runtime.
+    pub async fn connect(cfg: ClientConfig) -> Result<GridClient, GrpcError> {
+        let rt = Handle::try_current().map_err(|_| {
+            GrpcError::new(
+                ErrorCode::OtherErrorCode,
+                "GridClient::connect needs a tokio runtime (use the blocking Client otherwise)",
+            )
+        })?;
+        if cfg.agent.trim().is_empty() {
+            return Err(GrpcError::new(
+                ErrorCode::ConfigfileError,
+                "no agent address: set agent = \"host:port\"",
+            ));
+        }
+        let conn = Conn::open(&cfg, rt.clone()).await?;
+        let call_timeout = cfg.call_timeout();
+        Ok(GridClient {
+            inner: Arc::new(Inner {
+                cfg,
+                conn,
+                sessions: Arc::new(Sessions::default()),
+                rt,
+                next_handle: AtomicU64::new(1),
+                call_timeout,
+            }),
+        })
+    }
+
+    /// The configuration the client was made with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.cfg
+    }
+
+    fn new_handle(&self, binding: Binding, desc: Arc<ServiceDesc>) -> FunctionHandle {
+        let id = self.inner.next_handle.fetch_add(1, Ordering::Relaxed);
+        FunctionHandle::new(id, binding, desc)
+    }
+
+    /// A handle for `service` on whichever server the agent ranks best
+    /// (`grpc_function_handle_default`); `FunctionNotFound` when no server offers it.
+    pub async fn function_handle_default(
+        &self,
+        service: &str,
+    ) -> Result<FunctionHandle, GrpcError> {
+        let desc = self.inner.conn.desc(service).await?;
+        Ok(self.new_handle(Binding::Default, desc))
+    }
+
+    /// A handle for `service` bound to the server named `server_name`
+    /// (`grpc_function_handle_init`); `ServerNotFound` for an unknown server,
+    /// `FunctionNotFound` when that server does not offer the service.
+    pub async fn function_handle_init(
+        &self,
+        service: &str,
+        server_name: &str,
+    ) -> Result<FunctionHandle, GrpcError> {
+        let status = self.inner.conn.status().await?;
+        let Some(server) = status.servers.iter().find(|s| s.name == server_name) else {
+            let known: Vec<&str> = status.servers.iter().map(|s| s.name.as_str()).collect();
+            return Err(GrpcError::new(
+                ErrorCode::ServerNotFound,
+                format!(
+                    "the agent knows no server named `{server_name}` (known: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        };
+        if !server.services.iter().any(|s| s == service) {
+            return Err(GrpcError::new(
+                ErrorCode::FunctionNotFound,
+                format!(
+                    "server `{server_name}` does not offer `{service}` (it offers: {})",
+                    server.services.join(", ")
+                ),
+            ));
+        }
+        let desc = self.inner.conn.desc(service).await?;
+        Ok(self.new_handle(Binding::Server(server_name.to_string()), desc))
+    }
+
+    /// Invalidates a handle (`grpc_function_handle_destruct`); later calls through it (or its
+    /// clones) get `InvalidFunctionHandle`. Running sessions are not affected.
+    pub fn function_handle_destruct(&self, h: &FunctionHandle) -> Result<(), GrpcError> {
+        if h.destruct() {
+            Ok(())
+        } else {
+            Err(invalid_handle(h))
+        }
+    }
+
+    /// The handle a session was started with (`grpc_get_handle`).
+    pub fn get_handle(&self, id: SessionId) -> Result<FunctionHandle, GrpcError> {
+        self.inner.sessions.handle(id)
+    }
+
+    fn check(h: &FunctionHandle, inputs: &[Value]) -> Result<CallProfile, GrpcError> {
+        if !h.is_live() {
+            return Err(invalid_handle(h));
+        }
+        Ok(h.desc.profile(inputs)?)
+    }
+
+    /// Calls the service and waits for its outputs (`grpc_call`).
+    pub async fn call(
+        &self,
+        h: &FunctionHandle,
+        inputs: Vec<Value>,
+    ) -> Result<CallResult, GrpcError> {
+        let profile = Self::check(h, &inputs)?;
+        self.inner
+            .run_call(&h.service, &h.binding, profile, inputs, None)
+            .await
+    }
+
+    /// Starts the call and returns at once (`grpc_call_async`). Wrong arguments are reported
+    /// here, before anything is sent.
+    pub fn call_async(
+        &self,
+        h: &FunctionHandle,
+        inputs: Vec<Value>,
+    ) -> Result<SessionId, GrpcError> {
+        let profile = Self::check(h, &inputs)?;
+        let (id, cancel) = self.inner.sessions.start(h.clone());
+        let guard = CompletionGuard::new(self.inner.sessions.clone(), id);
+        let inner = self.inner.clone();
+        let (service, binding) = (h.service.clone(), h.binding.clone());
+        self.inner.rt.spawn(async move {
+            let r = inner
+                .run_call(&service, &binding, profile, inputs, Some(&cancel))
+                .await;
+            guard.complete(r);
+        });
+        Ok(id)
+    }
+
+    /// Ok when the session has finished, `NotCompleted` while it runs (`grpc_probe`).
+    pub fn probe(&self, id: SessionId) -> Result<(), GrpcError> {
+        self.inner.sessions.probe(id)
+    }
+
+    /// The earliest-completed of `ids`, or `NoneCompleted` (`grpc_probe_or`);
+    /// `InvalidSessionId` if one of them is unknown.
+    pub fn probe_or(&self, ids: &[SessionId]) -> Result<SessionId, GrpcError> {
+        self.inner.sessions.probe_or(ids)
+    }
+
+    /// Waits for a session and returns its result (`grpc_wait`). The session is consumed: a
+    /// second wait gets `InvalidSessionId`.
+    pub async fn wait(&self, id: SessionId) -> Result<CallResult, GrpcError> {
+        self.inner.sessions.wait(id).await
+    }
+
+    /// Waits for all of `ids` (`grpc_wait_and`). If any failed: `SessionFailed` naming them
+    /// (see [`GridClient::get_failed_session_id`]); the successful ones stay waitable.
+    pub async fn wait_and(&self, ids: &[SessionId]) -> Result<Vec<CallResult>, GrpcError> {
+        let done = self.inner.sessions.wait_all_of(ids).await?;
+        Ok(done.into_iter().map(|(_, r)| r).collect())
+    }
+
+    /// Waits for the earliest-completed of `ids` and consumes it (`grpc_wait_or`). If that
+    /// session failed, its error is returned.
+    pub async fn wait_or(&self, ids: &[SessionId]) -> Result<(SessionId, CallResult), GrpcError> {
+        let (id, r) = self.inner.sessions.wait_first(Some(ids)).await?;
+        Ok((id, r?))
+    }
+
+    /// Waits for every session not yet waited for (`grpc_wait_all`), in start order; failures
+    /// as in [`GridClient::wait_and`].
+    pub async fn wait_all(&self) -> Result<Vec<(SessionId, CallResult)>, GrpcError> {
+        let ids = self.inner.sessions.all_ids();
+        self.inner.sessions.wait_all_of(&ids).await
+    }
+
+    /// Waits for the earliest-completed of all sessions and consumes it (`grpc_wait_any`).
+    pub async fn wait_any(&self) -> Result<(SessionId, CallResult), GrpcError> {
+        let (id, r) = self.inner.sessions.wait_first(None).await?;
+        Ok((id, r?))
+    }
+
+    /// Stops a session (`grpc_cancel`): a running call is cancelled on its server, a call being
+    /// ranked gives its assignment back. The session then fails with "cancelled". Ok without
+    /// effect for a finished session.
+    pub async fn cancel(&self, id: SessionId) -> Result<(), GrpcError> {
+        if self.inner.sessions.cancel(id)? {
+            // Returns once the server has been told (or could not be) and the session is done.
+            self.inner.sessions.wait_done(id).await?;
+        }
+        Ok(())
+    }
+
+    /// Stops every running session (`grpc_cancel_all`).
+    pub async fn cancel_all(&self) -> Result<(), GrpcError> {
+        let ids = self.inner.sessions.cancel_all();
+        for id in ids {
+            // A concurrent wait may already have consumed it: that is fine.
+            let _ = self.inner.sessions.wait_done(id).await;
+        }
+        Ok(())
+    }
+
+    /// The error of a finished session, also after it was waited for (`grpc_get_error`).
+    pub fn get_error(&self, id: SessionId) -> Option<GrpcError> {
+        self.inner.sessions.error(id)
+    }
+
+    /// The next failed session of the last `wait_and` / `wait_all`
+    /// (`grpc_get_failed_sessionid`); None when there are no more.
+    pub fn get_failed_session_id(&self) -> Option<SessionId> {
+        self.inner.sessions.next_failed()
+    }
+
+    /// The agent's view of the grid.
+    pub async fn status(&self) -> Result<AgentStatus, GrpcError> {
+        self.inner.conn.status().await
+    }
+
+    /// Every service some server offers.
+    pub async fn list_services(&self) -> Result<Vec<ServiceSummary>, GrpcError> {
+        self.inner.conn.list_services().await
+    }
+
+    /// One service's description, fresh from the agent.
+    pub async fn describe(&self, service: &str) -> Result<ServiceDesc, GrpcError> {
+        Ok((*self.inner.conn.describe(service).await?).clone())
+    }
+
+    /// Every candidate server's ETC breakdown for a call, without recording anything.
+    pub async fn explain(
+        &self,
+        profile: CallProfile,
+        opts: RankOptions,
+    ) -> Result<Vec<Candidate>, GrpcError> {
+        self.inner.conn.explain(&profile, &opts).await
+    }
+
+    /// The agent's address.
+    pub fn agent_addr(&self) -> &str {
+        self.inner.conn.agent_addr()
+    }
+}
+
+fn invalid_handle(h: &FunctionHandle) -> GrpcError {
+    GrpcError::new(
+        ErrorCode::InvalidFunctionHandle,
+        format!(
+            "function handle {} (`{}`) was destructed; make a new one",
+            h.id, h.service
+        ),
+    )
+}

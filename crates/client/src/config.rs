@@ -1,0 +1,221 @@
+//! Client configuration: a TOML file plus `GRIDWISE_CLIENT_*` environment overrides.
+
+use crate::error::GrpcError;
+use gridwise_proto::wire::WireConfig;
+use gridwise_proto::{ErrorCode, Policy};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// The prefix of environment variables that override file settings, e.g.
+/// `GRIDWISE_CLIENT_AGENT=host:7000`.
+pub const ENV_PREFIX: &str = "GRIDWISE_CLIENT";
+
+/// How a client reaches the grid.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClientConfig {
+    /// The agent's address, `host:port`.
+    pub agent: String,
+    /// The shared secret, when the daemons require one.
+    pub token: Option<String>,
+    /// How long opening a connection (TCP + hello) may take, ms.
+    pub connect_timeout_ms: u64,
+    /// How long an agent request (rank, describe, status, ...) may take, ms.
+    pub agent_timeout_ms: u64,
+    /// How long one remote call may run before the client gives up on it, seconds.
+    pub call_timeout_s: u64,
+    /// Largest frame accepted from a peer, bytes.
+    pub max_frame_bytes: usize,
+    /// A ranking policy other than the agent's default.
+    pub policy: Option<Policy>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            agent: String::new(),
+            token: None,
+            connect_timeout_ms: 5000,
+            agent_timeout_ms: 30_000,
+            call_timeout_s: 30 * 24 * 3600,
+            max_frame_bytes: 1 << 30,
+            policy: None,
+        }
+    }
+}
+
+impl ClientConfig {
+    /// Defaults, with the agent at `addr` (`host:port`).
+    pub fn with_agent(addr: impl Into<String>) -> Self {
+        Self {
+            agent: addr.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Reads a TOML file, then applies `GRIDWISE_CLIENT_*` environment overrides.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, GrpcError> {
+        Self::load(path.as_ref(), None)
+    }
+
+    /// Like [`ClientConfig::from_file`], with the environment given as a map (for tests).
+    pub(crate) fn load(
+        path: &Path,
+        env: Option<HashMap<String, String>>,
+    ) -> Result<Self, GrpcError> {
+        let shown = path.display();
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => {
+                return Err(GrpcError::new(
+                    ErrorCode::ConfigfileError,
+                    format!("configuration file {shown} is not a regular file"),
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(GrpcError::new(
+                    ErrorCode::ConfigfileNotFound,
+                    format!("configuration file {shown} does not exist"),
+                ));
+            }
+            Err(e) => {
+                return Err(GrpcError::new(
+                    ErrorCode::ConfigfileError,
+                    format!("cannot read configuration file {shown}: {e}"),
+                ));
+            }
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            GrpcError::new(
+                ErrorCode::ConfigfileError,
+                format!("cannot read configuration file {shown}: {e}"),
+            )
+        })?;
+        let bad = |e: config::ConfigError| {
+            GrpcError::new(
+                ErrorCode::ConfigfileError,
+                format!("configuration file {shown}: {e}"),
+            )
+        };
+        let env_source = config::Environment::with_prefix(ENV_PREFIX).source(env);
+        let cfg: ClientConfig = config::Config::builder()
+            .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+            .add_source(env_source)
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(bad)?;
+        if cfg.agent.trim().is_empty() {
+            return Err(GrpcError::new(
+                ErrorCode::ConfigfileError,
+                format!(
+                    "configuration file {shown} names no agent: set agent = \"host:port\" (or {ENV_PREFIX}_AGENT)"
+                ),
+            ));
+        }
+        Ok(cfg)
+    }
+
+    /// The settings as TOML, e.g. to write a sample file.
+    pub fn to_toml(&self) -> Result<String, GrpcError> {
+        toml::to_string(self).map_err(|e| GrpcError::new(ErrorCode::OtherErrorCode, e.to_string()))
+    }
+
+    /// The connection settings for the wire layer.
+    pub fn wire(&self) -> WireConfig {
+        let connect = Duration::from_millis(self.connect_timeout_ms.max(1));
+        WireConfig {
+            token: self.token.clone(),
+            max_frame_bytes: self.max_frame_bytes,
+            connect_timeout: connect,
+            hello_timeout: connect,
+        }
+    }
+
+    /// The deadline of agent requests.
+    pub fn agent_timeout(&self) -> Duration {
+        Duration::from_millis(self.agent_timeout_ms.max(1))
+    }
+
+    /// The deadline of one remote call.
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_secs(self.call_timeout_s.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_good_file_reads_with_defaults() {
+        let f = file("agent = \"127.0.0.1:7000\"\npolicy = \"round-robin\"\n");
+        let c = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap();
+        assert_eq!(c.agent, "127.0.0.1:7000");
+        assert_eq!(c.policy, Some(Policy::RoundRobin));
+        assert_eq!(c.connect_timeout_ms, 5000);
+        assert_eq!(c.call_timeout_s, 30 * 24 * 3600);
+        assert_eq!(c.max_frame_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let f = file("agent = \"127.0.0.1:7000\"\nagent_timeout_ms = 10\n");
+        let env = HashMap::from([
+            ("GRIDWISE_CLIENT_AGENT".to_string(), "h:9".to_string()),
+            ("GRIDWISE_CLIENT_AGENT_TIMEOUT_MS".to_string(), "77".into()),
+            ("GRIDWISE_CLIENT_TOKEN".to_string(), "s3cret".into()),
+        ]);
+        let c = ClientConfig::load(f.path(), Some(env)).unwrap();
+        assert_eq!(c.agent, "h:9");
+        assert_eq!(c.agent_timeout_ms, 77);
+        assert_eq!(c.token.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn a_missing_file_is_not_found_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("nope.toml");
+        let e = ClientConfig::from_file(&p).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ConfigfileNotFound);
+        assert!(e.message.contains("nope.toml"), "{e}");
+    }
+
+    #[test]
+    fn bad_toml_is_a_configfile_error() {
+        let f = file("agent = \"127.0.0.1:7000\nthis is not toml = = =\n");
+        let e = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ConfigfileError);
+        let f = file("agent = \"a:1\"\nconnect_timeout_ms = \"soon\"\n");
+        let e = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ConfigfileError);
+        assert!(e.message.contains("connect_timeout_ms"), "{e}");
+    }
+
+    #[test]
+    fn a_file_without_agent_says_what_to_set() {
+        let f = file("token = \"x\"\n");
+        let e = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ConfigfileError);
+        assert!(e.message.contains("agent = \"host:port\""), "{e}");
+    }
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let c = ClientConfig::with_agent("h:1");
+        let text = c.to_toml().unwrap();
+        let f = file(&text);
+        assert_eq!(
+            ClientConfig::load(f.path(), Some(HashMap::new())).unwrap(),
+            c
+        );
+    }
+}

@@ -1,0 +1,366 @@
+//! Connections: one to the agent (re-opened once when it breaks), a pool of server
+//! connections by address, and the cache of service descriptions.
+
+use crate::config::ClientConfig;
+use crate::error::GrpcError;
+use gridwise_proto::wire::{self, WireConfig};
+use gridwise_proto::{
+    AgentApiClient, AgentStatus, CallProfile, Candidate, RankOptions, Ranking, RpcError,
+    ServerApiClient, ServiceDesc, ServiceSummary, Ticket,
+};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tarpc::client::RpcError as TransportError;
+use tarpc::context::Context;
+use tokio::runtime::Handle;
+
+/// How long a failed connection attempt to a server is remembered, so that many calls do not
+/// each wait out the same dead address.
+const CONNECT_FAILURE_MEMORY: Duration = Duration::from_millis(500);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether a tarpc error means the connection itself is gone (so a new one may succeed).
+pub(crate) fn connection_lost(e: &TransportError) -> bool {
+    matches!(
+        e,
+        TransportError::Shutdown | TransportError::Send(_) | TransportError::Channel(_)
+    )
+}
+
+/// Runs `fut` as a task on `rt` and waits for it: sockets and tarpc dispatch tasks then belong
+/// to the client's runtime whatever runtime the caller is on.
+async fn on_runtime<T, F>(rt: &Handle, fut: F) -> Result<T, GrpcError>
+where
+    F: Future<Output = Result<T, GrpcError>> + Send + 'static,
+    T: Send + 'static,
+{
+    rt.spawn(fut)
+        .await
+        .map_err(|e| GrpcError::communication(format!("the connection task did not finish: {e}")))?
+}
+
+/// A tarpc client and whether its connection is still up (cleared when its dispatch ends).
+type Live<C> = (Arc<C>, Arc<AtomicBool>);
+
+async fn open_agent(
+    rt: Handle,
+    addr: String,
+    wire_cfg: WireConfig,
+) -> Result<Live<AgentApiClient>, GrpcError> {
+    let rt2 = rt.clone();
+    on_runtime(&rt, async move {
+        let (framed, _node) = wire::connect(&addr, &wire_cfg, "client")
+            .await
+            .map_err(|e| GrpcError::new(e.code(), format!("agent: {e}")))?;
+        let new = AgentApiClient::new(wire::client_config(), wire::client_transport(framed));
+        let alive = Arc::new(AtomicBool::new(true));
+        let (addr2, alive2) = (addr.clone(), alive.clone());
+        rt2.spawn(async move {
+            if let Err(e) = new.dispatch.await {
+                tracing::debug!(agent = %addr2, "agent connection closed: {e}");
+            }
+            alive2.store(false, Ordering::Release);
+        });
+        Ok((Arc::new(new.client), alive))
+    })
+    .await
+}
+
+async fn open_server(
+    rt: Handle,
+    addr: String,
+    wire_cfg: WireConfig,
+) -> Result<Live<ServerApiClient>, GrpcError> {
+    let rt2 = rt.clone();
+    on_runtime(&rt, async move {
+        let (framed, _node) = wire::connect(&addr, &wire_cfg, "client").await?;
+        let new = ServerApiClient::new(wire::client_config(), wire::client_transport(framed));
+        let alive = Arc::new(AtomicBool::new(true));
+        let (addr2, alive2) = (addr.clone(), alive.clone());
+        rt2.spawn(async move {
+            if let Err(e) = new.dispatch.await {
+                tracing::debug!(server = %addr2, "server connection closed: {e}");
+            }
+            alive2.store(false, Ordering::Release);
+        });
+        Ok((Arc::new(new.client), alive))
+    })
+    .await
+}
+
+/// A pooled server connection; `epoch` identifies it for [`Conn::drop_server`].
+#[derive(Clone)]
+pub(crate) struct ServerConn {
+    /// Which connection this is, for dropping exactly this one.
+    pub(crate) epoch: u64,
+    /// The tarpc client.
+    pub(crate) client: Arc<ServerApiClient>,
+    /// Cleared when the connection closes.
+    alive: Arc<AtomicBool>,
+}
+
+impl ServerConn {
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+}
+
+/// The agent connection in use.
+struct AgentConn {
+    epoch: u64,
+    client: Arc<AgentApiClient>,
+    alive: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct Connecting {
+    epoch: u64,
+    last_failure: Option<(Instant, GrpcError)>,
+}
+
+#[derive(Default)]
+struct ServerSlot {
+    current: Mutex<Option<ServerConn>>,
+    connecting: tokio::sync::Mutex<Connecting>,
+}
+
+/// Everything the client keeps open or cached.
+pub(crate) struct Conn {
+    rt: Handle,
+    agent_addr: String,
+    wire_cfg: WireConfig,
+    agent_timeout: Duration,
+    agent: Mutex<AgentConn>,
+    agent_reconnect: tokio::sync::Mutex<()>,
+    servers: Mutex<HashMap<String, Arc<ServerSlot>>>,
+    descs: Mutex<HashMap<String, Arc<ServiceDesc>>>,
+}
+
+impl Conn {
+    /// Connects to the agent now (so a wrong address fails here).
+    pub(crate) async fn open(cfg: &ClientConfig, rt: Handle) -> Result<Conn, GrpcError> {
+        let wire_cfg = cfg.wire();
+        let (client, alive) = open_agent(rt.clone(), cfg.agent.clone(), wire_cfg.clone()).await?;
+        Ok(Conn {
+            rt,
+            agent_addr: cfg.agent.clone(),
+            wire_cfg,
+            agent_timeout: cfg.agent_timeout(),
+            agent: Mutex::new(AgentConn {
+                epoch: 0,
+                client,
+                alive,
+            }),
+            agent_reconnect: tokio::sync::Mutex::new(()),
+            servers: Mutex::new(HashMap::new()),
+            descs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The agent's address.
+    pub(crate) fn agent_addr(&self) -> &str {
+        &self.agent_addr
+    }
+
+    fn agent_ctx(&self) -> Context {
+        wire::context(self.agent_timeout)
+    }
+
+    fn agent_error(&self, e: &TransportError) -> GrpcError {
+        match e {
+            TransportError::DeadlineExceeded => GrpcError::communication(format!(
+                "agent {}: no answer within {} ms (agent_timeout_ms)",
+                self.agent_addr,
+                self.agent_timeout.as_millis()
+            )),
+            e => GrpcError::transport(&format!("agent {}", self.agent_addr), e),
+        }
+    }
+
+    /// Replaces the agent connection numbered `epoch` (unless someone already did).
+    async fn reconnect_agent(&self, epoch: u64) -> Result<Arc<AgentApiClient>, GrpcError> {
+        let _one_at_a_time = self.agent_reconnect.lock().await;
+        {
+            let cur = lock(&self.agent);
+            if cur.epoch != epoch {
+                return Ok(cur.client.clone());
+            }
+        }
+        tracing::debug!(agent = %self.agent_addr, "reconnecting to the agent");
+        let (client, alive) = open_agent(
+            self.rt.clone(),
+            self.agent_addr.clone(),
+            self.wire_cfg.clone(),
+        )
+        .await?;
+        let mut cur = lock(&self.agent);
+        *cur = AgentConn {
+            epoch: epoch + 1,
+            client: client.clone(),
+            alive,
+        };
+        Ok(client)
+    }
+
+    /// One agent request; when the connection turns out to be broken it is re-opened and the
+    /// request sent once more (agent requests are safe to repeat).
+    async fn agent_call<T, F, Fut>(&self, f: F) -> Result<T, GrpcError>
+    where
+        F: Fn(Arc<AgentApiClient>, Context) -> Fut,
+        Fut: Future<Output = Result<T, TransportError>>,
+    {
+        let (epoch, client, alive) = {
+            let cur = lock(&self.agent);
+            (
+                cur.epoch,
+                cur.client.clone(),
+                cur.alive.load(Ordering::Acquire),
+            )
+        };
+        // A connection known to be closed is replaced before use.
+        let client = if alive {
+            client
+        } else {
+            self.reconnect_agent(epoch).await?
+        };
+        match f(client, self.agent_ctx()).await {
+            Ok(v) => Ok(v),
+            Err(e) if connection_lost(&e) => {
+                let client = self.reconnect_agent(epoch).await?;
+                f(client, self.agent_ctx())
+                    .await
+                    .map_err(|e| self.agent_error(&e))
+            }
+            Err(e) => Err(self.agent_error(&e)),
+        }
+    }
+
+    /// `AgentApi::rank`.
+    pub(crate) async fn rank(
+        &self,
+        profile: &CallProfile,
+        opts: &RankOptions,
+    ) -> Result<Ranking, GrpcError> {
+        self.agent_call(|c, ctx| {
+            let (p, o) = (profile.clone(), opts.clone());
+            async move { c.rank(ctx, p, o).await }
+        })
+        .await?
+        .map_err(GrpcError::from)
+    }
+
+    /// `AgentApi::explain`.
+    pub(crate) async fn explain(
+        &self,
+        profile: &CallProfile,
+        opts: &RankOptions,
+    ) -> Result<Vec<Candidate>, GrpcError> {
+        self.agent_call(|c, ctx| {
+            let (p, o) = (profile.clone(), opts.clone());
+            async move { c.explain(ctx, p, o).await }
+        })
+        .await?
+        .map_err(GrpcError::from)
+    }
+
+    /// `AgentApi::release`.
+    pub(crate) async fn release(&self, ticket: Ticket) -> Result<(), GrpcError> {
+        self.agent_call(|c, ctx| async move { c.release(ctx, ticket).await })
+            .await
+    }
+
+    /// `AgentApi::status`.
+    pub(crate) async fn status(&self) -> Result<AgentStatus, GrpcError> {
+        self.agent_call(|c, ctx| async move { c.status(ctx).await })
+            .await
+    }
+
+    /// `AgentApi::list_services`.
+    pub(crate) async fn list_services(&self) -> Result<Vec<ServiceSummary>, GrpcError> {
+        self.agent_call(|c, ctx| async move { c.list_services(ctx).await })
+            .await
+    }
+
+    /// `AgentApi::describe`, always asking the agent; the answer refreshes the cache.
+    pub(crate) async fn describe(&self, service: &str) -> Result<Arc<ServiceDesc>, GrpcError> {
+        let desc: Result<ServiceDesc, RpcError> = self
+            .agent_call(|c, ctx| {
+                let s = service.to_string();
+                async move { c.describe(ctx, s).await }
+            })
+            .await?;
+        let desc = Arc::new(desc?);
+        lock(&self.descs).insert(service.to_string(), desc.clone());
+        Ok(desc)
+    }
+
+    /// A service's description, from the cache or else from the agent.
+    pub(crate) async fn desc(&self, service: &str) -> Result<Arc<ServiceDesc>, GrpcError> {
+        if let Some(d) = lock(&self.descs).get(service) {
+            return Ok(d.clone());
+        }
+        self.describe(service).await
+    }
+
+    /// A connection to the server at `addr`: the pooled one, or a new one.
+    pub(crate) async fn server(&self, addr: &str) -> Result<ServerConn, GrpcError> {
+        let slot = {
+            let mut pool = lock(&self.servers);
+            match pool.get(addr) {
+                Some(s) => s.clone(),
+                None => pool.entry(addr.to_string()).or_default().clone(),
+            }
+        };
+        if let Some(c) = lock(&slot.current).as_ref()
+            && c.is_alive()
+        {
+            return Ok(c.clone());
+        }
+        let mut connecting = slot.connecting.lock().await;
+        if let Some(c) = lock(&slot.current).as_ref()
+            && c.is_alive()
+        {
+            return Ok(c.clone());
+        }
+        if let Some((at, e)) = &connecting.last_failure
+            && at.elapsed() < CONNECT_FAILURE_MEMORY
+        {
+            return Err(e.clone());
+        }
+        match open_server(self.rt.clone(), addr.to_string(), self.wire_cfg.clone()).await {
+            Ok((client, alive)) => {
+                connecting.epoch += 1;
+                connecting.last_failure = None;
+                let c = ServerConn {
+                    epoch: connecting.epoch,
+                    client,
+                    alive,
+                };
+                *lock(&slot.current) = Some(c.clone());
+                Ok(c)
+            }
+            Err(e) => {
+                connecting.last_failure = Some((Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets the pooled connection `epoch` to `addr` (after it failed), so the next use
+    /// reconnects.
+    pub(crate) fn drop_server(&self, addr: &str, epoch: u64) {
+        let slot = lock(&self.servers).get(addr).cloned();
+        if let Some(slot) = slot {
+            let mut cur = lock(&slot.current);
+            if cur.as_ref().is_some_and(|c| c.epoch == epoch) {
+                *cur = None;
+            }
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! In-process test agent and servers on 127.0.0.1 (tests only).
+
+use futures::StreamExt;
+use gridwise_proto::wire::{self, WireConfig};
+use gridwise_proto::*;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tarpc::context::Context;
+use tarpc::server::{BaseChannel, Channel};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+/// The services every test server offers.
+pub fn services() -> Vec<ServiceDesc> {
+    let two_ints = |name: &str| ServiceDesc {
+        name: name.into(),
+        doc: String::new(),
+        args: vec![
+            ArgDesc::new("a", ArgMode::In, "int"),
+            ArgDesc::new("b", ArgMode::In, "int"),
+            ArgDesc::new("c", ArgMode::Out, "int"),
+        ],
+        size_params: vec!["a".into()],
+        complexity: None,
+    };
+    // add(a, b) -> a + b; sleep(ms, _) -> ms after ms milliseconds; fail -> Application error;
+    // busy -> Unavailable (retryable).
+    vec![
+        two_ints("add"),
+        two_ints("sleep"),
+        two_ints("fail"),
+        two_ints("busy"),
+    ]
+}
+
+/// An address where nothing listens.
+pub fn dead_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap().to_string();
+    drop(l);
+    a
+}
+
+/// Serves `$serve` (a tarpc `Serve` value) on 127.0.0.1:0; evaluates to the address.
+macro_rules! listen {
+    ($name:expr, $serve:expr) => {{
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = l.local_addr().unwrap();
+        let serve = $serve;
+        tokio::spawn(wire::accept_loop(
+            l,
+            WireConfig::default(),
+            $name.to_string(),
+            move |framed, peer| {
+                let serve = serve.clone();
+                async move {
+                    BaseChannel::with_defaults(wire::server_transport(framed, peer))
+                        .execute(serve)
+                        .for_each(|f| async move {
+                            tokio::spawn(f);
+                        })
+                        .await;
+                }
+            },
+        ));
+        addr
+    }};
+}
+
+/// What the test agent knows and has seen.
+#[derive(Default)]
+pub struct AgentState {
+    /// (name, addr) in ranking order.
+    pub servers: Mutex<Vec<(String, String)>>,
+    /// rank requests seen.
+    pub ranks: AtomicU64,
+    /// Tickets given back.
+    pub released: Mutex<Vec<Ticket>>,
+    next_ticket: AtomicU64,
+    /// Delay before answering rank, ms.
+    pub rank_delay_ms: AtomicU64,
+}
+
+/// The test agent.
+#[derive(Clone, Default)]
+pub struct TestAgent(pub Arc<AgentState>);
+
+fn etc(i: usize) -> Etc {
+    Etc {
+        queue_wait_s: 0.0,
+        transfer_in_s: 0.0,
+        compute_s: i as f64,
+        transfer_out_s: 0.0,
+        compute_source: ComputeSource::Unknown,
+    }
+}
+
+impl AgentApi for TestAgent {
+    async fn register(self, _: Context, _reg: Registration) -> Result<RegisterReply, RpcError> {
+        Err(RpcError::new(ErrorCode::OtherErrorCode, "not in tests"))
+    }
+    async fn heartbeat(self, _: Context, _hb: Heartbeat) -> Ack {
+        Ack::Ok
+    }
+    async fn report(self, _: Context, _s: ServerId, _r: Vec<CallReport>) -> Ack {
+        Ack::Ok
+    }
+    async fn list_services(self, _: Context) -> Vec<ServiceSummary> {
+        let up = self.0.servers.lock().unwrap().len() as u32;
+        services()
+            .into_iter()
+            .map(|desc| ServiceSummary {
+                desc,
+                servers_up: up,
+            })
+            .collect()
+    }
+    async fn describe(self, _: Context, service: String) -> Result<ServiceDesc, RpcError> {
+        services()
+            .into_iter()
+            .find(|s| s.name == service)
+            .ok_or_else(|| {
+                RpcError::new(
+                    ErrorCode::FunctionNotFound,
+                    format!("no server offers `{service}`"),
+                )
+            })
+    }
+    async fn rank(
+        self,
+        _: Context,
+        profile: CallProfile,
+        options: RankOptions,
+    ) -> Result<Ranking, RpcError> {
+        self.0.ranks.fetch_add(1, Ordering::SeqCst);
+        let delay = self.0.rank_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if !services().iter().any(|s| s.name == profile.service) {
+            return Err(RpcError::new(ErrorCode::FunctionNotFound, "unknown"));
+        }
+        let servers = self.0.servers.lock().unwrap().clone();
+        let candidates: Vec<Candidate> = servers
+            .into_iter()
+            .filter(|(n, _)| options.pin_server.as_ref().is_none_or(|p| p == n))
+            .enumerate()
+            .map(|(i, (name, addr))| Candidate {
+                server_id: ServerId::new_random(),
+                name,
+                addr,
+                etc: etc(i),
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Err(RpcError::new(ErrorCode::ServerNotFound, "no live server"));
+        }
+        Ok(Ranking {
+            ticket: Ticket(self.0.next_ticket.fetch_add(1, Ordering::SeqCst) + 1),
+            candidates,
+            policy: options.policy.unwrap_or_default(),
+        })
+    }
+    async fn explain(
+        self,
+        ctx: Context,
+        profile: CallProfile,
+        options: RankOptions,
+    ) -> Result<Vec<Candidate>, RpcError> {
+        self.rank(ctx, profile, options).await.map(|r| r.candidates)
+    }
+    async fn release(self, _: Context, ticket: Ticket) {
+        self.0.released.lock().unwrap().push(ticket);
+    }
+    async fn status(self, _: Context) -> AgentStatus {
+        let servers = self.0.servers.lock().unwrap().clone();
+        AgentStatus {
+            policy: Policy::Mct,
+            uptime_s: 1.0,
+            ranked: self.0.ranks.load(Ordering::SeqCst),
+            servers: servers
+                .into_iter()
+                .map(|(name, addr)| ServerStatus {
+                    id: ServerId::new_random(),
+                    name,
+                    addr,
+                    state: ServerState::Up,
+                    services: vec!["add".into(), "sleep".into(), "fail".into()],
+                    slots: 1,
+                    pending: 0,
+                    completed: 0,
+                    load: LoadSample::default(),
+                    last_heard_s: 0.0,
+                    default_rate: 1e9,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What a test server has seen.
+#[derive(Default)]
+pub struct ServerStateT {
+    /// Its name.
+    pub name: String,
+    /// execute requests seen.
+    pub executes: AtomicU64,
+    /// cancel requests seen (with whether the call was running).
+    pub cancels: Mutex<Vec<(CallId, bool)>>,
+    running: Mutex<HashMap<CallId, Arc<Notify>>>,
+}
+
+/// A test server.
+#[derive(Clone)]
+pub struct TestServer(pub Arc<ServerStateT>);
+
+impl ServerApi for TestServer {
+    async fn hello(self, _: Context) -> ServerInfo {
+        ServerInfo {
+            name: self.0.name.clone(),
+            services: services(),
+            slots: 1,
+            load: LoadSample::default(),
+        }
+    }
+    async fn execute(self, _: Context, req: ExecuteRequest) -> Result<ExecuteReply, CallError> {
+        self.0.executes.fetch_add(1, Ordering::SeqCst);
+        let a = req.inputs.first().and_then(Value::as_int).unwrap_or(0);
+        let b = req.inputs.get(1).and_then(Value::as_int).unwrap_or(0);
+        let out = match req.service.as_str() {
+            "add" => a + b,
+            "sleep" => {
+                let stop = Arc::new(Notify::new());
+                self.0
+                    .running
+                    .lock()
+                    .unwrap()
+                    .insert(req.call_id, stop.clone());
+                let slept = tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(a as u64)) => true,
+                    _ = stop.notified() => false,
+                };
+                self.0.running.lock().unwrap().remove(&req.call_id);
+                if !slept {
+                    return Err(CallError::new(CallErrorKind::Cancelled, "cancelled"));
+                }
+                a
+            }
+            "fail" => {
+                return Err(CallError::new(
+                    CallErrorKind::Application,
+                    "the kernel says no",
+                ));
+            }
+            "busy" => {
+                return Err(CallError::new(CallErrorKind::Unavailable, "shutting down"));
+            }
+            other => {
+                return Err(CallError::new(
+                    CallErrorKind::UnknownService,
+                    format!("no `{other}` here"),
+                ));
+            }
+        };
+        Ok(ExecuteReply {
+            outputs: vec![Value::Int(out)],
+            timing: Timing::default(),
+            server: self.0.name.clone(),
+        })
+    }
+    async fn cancel(self, _: Context, call: CallId) -> bool {
+        let stop = self.0.running.lock().unwrap().get(&call).cloned();
+        self.0.cancels.lock().unwrap().push((call, stop.is_some()));
+        match stop {
+            Some(s) => {
+                s.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+    async fn ping(self, _: Context) -> Pong {
+        Pong {
+            name: self.0.name.clone(),
+            load: LoadSample::default(),
+        }
+    }
+}
+
+/// A running test grid: one agent and its servers.
+pub struct Grid {
+    /// The agent's address.
+    pub agent_addr: String,
+    /// The agent's state.
+    pub agent: Arc<AgentState>,
+    /// The servers' states by name.
+    pub servers: HashMap<String, Arc<ServerStateT>>,
+}
+
+impl Grid {
+    /// Starts an agent and one server per name (ranked in that order). A name starting with
+    /// `dead` gets an address where nothing listens. Must run inside a tokio runtime.
+    pub async fn start(names: &[&str]) -> Grid {
+        let agent = TestAgent::default();
+        let mut servers = HashMap::new();
+        for name in names {
+            let addr = if name.starts_with("dead") {
+                dead_addr()
+            } else {
+                let st = Arc::new(ServerStateT {
+                    name: name.to_string(),
+                    ..Default::default()
+                });
+                servers.insert(name.to_string(), st.clone());
+                listen!(name, TestServer(st).serve()).to_string()
+            };
+            agent
+                .0
+                .servers
+                .lock()
+                .unwrap()
+                .push((name.to_string(), addr));
+        }
+        let state = agent.0.clone();
+        let agent_addr = listen!("agent", agent.serve()).to_string();
+        Grid {
+            agent_addr,
+            agent: state,
+            servers,
+        }
+    }
+
+    /// A test server's state.
+    pub fn server(&self, name: &str) -> &ServerStateT {
+        &self.servers[name]
+    }
+
+    /// Puts a proxy in front of a server (the agent hands out the proxy's address).
+    pub async fn proxy_server(&self, name: &str) -> Proxy {
+        let mut servers = self.agent.servers.lock().unwrap().clone();
+        let Some(entry) = servers.iter_mut().find(|(n, _)| n == name) else {
+            panic!("no server {name}");
+        };
+        let proxy = Proxy::start(entry.1.clone()).await;
+        entry.1 = proxy.addr.clone();
+        *self.agent.servers.lock().unwrap() = servers;
+        proxy
+    }
+
+    /// The client settings for this grid.
+    pub fn config(&self) -> crate::ClientConfig {
+        crate::ClientConfig::with_agent(&self.agent_addr)
+    }
+}
+
+/// A TCP proxy whose connections can be cut, to simulate lost connections.
+pub struct Proxy {
+    /// Where to connect.
+    pub addr: String,
+    conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    /// Connections accepted so far.
+    pub accepted: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    /// Forwards a fresh local port to `target`.
+    pub async fn start(target: String) -> Proxy {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let (conns2, accepted2) = (conns.clone(), accepted.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = l.accept().await {
+                accepted2.fetch_add(1, Ordering::SeqCst);
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                conns2.lock().unwrap().push(task);
+            }
+        });
+        Proxy {
+            addr,
+            conns,
+            accepted,
+        }
+    }
+
+    /// Closes every connection made so far (new ones are still accepted).
+    pub fn cut(&self) {
+        for t in self.conns.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+}

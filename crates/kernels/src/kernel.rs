@@ -1,0 +1,156 @@
+//! The `Kernel` trait: what a server needs from a piece of code to offer it as a service.
+
+use crate::cancel::CancelFlag;
+use gridwise_proto::{Array, CallError, CallErrorKind, ServiceDesc, Value};
+
+/// Why a kernel returned no outputs.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum KernelError {
+    /// The computation itself refused the inputs or failed; retrying elsewhere would not help.
+    #[error("{0}")]
+    Application(String),
+    /// The cancel flag was raised before the kernel finished.
+    #[error("cancelled by the client")]
+    Cancelled,
+    /// The kernel broke its own contract (a bug, not the caller's fault).
+    #[error("internal kernel error: {0}")]
+    Internal(String),
+}
+
+impl KernelError {
+    /// The wire form of this error, as the server reports it to the client.
+    pub fn into_call_error(self) -> CallError {
+        match self {
+            KernelError::Application(m) => CallError::new(CallErrorKind::Application, m),
+            KernelError::Cancelled => {
+                CallError::new(CallErrorKind::Cancelled, "cancelled by the client")
+            }
+            KernelError::Internal(m) => CallError::new(CallErrorKind::Internal, m),
+        }
+    }
+}
+
+/// What a running kernel may consult besides its inputs.
+#[derive(Clone, Debug, Default)]
+pub struct KernelCtx {
+    /// Raised when the client cancels the call or the server shuts down.
+    pub cancel: CancelFlag,
+}
+
+impl KernelCtx {
+    /// A context with a fresh, unraised cancel flag.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// A routine a server offers as a service.
+pub trait Kernel: Send + Sync {
+    /// The service description the server publishes and checks calls against.
+    fn desc(&self) -> &ServiceDesc;
+
+    /// Cheap kernels run inline on the server's I/O thread, saving a thread hop per call.
+    fn is_instant(&self) -> bool {
+        false
+    }
+
+    /// Runs on inputs already checked against desc() (IN+INOUT values in order); returns OUT+INOUT values in order.
+    fn run(&self, inputs: &[Value], ctx: &KernelCtx) -> Result<Vec<Value>, KernelError>;
+
+    /// Inputs for a short start-up calibration run, or None if this kernel has no meaningful rate.
+    fn calibration_inputs(&self) -> Option<Vec<Value>> {
+        None
+    }
+}
+
+// The server checks inputs before `run`, so a mismatch here is a server bug: report it as
+// Internal rather than panicking on data that came off the wire.
+fn missing(i: usize, name: &str, want: &str, got: Option<&Value>) -> KernelError {
+    KernelError::Internal(format!(
+        "input {i} (`{name}`) should be {want} but is {}; the server must check inputs against the service description before running the kernel",
+        got.map_or_else(|| "missing".to_string(), Value::kind)
+    ))
+}
+
+/// The int input at position `i`, named `name` for error messages.
+pub(crate) fn int_input(inputs: &[Value], i: usize, name: &str) -> Result<i64, KernelError> {
+    inputs
+        .get(i)
+        .and_then(Value::as_int)
+        .ok_or_else(|| missing(i, name, "an int", inputs.get(i)))
+}
+
+/// The string input at position `i`, named `name` for error messages.
+pub(crate) fn str_input<'a>(
+    inputs: &'a [Value],
+    i: usize,
+    name: &str,
+) -> Result<&'a str, KernelError> {
+    inputs
+        .get(i)
+        .and_then(Value::as_str)
+        .ok_or_else(|| missing(i, name, "a string", inputs.get(i)))
+}
+
+/// The f64 elements of the array input at position `i`, named `name` for error messages.
+pub(crate) fn f64_array_input(
+    inputs: &[Value],
+    i: usize,
+    name: &str,
+) -> Result<Vec<f64>, KernelError> {
+    inputs
+        .get(i)
+        .and_then(Value::as_array)
+        .and_then(Array::to_f64)
+        .ok_or_else(|| missing(i, name, "an f64 array", inputs.get(i)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_call_error_kinds() {
+        let e = KernelError::Application("bad n".into()).into_call_error();
+        assert_eq!(e.kind, CallErrorKind::Application);
+        assert_eq!(e.message, "bad n");
+        let e = KernelError::Cancelled.into_call_error();
+        assert_eq!(e.kind, CallErrorKind::Cancelled);
+        assert_eq!(e.message, "cancelled by the client");
+        let e = KernelError::Internal("oops".into()).into_call_error();
+        assert_eq!(e.kind, CallErrorKind::Internal);
+        assert_eq!(e.message, "oops");
+    }
+
+    #[test]
+    fn messages_are_readable() {
+        assert_eq!(KernelError::Application("x".into()).to_string(), "x");
+        assert_eq!(
+            KernelError::Cancelled.to_string(),
+            "cancelled by the client"
+        );
+        assert!(
+            KernelError::Internal("y".into())
+                .to_string()
+                .contains("internal")
+        );
+    }
+
+    #[test]
+    fn unchecked_inputs_are_internal_errors_not_panics() {
+        let v = [Value::Str("s".into())];
+        assert!(matches!(
+            int_input(&v, 0, "x"),
+            Err(KernelError::Internal(_))
+        ));
+        assert!(matches!(
+            int_input(&[], 0, "x"),
+            Err(KernelError::Internal(_))
+        ));
+        assert!(matches!(
+            f64_array_input(&v, 0, "A"),
+            Err(KernelError::Internal(_))
+        ));
+        assert_eq!(str_input(&v, 0, "m").ok(), Some("s"));
+    }
+}

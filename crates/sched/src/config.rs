@@ -1,0 +1,125 @@
+//! Tunables of the decision core.
+
+use gridwise_proto::Policy;
+use std::time::Duration;
+
+/// How the core decides: default policy, liveness timeouts, network defaults, ticket lifetime.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoreConfig {
+    /// The policy used when a call does not ask for another one.
+    pub policy: Policy,
+    /// A server silent for longer than this is marked down.
+    pub heartbeat_timeout: Duration,
+    /// Bandwidth assumed between client and server until links are measured, bytes/s.
+    pub default_bandwidth_bytes_per_s: f64,
+    /// One-way latency assumed between client and server until links are measured, seconds.
+    pub default_latency_s: f64,
+    /// An assignment never reported is forgotten after this long, so lost reports do not
+    /// clog a server's queue forever.
+    pub ticket_ttl: Duration,
+    /// The most servers a ranking returns (the client's fallback list).
+    pub max_candidates: usize,
+    /// How often servers are asked to send heartbeats.
+    pub heartbeat_interval: Duration,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        Self {
+            policy: Policy::Mct,
+            heartbeat_timeout: Duration::from_secs(10),
+            default_bandwidth_bytes_per_s: 1e9,
+            default_latency_s: 1e-4,
+            ticket_ttl: Duration::from_secs(600),
+            max_candidates: 8,
+            heartbeat_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A configuration value the core cannot work with.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// The bandwidth is zero, negative or not a number.
+    #[error("default bandwidth must be a positive number of bytes/s, got {0}")]
+    Bandwidth(f64),
+    /// The latency is negative or not a number.
+    #[error("default latency must be a finite number of seconds >= 0, got {0}")]
+    Latency(f64),
+    /// No candidates would ever be returned.
+    #[error("max candidates must be at least 1")]
+    MaxCandidates,
+    /// Heartbeats would never be asked for, or servers would time out between two of them.
+    #[error(
+        "heartbeat interval ({interval:?}) must be positive and shorter than the heartbeat timeout ({timeout:?})"
+    )]
+    Heartbeat {
+        /// The interval.
+        interval: Duration,
+        /// The timeout.
+        timeout: Duration,
+    },
+}
+
+impl CoreConfig {
+    /// Checks the values, so a bad config file is refused at start-up rather than producing
+    /// infinite or NaN estimates later.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bw = self.default_bandwidth_bytes_per_s;
+        if !(bw.is_finite() && bw > 0.0) {
+            return Err(ConfigError::Bandwidth(bw));
+        }
+        let lat = self.default_latency_s;
+        if !(lat.is_finite() && lat >= 0.0) {
+            return Err(ConfigError::Latency(lat));
+        }
+        if self.max_candidates == 0 {
+            return Err(ConfigError::MaxCandidates);
+        }
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.heartbeat_timeout {
+            return Err(ConfigError::Heartbeat {
+                interval: self.heartbeat_interval,
+                timeout: self.heartbeat_timeout,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = CoreConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.default_bandwidth_bytes_per_s, 1e9);
+        assert_eq!(c.ticket_ttl, Duration::from_secs(600));
+        assert_eq!(c.max_candidates, 8);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let mut c = CoreConfig {
+            default_bandwidth_bytes_per_s: 0.0,
+            ..CoreConfig::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("bandwidth"));
+        c = CoreConfig {
+            default_latency_s: f64::NAN,
+            ..CoreConfig::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("latency"));
+        c = CoreConfig {
+            max_candidates: 0,
+            ..CoreConfig::default()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::MaxCandidates));
+        c = CoreConfig {
+            heartbeat_interval: Duration::from_secs(20),
+            ..CoreConfig::default()
+        };
+        assert!(matches!(c.validate(), Err(ConfigError::Heartbeat { .. })));
+    }
+}

@@ -1,0 +1,517 @@
+//! The agent's decision core: registration, liveness, ranking and bookkeeping of assignments,
+//! driven entirely by calls that carry the current time.
+
+use crate::catalog::{Catalog, CatalogEntry, ServiceIdx};
+use crate::config::CoreConfig;
+use crate::etc::{self, ComputeModel, RateModel};
+use crate::policy::{self, Keyed};
+use crate::queue::{Assignment, TicketIndex};
+use crate::registry::{Registry, ServerEntry};
+use gridwise_proto::{
+    Ack, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, Etc, Heartbeat, Policy,
+    RankOptions, Ranking, RegisterReply, Registration, RpcError, ServerId, ServiceDesc,
+    ServiceSummary, Ticket,
+};
+use std::time::Duration;
+
+/// Everything the agent decides with. Pure: no I/O, no clock; every event carries `now`, the
+/// monotonic time since the agent started.
+pub struct AgentCore {
+    config: CoreConfig,
+    catalog: Catalog,
+    registry: Registry,
+    tickets: TicketIndex,
+    model: Box<dyn ComputeModel>,
+    next_ticket: u64,
+    ranked: u64,
+    // Round-robin turns per service, so each service's calls rotate over its own servers.
+    rr_turns: Vec<u64>,
+    // Reused by `rank` so that a decision allocates only its answer.
+    scratch: Vec<Keyed>,
+}
+
+/// The servers a call may go to: a service's providers (name-sorted) or the one pinned server.
+enum Source<'a> {
+    Providers(&'a [usize]),
+    Pinned(usize),
+}
+
+/// One call being decided, with its complexity evaluated once for all servers.
+struct Call<'a> {
+    svc: &'a CatalogEntry,
+    work: Option<f64>,
+    profile: &'a CallProfile,
+    now: Duration,
+}
+
+impl Source<'_> {
+    fn slots(&self) -> &[usize] {
+        match self {
+            Source::Providers(s) => s,
+            Source::Pinned(s) => std::slice::from_ref(s),
+        }
+    }
+}
+
+impl AgentCore {
+    /// A core with no servers, estimating compute time with [`RateModel`].
+    pub fn new(config: CoreConfig) -> Self {
+        Self {
+            config,
+            catalog: Catalog::new(),
+            registry: Registry::new(),
+            tickets: TicketIndex::default(),
+            model: Box::new(RateModel),
+            next_ticket: 1,
+            ranked: 0,
+            rr_turns: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The same core estimating compute time with `model` instead.
+    pub fn with_compute_model(mut self, model: Box<dyn ComputeModel>) -> Self {
+        self.model = model;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CoreConfig {
+        &self.config
+    }
+
+    /// The known services.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The known servers.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Calls ranked since start.
+    pub fn ranked(&self) -> u64 {
+        self.ranked
+    }
+
+    /// Assignments not yet reported, released or expired, over all servers.
+    pub fn pending(&self) -> usize {
+        self.tickets.len()
+    }
+
+    /// The server with `id`.
+    pub fn server(&self, id: ServerId) -> Option<&ServerEntry> {
+        self.registry.get(id)
+    }
+
+    /// The server called `name`.
+    pub fn server_by_name(&self, name: &str) -> Option<&ServerEntry> {
+        self.registry.by_name(name)
+    }
+
+    /// A server joins, or re-joins under its name (keeping its id). Nothing changes unless the
+    /// whole registration is acceptable.
+    pub fn register(
+        &mut self,
+        reg: Registration,
+        now: Duration,
+    ) -> Result<RegisterReply, RpcError> {
+        let refuse = |m: String| Err(RpcError::new(ErrorCode::RpcRefused, m));
+        if reg.name.trim().is_empty() {
+            return refuse(
+                "registration refused: the server name is empty; give the server a unique `name`"
+                    .into(),
+            );
+        }
+        if reg.addr.trim().is_empty() {
+            return refuse(format!(
+                "registration of server `{}` refused: its address is empty; set the host:port \
+                 clients reach it at",
+                reg.name
+            ));
+        }
+        if reg.slots == 0 {
+            return refuse(format!(
+                "registration of server `{}` refused: it declares 0 slots; `slots` must be at \
+                 least 1",
+                reg.name
+            ));
+        }
+        let mut complexities = Vec::with_capacity(reg.services.len());
+        for (i, desc) in reg.services.iter().enumerate() {
+            if reg.services[..i].iter().any(|d| d.name == desc.name) {
+                return refuse(format!(
+                    "registration of server `{}` refused: service `{}` is listed twice",
+                    reg.name, desc.name
+                ));
+            }
+            let other = self
+                .catalog
+                .get(&desc.name)
+                .and_then(|e| self.registry.other_provider(e.idx, &reg.name));
+            complexities.push(self.catalog.admit(&reg.name, desc, other)?);
+        }
+
+        let services: Vec<(ServiceIdx, bool)> = reg
+            .services
+            .iter()
+            .zip(complexities)
+            .map(|(d, c)| self.catalog.upsert(d, c))
+            .collect();
+        self.rr_turns.resize(self.catalog.len(), 0);
+        let tickets = &mut self.tickets;
+        let (_, server_id) = self.registry.register(reg, &services, now, |t| {
+            tickets.remove(t);
+        });
+        Ok(RegisterReply {
+            server_id,
+            heartbeat_interval_ms: u64::try_from(self.config.heartbeat_interval.as_millis())
+                .unwrap_or(u64::MAX),
+        })
+    }
+
+    /// A server is alive. Unknown and down servers are told to register again.
+    pub fn heartbeat(&mut self, hb: &Heartbeat, now: Duration) -> Ack {
+        self.registry.heartbeat(hb, now)
+    }
+
+    /// A server's finished calls. Their tickets are cleared wherever they are pending (the
+    /// client may have fallen back to another server); successful kernel times feed the history.
+    pub fn report(&mut self, server: ServerId, reports: &[CallReport], now: Duration) -> Ack {
+        for r in reports {
+            if let Some(t) = r.ticket {
+                self.release(t);
+            }
+        }
+        let Some(slot) = self.registry.slot_of(server) else {
+            return Ack::Reregister;
+        };
+        let catalog = &self.catalog;
+        let e = self.registry.entry_mut(slot);
+        for r in reports {
+            e.completed += 1;
+            if !r.ok {
+                continue;
+            }
+            let service = catalog.get(&r.service).map(|s| s.idx);
+            if let Some(o) = e.offers.iter_mut().find(|o| Some(o.service) == service) {
+                o.history.record(r.timing.kernel_s);
+            }
+        }
+        if e.is_up() {
+            e.last_heard = now;
+            Ack::Ok
+        } else {
+            Ack::Reregister
+        }
+    }
+
+    /// Forgets an assignment (reported, given up, or expired); false if it was not pending.
+    pub fn release(&mut self, ticket: Ticket) -> bool {
+        match self.tickets.remove(ticket) {
+            Some(slot) => {
+                self.registry.entry_mut(slot).queue.remove(ticket);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Marks silent servers down (dropping their assignments) and expires old tickets. Returns
+    /// the servers that just went down.
+    pub fn sweep(&mut self, now: Duration) -> Vec<ServerId> {
+        let tickets = &mut self.tickets;
+        let down = self
+            .registry
+            .sweep(now, self.config.heartbeat_timeout, |t| {
+                tickets.remove(t);
+            });
+        for (t, slot) in self.tickets.expire(now, self.config.ticket_ttl) {
+            self.registry.entry_mut(slot).queue.remove(t);
+        }
+        down
+    }
+
+    /// Ranks the live servers able to run the call and records an assignment to the first.
+    pub fn rank(
+        &mut self,
+        profile: &CallProfile,
+        opts: &RankOptions,
+        now: Duration,
+    ) -> Result<Ranking, RpcError> {
+        let policy = opts.policy.unwrap_or(self.config.policy);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.decide(profile, opts, policy, now, &mut scratch);
+        self.scratch = scratch;
+        let (candidates, slot, service, pinned) = result?;
+
+        let first = &candidates[0];
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        self.registry.entry_mut(slot).queue.push(Assignment {
+            ticket,
+            assigned_at: now,
+            compute_s: first.etc.compute_s,
+            finish_s: now.as_secs_f64() + first.etc.total_s(),
+        });
+        self.tickets.insert(ticket, slot, now);
+        self.ranked += 1;
+        if policy == Policy::RoundRobin && !pinned {
+            self.rr_turns[service.0] += 1;
+        }
+        Ok(Ranking {
+            ticket,
+            candidates,
+            policy,
+        })
+    }
+
+    /// Every candidate for the call with its ETC breakdown, in the order `rank` would use now;
+    /// records nothing.
+    pub fn explain(
+        &self,
+        profile: &CallProfile,
+        opts: &RankOptions,
+        now: Duration,
+    ) -> Result<Vec<Candidate>, RpcError> {
+        let policy = opts.policy.unwrap_or(self.config.policy);
+        let (service, source) = self.resolve(profile, opts)?;
+        let call = Call {
+            svc: self.catalog.entry(service),
+            work: etc::work(self.catalog.entry(service), profile),
+            profile,
+            now,
+        };
+        let mut keyed = Vec::new();
+        self.collect(&mut keyed, policy, &call, &source)?;
+        policy::order(policy, &mut keyed, usize::MAX, self.turn(service));
+        Ok(self.candidates(&keyed, &call, &source))
+    }
+
+    /// The agent's view of the grid.
+    pub fn status(&self, now: Duration) -> AgentStatus {
+        let mut servers: Vec<_> = self.registry.iter().map(|e| e.status(now)).collect();
+        servers.sort_by(|a, b| a.name.cmp(&b.name));
+        AgentStatus {
+            policy: self.config.policy,
+            uptime_s: now.as_secs_f64(),
+            servers,
+            ranked: self.ranked,
+        }
+    }
+
+    /// Every service ever offered, sorted by name, with how many live servers offer it.
+    pub fn list_services(&self) -> Vec<ServiceSummary> {
+        let mut out: Vec<ServiceSummary> = self
+            .catalog
+            .iter()
+            .map(|e| ServiceSummary {
+                desc: e.desc.clone(),
+                servers_up: u32::try_from(self.registry.up_count(e.idx)).unwrap_or(u32::MAX),
+            })
+            .collect();
+        out.sort_by(|a, b| a.desc.name.cmp(&b.desc.name));
+        out
+    }
+
+    /// A service's description.
+    pub fn describe(&self, name: &str) -> Result<ServiceDesc, RpcError> {
+        self.catalog
+            .get(name)
+            .map(|e| e.desc.clone())
+            .ok_or_else(|| not_offered(name))
+    }
+
+    fn turn(&self, service: ServiceIdx) -> u64 {
+        self.rr_turns.get(service.0).copied().unwrap_or(0)
+    }
+
+    /// Ranks without recording: the ordered candidates, the first one's server slot, the
+    /// service, and whether the call was pinned.
+    fn decide(
+        &self,
+        profile: &CallProfile,
+        opts: &RankOptions,
+        policy: Policy,
+        now: Duration,
+        keyed: &mut Vec<Keyed>,
+    ) -> Result<(Vec<Candidate>, usize, ServiceIdx, bool), RpcError> {
+        let (service, source) = self.resolve(profile, opts)?;
+        let call = Call {
+            svc: self.catalog.entry(service),
+            work: etc::work(self.catalog.entry(service), profile),
+            profile,
+            now,
+        };
+        self.collect(keyed, policy, &call, &source)?;
+        let limit = self.config.max_candidates;
+        policy::order(policy, keyed, limit, self.turn(service));
+        let candidates = self.candidates(keyed, &call, &source);
+        let first = source.slots()[keyed[0].pos];
+        Ok((
+            candidates,
+            first,
+            service,
+            matches!(source, Source::Pinned(_)),
+        ))
+    }
+
+    /// Checks the call against the catalog and the pin, and finds where it may go.
+    fn resolve(
+        &self,
+        profile: &CallProfile,
+        opts: &RankOptions,
+    ) -> Result<(ServiceIdx, Source<'_>), RpcError> {
+        let svc = self
+            .catalog
+            .get(&profile.service)
+            .ok_or_else(|| not_offered(&profile.service))?;
+        if !svc.sizes_match(&profile.sizes) {
+            return Err(sizes_mismatch(svc, profile));
+        }
+        let Some(pin) = &opts.pin_server else {
+            return Ok((svc.idx, Source::Providers(self.registry.providers(svc.idx))));
+        };
+        let slot = self.registry.slot_by_name(pin).ok_or_else(|| {
+            RpcError::new(
+                ErrorCode::ServerNotFound,
+                format!(
+                    "server `{pin}` is not registered with the agent; `gridwise status` lists \
+                     servers"
+                ),
+            )
+        })?;
+        let e = self.registry.entry(slot);
+        if !e.offers(svc.idx) {
+            return Err(RpcError::new(
+                ErrorCode::FunctionNotFound,
+                format!(
+                    "server `{pin}` does not offer `{}` (it offers: {})",
+                    profile.service,
+                    list_or_none(&e.services)
+                ),
+            ));
+        }
+        if !e.is_up() {
+            return Err(RpcError::new(
+                ErrorCode::ServerNotFound,
+                format!(
+                    "server `{pin}` is down (no heartbeat for longer than {:?}); it gets calls \
+                     again once it registers again",
+                    self.config.heartbeat_timeout
+                ),
+            ));
+        }
+        Ok((svc.idx, Source::Pinned(slot)))
+    }
+
+    /// Fills `keyed` with the live servers of `source` and their policy keys.
+    fn collect(
+        &self,
+        keyed: &mut Vec<Keyed>,
+        policy: Policy,
+        call: &Call<'_>,
+        source: &Source<'_>,
+    ) -> Result<(), RpcError> {
+        keyed.clear();
+        for (pos, &slot) in source.slots().iter().enumerate() {
+            let e = self.registry.entry(slot);
+            if !e.is_up() {
+                continue;
+            }
+            let key = policy::key(
+                policy,
+                || self.estimate(e, call).total_s(),
+                || e.rate(call.svc.idx),
+            );
+            keyed.push(Keyed { key, pos });
+        }
+        if keyed.is_empty() {
+            return Err(none_up(call.svc, source, &self.registry));
+        }
+        Ok(())
+    }
+
+    /// The wire candidates for ordered `keyed`, each with its full estimate.
+    fn candidates(&self, keyed: &[Keyed], call: &Call<'_>, source: &Source<'_>) -> Vec<Candidate> {
+        keyed
+            .iter()
+            .map(|k| {
+                let e = self.registry.entry(source.slots()[k.pos]);
+                Candidate {
+                    server_id: e.id,
+                    name: e.name.clone(),
+                    addr: e.addr.clone(),
+                    etc: self.estimate(e, call),
+                }
+            })
+            .collect()
+    }
+
+    fn estimate(&self, server: &ServerEntry, call: &Call<'_>) -> Etc {
+        etc::estimate(
+            self.model.as_ref(),
+            &self.config,
+            server,
+            call.svc,
+            call.work,
+            call.profile,
+            call.now,
+        )
+    }
+}
+
+fn not_offered(service: &str) -> RpcError {
+    RpcError::new(
+        ErrorCode::FunctionNotFound,
+        format!("no server offers `{service}`; `gridwise status` lists services"),
+    )
+}
+
+fn sizes_mismatch(svc: &CatalogEntry, profile: &CallProfile) -> RpcError {
+    let given: Vec<&str> = profile.sizes.iter().map(|(n, _)| n.as_str()).collect();
+    RpcError::new(
+        ErrorCode::OtherErrorCode,
+        format!(
+            "the call profile for `{}` gives size parameters ({}), but the service's are ({}), \
+             in that order; build the profile from the service description",
+            svc.name(),
+            given.join(", "),
+            svc.desc.size_params.join(", ")
+        ),
+    )
+}
+
+fn none_up(svc: &CatalogEntry, source: &Source<'_>, registry: &Registry) -> RpcError {
+    let names: Vec<String> = source
+        .slots()
+        .iter()
+        .map(|&s| registry.entry(s).name.clone())
+        .collect();
+    let message = if names.is_empty() {
+        format!(
+            "no live server offers `{}`: the servers that offered it no longer do",
+            svc.name()
+        )
+    } else {
+        format!(
+            "no live server offers `{}`: its servers ({}) are down; they get calls again once \
+             they register again",
+            svc.name(),
+            names.join(", ")
+        )
+    };
+    RpcError::new(ErrorCode::ServerNotFound, message)
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "nothing".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests;

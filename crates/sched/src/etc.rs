@@ -1,0 +1,203 @@
+//! Estimated time to compute (ETC) of one call on one server.
+//!
+//! The compute term sits behind [`ComputeModel`] so that richer models (functional performance
+//! models) replace [`RateModel`] without touching the rest of the core.
+
+use crate::catalog::CatalogEntry;
+use crate::config::CoreConfig;
+use crate::registry::ServerEntry;
+use gridwise_proto::{CallProfile, ComputeSource, Etc};
+use std::time::Duration;
+
+/// Predicts kernel time.
+pub trait ComputeModel: Send + Sync {
+    /// Seconds the kernel will take for this profile on this server, and where that number came from.
+    fn compute(
+        &self,
+        server: &ServerEntry,
+        service: &CatalogEntry,
+        work: Option<f64>,
+        profile: &CallProfile,
+    ) -> (f64, ComputeSource);
+}
+
+/// GridSolve's stock estimate: complexity ÷ the server's calibrated rate, else the mean of past
+/// kernel times, else unknown (zero).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RateModel;
+
+impl ComputeModel for RateModel {
+    fn compute(
+        &self,
+        server: &ServerEntry,
+        service: &CatalogEntry,
+        work: Option<f64>,
+        _profile: &CallProfile,
+    ) -> (f64, ComputeSource) {
+        if let (Some(work), Some(rate)) = (work, server.rate(service.idx)) {
+            return (work / rate, ComputeSource::CalibratedRate { rate });
+        }
+        match server.history(service.idx) {
+            Some(h) if h.calls > 0 => (h.mean_s, ComputeSource::History { calls: h.calls }),
+            _ => (0.0, ComputeSource::Unknown),
+        }
+    }
+}
+
+/// The operations a call performs: its service's complexity at the profile's sizes, or `None`
+/// when the service has no complexity or it cannot be evaluated at these sizes (the call is
+/// still rankable from history, and the server will judge the arguments).
+pub fn work(service: &CatalogEntry, profile: &CallProfile) -> Option<f64> {
+    service
+        .complexity
+        .as_ref()
+        .and_then(|c| c.eval(&profile.sizes).ok())
+}
+
+/// A term that cannot be negative or NaN, whatever a model returns.
+fn term(x: f64) -> f64 {
+    if x > 0.0 { x } else { 0.0 }
+}
+
+/// The ETC of `profile` on `server` at `now`: queue wait + transfer in + compute + transfer out.
+/// `work` is [`work`] for the call, evaluated once per call rather than once per server.
+pub fn estimate(
+    model: &dyn ComputeModel,
+    config: &CoreConfig,
+    server: &ServerEntry,
+    service: &CatalogEntry,
+    work: Option<f64>,
+    profile: &CallProfile,
+    now: Duration,
+) -> Etc {
+    let (compute_s, compute_source) = model.compute(server, service, work, profile);
+    let bw = config.default_bandwidth_bytes_per_s;
+    let lat = config.default_latency_s;
+    Etc {
+        queue_wait_s: term(server.queue.wait_s(now, server.slots)),
+        transfer_in_s: term(lat + profile.in_bytes as f64 / bw),
+        compute_s: term(compute_s),
+        transfer_out_s: term(lat + profile.out_bytes as f64 / bw),
+        compute_source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::queue::Assignment;
+    use crate::registry::Registry;
+    use crate::testutil::{dgemm, dgemm_profile, echo, registration};
+    use gridwise_proto::Ticket;
+
+    fn setup(rate: f64) -> (Catalog, Registry, usize) {
+        let mut cat = Catalog::new();
+        let d = dgemm();
+        let (i, _) = cat.upsert(&d, d.compiled_complexity().unwrap());
+        let (j, _) = cat.upsert(&echo(), None);
+        let mut reg = registration("s", &[dgemm(), echo()]);
+        reg.default_rate = rate;
+        let mut r = Registry::new();
+        let (slot, _) = r.register(reg, &[(i, false), (j, false)], Duration::ZERO, |_| {});
+        (cat, r, slot)
+    }
+
+    #[test]
+    fn rate_model_divides_work_by_rate() {
+        let (cat, r, slot) = setup(1e9);
+        let svc = cat.get("dgemm").unwrap();
+        let p = dgemm_profile(100, 100, 100);
+        let w = work(svc, &p);
+        assert_eq!(w, Some(2e6));
+        let (t, src) = RateModel.compute(r.entry(slot), svc, w, &p);
+        assert_eq!(t, 2e-3);
+        assert_eq!(src, ComputeSource::CalibratedRate { rate: 1e9 });
+    }
+
+    #[test]
+    fn rate_model_falls_back_to_history_then_unknown() {
+        let (cat, mut r, slot) = setup(1e9);
+        let svc = cat.get("echo").unwrap();
+        let p = CallProfile {
+            service: "echo".into(),
+            sizes: vec![],
+            in_bytes: 0,
+            out_bytes: 0,
+        };
+        assert_eq!(work(svc, &p), None);
+        let (t, src) = RateModel.compute(r.entry(slot), svc, None, &p);
+        assert_eq!((t, src), (0.0, ComputeSource::Unknown));
+        let h = &mut r.entry_mut(slot).offers[1].history;
+        h.record(0.5);
+        h.record(1.5);
+        let (t, src) = RateModel.compute(r.entry(slot), svc, None, &p);
+        assert_eq!((t, src), (1.0, ComputeSource::History { calls: 2 }));
+    }
+
+    #[test]
+    fn unusable_rate_falls_through_to_history() {
+        for rate in [0.0, f64::NAN, f64::INFINITY, -1.0] {
+            let (cat, mut r, slot) = setup(rate);
+            let svc = cat.get("dgemm").unwrap();
+            let p = dgemm_profile(10, 10, 10);
+            let (_, src) = RateModel.compute(r.entry(slot), svc, work(svc, &p), &p);
+            assert_eq!(src, ComputeSource::Unknown);
+            r.entry_mut(slot).offers[0].history.record(2.0);
+            let (t, src) = RateModel.compute(r.entry(slot), svc, work(svc, &p), &p);
+            assert_eq!((t, src), (2.0, ComputeSource::History { calls: 1 }));
+        }
+    }
+
+    #[test]
+    fn estimate_sums_queue_transfers_and_compute() {
+        let (cat, mut r, slot) = setup(1e9);
+        let svc = cat.get("dgemm").unwrap();
+        let cfg = CoreConfig::default();
+        let mut p = dgemm_profile(100, 100, 100);
+        p.in_bytes = 1_000_000;
+        p.out_bytes = 2_000_000;
+        r.entry_mut(slot).queue.push(Assignment {
+            ticket: Ticket(1),
+            assigned_at: Duration::ZERO,
+            compute_s: 3.0,
+            finish_s: 3.0,
+        });
+        let now = Duration::from_secs(1);
+        let e = estimate(&RateModel, &cfg, r.entry(slot), svc, work(svc, &p), &p, now);
+        assert_eq!(e.queue_wait_s, 2.0);
+        assert!((e.transfer_in_s - (1e-4 + 1e-3)).abs() < 1e-15);
+        assert!((e.transfer_out_s - (1e-4 + 2e-3)).abs() < 1e-15);
+        assert_eq!(e.compute_s, 2e-3);
+        assert!((e.total_s() - (2.0 + 1.1e-3 + 2e-3 + 2.1e-3)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_broken_model_cannot_make_terms_negative_or_nan() {
+        struct Broken;
+        impl ComputeModel for Broken {
+            fn compute(
+                &self,
+                _: &ServerEntry,
+                _: &CatalogEntry,
+                _: Option<f64>,
+                _: &CallProfile,
+            ) -> (f64, ComputeSource) {
+                (f64::NAN, ComputeSource::Unknown)
+            }
+        }
+        let (cat, r, slot) = setup(1e9);
+        let svc = cat.get("dgemm").unwrap();
+        let p = dgemm_profile(1, 1, 1);
+        let e = estimate(
+            &Broken,
+            &CoreConfig::default(),
+            r.entry(slot),
+            svc,
+            None,
+            &p,
+            Duration::ZERO,
+        );
+        assert_eq!(e.compute_s, 0.0);
+    }
+}

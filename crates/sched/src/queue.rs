@@ -1,0 +1,247 @@
+//! Pending assignments: the agent's view of every server's queue.
+//!
+//! Each ranked call is an assignment to the first candidate until the call is reported, released
+//! or expires. The queue wait of a new call follows from the predicted finish times of a server's
+//! pending assignments and its slot count.
+
+use gridwise_proto::Ticket;
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One ranked call, not yet reported.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Assignment {
+    /// Its ticket.
+    pub ticket: Ticket,
+    /// When it was ranked (time since the agent started).
+    pub assigned_at: Duration,
+    /// Predicted kernel time, seconds.
+    pub compute_s: f64,
+    /// Predicted completion, seconds since the agent started.
+    pub finish_s: f64,
+}
+
+/// The wait for a slot on a server with `slots` slots, given the remaining times of the calls
+/// already assigned to it: with `k` positive remaining times, 0 if `k < slots`, else the
+/// `(k - slots + 1)`-th smallest (the earliest moment a slot frees up).
+///
+/// This is the reference definition; [`ServerQueue::wait_s`] computes the same without
+/// allocating.
+pub fn queue_wait(remaining: &[f64], slots: u32) -> f64 {
+    let slots = slots.max(1) as usize;
+    let mut positive: Vec<f64> = remaining.iter().copied().filter(|r| *r > 0.0).collect();
+    if positive.len() < slots {
+        return 0.0;
+    }
+    positive.sort_by(f64::total_cmp);
+    positive[positive.len() - slots]
+}
+
+/// One server's pending assignments, kept sorted by predicted finish so the queue wait is a
+/// binary search rather than a sort per decision.
+#[derive(Clone, Debug, Default)]
+pub struct ServerQueue {
+    by_finish: Vec<Assignment>,
+}
+
+impl ServerQueue {
+    /// Adds an assignment.
+    pub fn push(&mut self, a: Assignment) {
+        let at = self
+            .by_finish
+            .partition_point(|b| b.finish_s.total_cmp(&a.finish_s) != Ordering::Greater);
+        self.by_finish.insert(at, a);
+    }
+
+    /// Removes the assignment with `ticket`, if pending here.
+    pub fn remove(&mut self, ticket: Ticket) -> Option<Assignment> {
+        let at = self.by_finish.iter().position(|a| a.ticket == ticket)?;
+        Some(self.by_finish.remove(at))
+    }
+
+    /// Removes every assignment (the server went down or restarted), returning them.
+    pub fn clear(&mut self) -> Vec<Assignment> {
+        std::mem::take(&mut self.by_finish)
+    }
+
+    /// How many assignments are pending.
+    pub fn len(&self) -> usize {
+        self.by_finish.len()
+    }
+
+    /// Whether none is pending.
+    pub fn is_empty(&self) -> bool {
+        self.by_finish.is_empty()
+    }
+
+    /// The pending assignments, earliest predicted finish first.
+    pub fn iter(&self) -> impl Iterator<Item = &Assignment> {
+        self.by_finish.iter()
+    }
+
+    /// The wait for a slot for a call ranked at `now`, as [`queue_wait`] defines it.
+    pub fn wait_s(&self, now: Duration, slots: u32) -> f64 {
+        let now_s = now.as_secs_f64();
+        let slots = slots.max(1) as usize;
+        let n = self.by_finish.len();
+        let done = self.by_finish.partition_point(|a| a.finish_s <= now_s);
+        // The positive remaining times are the suffix after `done`, already sorted.
+        if n - done < slots {
+            return 0.0;
+        }
+        self.by_finish[n - slots].finish_s - now_s
+    }
+}
+
+/// Where every pending ticket is, and when it was issued, so a report finds it on whatever
+/// server it was assigned to and old tickets are expired oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct TicketIndex {
+    // Tickets are issued in increasing order at non-decreasing times, so the map's order is
+    // also issue-time order and expiry stops at the first ticket still young enough.
+    pending: BTreeMap<Ticket, (usize, Duration)>,
+}
+
+impl TicketIndex {
+    /// Records `ticket` as pending on server slot `server`.
+    pub fn insert(&mut self, ticket: Ticket, server: usize, assigned_at: Duration) {
+        self.pending.insert(ticket, (server, assigned_at));
+    }
+
+    /// Forgets `ticket`, returning the server slot it was pending on.
+    pub fn remove(&mut self, ticket: Ticket) -> Option<usize> {
+        self.pending.remove(&ticket).map(|(s, _)| s)
+    }
+
+    /// Removes and returns the tickets issued more than `ttl` before `now`, with their server slots.
+    pub fn expire(&mut self, now: Duration, ttl: Duration) -> Vec<(Ticket, usize)> {
+        let mut out = Vec::new();
+        while let Some(entry) = self.pending.first_entry() {
+            let (server, at) = *entry.get();
+            if now.saturating_sub(at) <= ttl {
+                break;
+            }
+            out.push((*entry.key(), server));
+            entry.remove();
+        }
+        out
+    }
+
+    /// How many tickets are pending.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether none is pending.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn queue(finishes: &[f64]) -> ServerQueue {
+        let mut q = ServerQueue::default();
+        for (i, f) in finishes.iter().enumerate() {
+            q.push(Assignment {
+                ticket: Ticket(i as u64),
+                assigned_at: Duration::ZERO,
+                compute_s: 1.0,
+                finish_s: *f,
+            });
+        }
+        q
+    }
+
+    #[test]
+    fn one_slot_waits_for_the_last_pending_call() {
+        assert_eq!(queue_wait(&[], 1), 0.0);
+        assert_eq!(queue_wait(&[2.0], 1), 2.0);
+        assert_eq!(queue_wait(&[3.0, 1.0, 2.0], 1), 3.0);
+        // Finished (or overdue) calls hold no slot.
+        assert_eq!(queue_wait(&[0.0, -1.0], 1), 0.0);
+        assert_eq!(queue_wait(&[0.0, 4.0], 1), 4.0);
+    }
+
+    #[test]
+    fn two_slots_wait_for_the_earliest_free_slot() {
+        assert_eq!(queue_wait(&[5.0], 2), 0.0);
+        assert_eq!(queue_wait(&[5.0, 3.0], 2), 3.0);
+        // Two running (1, 2), one queued behind them (3): a slot frees at 2.
+        assert_eq!(queue_wait(&[1.0, 2.0, 3.0], 2), 2.0);
+        assert_eq!(queue_wait(&[4.0, 1.0, 3.0, 2.0], 2), 3.0);
+        assert_eq!(queue_wait(&[0.0, 7.0, 0.0], 2), 0.0);
+    }
+
+    #[test]
+    fn zero_slots_count_as_one() {
+        assert_eq!(queue_wait(&[2.0], 0), 2.0);
+        assert_eq!(queue(&[2.0]).wait_s(Duration::ZERO, 0), 2.0);
+    }
+
+    #[test]
+    fn server_queue_matches_reference_and_removes() {
+        let mut q = queue(&[3.0, 1.0, 2.0]);
+        let now = Duration::from_secs_f64(0.5);
+        assert_eq!(q.wait_s(now, 1), 2.5);
+        assert_eq!(q.wait_s(now, 2), 1.5);
+        assert_eq!(q.wait_s(now, 3), 0.5);
+        assert_eq!(q.wait_s(now, 4), 0.0);
+        assert_eq!(q.wait_s(Duration::from_secs(5), 1), 0.0);
+        assert!(q.remove(Ticket(0)).is_some());
+        assert!(q.remove(Ticket(0)).is_none());
+        assert_eq!(q.wait_s(now, 1), 1.5);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.clear().len(), 2);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn tickets_expire_oldest_first() {
+        let mut t = TicketIndex::default();
+        t.insert(Ticket(1), 0, Duration::from_secs(1));
+        t.insert(Ticket(2), 1, Duration::from_secs(5));
+        t.insert(Ticket(3), 0, Duration::from_secs(9));
+        let ttl = Duration::from_secs(4);
+        assert!(t.expire(Duration::from_secs(5), ttl).is_empty());
+        assert_eq!(
+            t.expire(Duration::from_secs(10), ttl),
+            vec![(Ticket(1), 0), (Ticket(2), 1)]
+        );
+        assert_eq!(t.remove(Ticket(3)), Some(0));
+        assert!(t.is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn wait_is_zero_below_slots_and_never_negative(
+            remaining in prop::collection::vec(-10.0f64..10.0, 0..12),
+            slots in 1u32..6,
+        ) {
+            let w = queue_wait(&remaining, slots);
+            prop_assert!(w >= 0.0);
+            if remaining.len() < slots as usize {
+                prop_assert_eq!(w, 0.0);
+            }
+        }
+
+        #[test]
+        fn sorted_queue_agrees_with_reference(
+            finishes in prop::collection::vec(0.0f64..20.0, 0..12),
+            now in 0.0f64..20.0,
+            slots in 1u32..6,
+        ) {
+            let q = queue(&finishes);
+            let now_d = Duration::from_secs_f64(now);
+            let now_s = now_d.as_secs_f64();
+            let remaining: Vec<f64> = finishes.iter().map(|f| f - now_s).collect();
+            let w = q.wait_s(now_d, slots);
+            prop_assert!(w >= 0.0);
+            prop_assert_eq!(w, queue_wait(&remaining, slots));
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! The servers the agent knows, up or down, and which of them offer each service.
+//!
+//! Servers are never removed: a down server keeps its id, history and counters so that when it
+//! registers again under the same name it resumes where it was.
+
+use crate::catalog::ServiceIdx;
+use crate::queue::ServerQueue;
+use gridwise_proto::{
+    Ack, Heartbeat, LoadSample, Registration, ServerId, ServerState, ServerStatus, Ticket,
+};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Running mean of the kernel times of a service's successful calls on one server.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct KernelHistory {
+    /// Calls the mean is over.
+    pub calls: u64,
+    /// Mean kernel time, seconds.
+    pub mean_s: f64,
+}
+
+impl KernelHistory {
+    /// Adds one kernel time; negative and non-finite times are ignored (a broken clock must not
+    /// poison the mean).
+    pub fn record(&mut self, kernel_s: f64) {
+        if !(kernel_s.is_finite() && kernel_s >= 0.0) {
+            return;
+        }
+        self.calls += 1;
+        self.mean_s += (kernel_s - self.mean_s) / self.calls as f64;
+    }
+}
+
+/// A service as one server offers it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offer {
+    /// The service.
+    pub service: ServiceIdx,
+    /// Operations/s the server measured for this service at start-up, if it did.
+    pub rate: Option<f64>,
+    /// Kernel times of its past calls here.
+    pub history: KernelHistory,
+}
+
+/// One server as the agent sees it.
+#[derive(Clone, Debug)]
+pub struct ServerEntry {
+    /// Assigned at first registration, kept across re-registrations under the same name.
+    pub id: ServerId,
+    /// Unique name.
+    pub name: String,
+    /// Where clients reach it.
+    pub addr: String,
+    /// Calls it runs at once.
+    pub slots: u32,
+    /// Names of the services it offers, in registration order.
+    pub services: Vec<String>,
+    /// Per-service data, aligned with `services`.
+    pub offers: Vec<Offer>,
+    /// Operations/s for services without a rate of their own.
+    pub default_rate: f64,
+    /// Physical memory, bytes.
+    pub memory_bytes: u64,
+    /// CPU cores.
+    pub cores: u32,
+    /// Whether it may get calls.
+    pub state: ServerState,
+    /// When it was last heard from (registration, heartbeat or report).
+    pub last_heard: Duration,
+    /// Its load in the last heartbeat.
+    pub load: LoadSample,
+    /// Calls reported finished since it first registered.
+    pub completed: u64,
+    /// Calls assigned to it and not yet reported.
+    pub queue: ServerQueue,
+}
+
+/// Whether a rate can divide a complexity into a meaningful time.
+fn usable(rate: f64) -> bool {
+    rate.is_finite() && rate > 0.0
+}
+
+impl ServerEntry {
+    /// Whether it may get calls.
+    pub fn is_up(&self) -> bool {
+        self.state == ServerState::Up
+    }
+
+    /// Its data for `service`, if it offers it.
+    pub fn offer(&self, service: ServiceIdx) -> Option<&Offer> {
+        // Servers offer a handful of services: a scan beats hashing.
+        self.offers.iter().find(|o| o.service == service)
+    }
+
+    /// Whether it offers `service`.
+    pub fn offers(&self, service: ServiceIdx) -> bool {
+        self.offer(service).is_some()
+    }
+
+    /// The rate to divide `service`'s complexity by: its own calibrated rate, else the default
+    /// rate; `None` when neither is a positive finite number.
+    pub fn rate(&self, service: ServiceIdx) -> Option<f64> {
+        self.offer(service)
+            .and_then(|o| o.rate)
+            .filter(|r| usable(*r))
+            .or(Some(self.default_rate).filter(|r| usable(*r)))
+    }
+
+    /// Its kernel-time history for `service`.
+    pub fn history(&self, service: ServiceIdx) -> Option<&KernelHistory> {
+        self.offer(service).map(|o| &o.history)
+    }
+
+    /// Its status line at `now`.
+    pub fn status(&self, now: Duration) -> ServerStatus {
+        ServerStatus {
+            id: self.id,
+            name: self.name.clone(),
+            addr: self.addr.clone(),
+            state: self.state,
+            services: self.services.clone(),
+            slots: self.slots,
+            pending: u32::try_from(self.queue.len()).unwrap_or(u32::MAX),
+            completed: self.completed,
+            load: self.load,
+            last_heard_s: now.saturating_sub(self.last_heard).as_secs_f64(),
+            default_rate: self.default_rate,
+        }
+    }
+}
+
+/// Every server ever registered, by slot, name and id, plus the servers of each service.
+#[derive(Clone, Debug, Default)]
+pub struct Registry {
+    servers: Vec<ServerEntry>,
+    by_name: HashMap<String, usize>,
+    by_id: HashMap<ServerId, usize>,
+    // Per service, the slots of the servers offering it (up or down), sorted by server name so
+    // that policies break ties and rotate by name without sorting per decision.
+    providers: Vec<Vec<usize>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The server in slot `slot` (slots come from this registry, so it exists).
+    pub fn entry(&self, slot: usize) -> &ServerEntry {
+        &self.servers[slot]
+    }
+
+    pub(crate) fn entry_mut(&mut self, slot: usize) -> &mut ServerEntry {
+        &mut self.servers[slot]
+    }
+
+    /// The slot of the server with `id`.
+    pub fn slot_of(&self, id: ServerId) -> Option<usize> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// The slot of the server called `name`.
+    pub fn slot_by_name(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The server with `id`.
+    pub fn get(&self, id: ServerId) -> Option<&ServerEntry> {
+        self.slot_of(id).map(|s| &self.servers[s])
+    }
+
+    /// The server called `name`.
+    pub fn by_name(&self, name: &str) -> Option<&ServerEntry> {
+        self.slot_by_name(name).map(|s| &self.servers[s])
+    }
+
+    /// Every server, in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = &ServerEntry> {
+        self.servers.iter()
+    }
+
+    /// How many servers are known.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether no server is known.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Slots of the servers offering `service`, up or down, sorted by name.
+    pub fn providers(&self, service: ServiceIdx) -> &[usize] {
+        self.providers
+            .get(service.0)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// How many up servers offer `service`.
+    pub fn up_count(&self, service: ServiceIdx) -> usize {
+        self.providers(service)
+            .iter()
+            .filter(|&&s| self.servers[s].is_up())
+            .count()
+    }
+
+    /// Another server than `name` offering `service`, up or down, if any.
+    pub fn other_provider(&self, service: ServiceIdx, name: &str) -> Option<&str> {
+        self.providers(service)
+            .iter()
+            .map(|&s| self.servers[s].name.as_str())
+            .find(|n| *n != name)
+    }
+
+    /// Adds a server or replaces the data of the one with the same name (a restart), keeping
+    /// its id, completed count and the history of services whose description did not change.
+    /// `services` pairs each of `reg.services`, in order, with its catalog index and whether its
+    /// description changed. The replaced server's pending tickets are passed to `on_drop`: its
+    /// queue died with the old process.
+    pub(crate) fn register(
+        &mut self,
+        reg: Registration,
+        services: &[(ServiceIdx, bool)],
+        now: Duration,
+        mut on_drop: impl FnMut(Ticket),
+    ) -> (usize, ServerId) {
+        let slot = match self.by_name.get(&reg.name) {
+            Some(&s) => s,
+            None => self.add(&reg.name, now),
+        };
+        let old_offers = std::mem::take(&mut self.servers[slot].offers);
+        for o in &old_offers {
+            if !services.iter().any(|(s, _)| *s == o.service) {
+                self.remove_provider(o.service, slot);
+            }
+        }
+        let mut offers = Vec::with_capacity(services.len());
+        for (desc, &(service, changed)) in reg.services.iter().zip(services) {
+            let history = old_offers
+                .iter()
+                .find(|o| o.service == service && !changed)
+                .map(|o| o.history)
+                .unwrap_or_default();
+            let rate = reg
+                .rates
+                .iter()
+                .find(|(n, _)| *n == desc.name)
+                .map(|(_, r)| *r);
+            offers.push(Offer {
+                service,
+                rate,
+                history,
+            });
+            self.add_provider(service, slot);
+        }
+        let e = &mut self.servers[slot];
+        for a in e.queue.clear() {
+            on_drop(a.ticket);
+        }
+        e.services = reg.services.into_iter().map(|d| d.name).collect();
+        e.offers = offers;
+        e.addr = reg.addr;
+        e.slots = reg.slots;
+        e.default_rate = reg.default_rate;
+        e.memory_bytes = reg.memory_bytes;
+        e.cores = reg.cores;
+        e.state = ServerState::Up;
+        e.last_heard = now;
+        e.load = LoadSample::default();
+        (slot, e.id)
+    }
+
+    fn add(&mut self, name: &str, now: Duration) -> usize {
+        let id = ServerId::new_random();
+        let slot = self.servers.len();
+        self.servers.push(ServerEntry {
+            id,
+            name: name.to_string(),
+            addr: String::new(),
+            slots: 1,
+            services: Vec::new(),
+            offers: Vec::new(),
+            default_rate: 0.0,
+            memory_bytes: 0,
+            cores: 0,
+            state: ServerState::Up,
+            last_heard: now,
+            load: LoadSample::default(),
+            completed: 0,
+            queue: ServerQueue::default(),
+        });
+        self.by_name.insert(name.to_string(), slot);
+        self.by_id.insert(id, slot);
+        slot
+    }
+
+    fn add_provider(&mut self, service: ServiceIdx, slot: usize) {
+        if self.providers.len() <= service.0 {
+            self.providers.resize_with(service.0 + 1, Vec::new);
+        }
+        let servers = &self.servers;
+        let list = &mut self.providers[service.0];
+        let name = servers[slot].name.as_str();
+        if let Err(at) = list.binary_search_by(|&s| servers[s].name.as_str().cmp(name)) {
+            list.insert(at, slot);
+        }
+    }
+
+    fn remove_provider(&mut self, service: ServiceIdx, slot: usize) {
+        if let Some(list) = self.providers.get_mut(service.0) {
+            list.retain(|&s| s != slot);
+        }
+    }
+
+    /// Notes a heartbeat: unknown and down servers are told to register again.
+    pub(crate) fn heartbeat(&mut self, hb: &Heartbeat, now: Duration) -> Ack {
+        match self.slot_of(hb.server_id).map(|s| &mut self.servers[s]) {
+            Some(e) if e.is_up() => {
+                e.last_heard = now;
+                e.load = hb.load;
+                Ack::Ok
+            }
+            _ => Ack::Reregister,
+        }
+    }
+
+    /// Marks down the up servers not heard from for longer than `timeout`, passes their pending
+    /// tickets to `on_drop`, and returns their ids.
+    pub(crate) fn sweep(
+        &mut self,
+        now: Duration,
+        timeout: Duration,
+        mut on_drop: impl FnMut(Ticket),
+    ) -> Vec<ServerId> {
+        let mut down = Vec::new();
+        for e in &mut self.servers {
+            if e.is_up() && now.saturating_sub(e.last_heard) > timeout {
+                e.state = ServerState::Down;
+                for a in e.queue.clear() {
+                    on_drop(a.ticket);
+                }
+                down.push(e.id);
+            }
+        }
+        down
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::registration;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn history_is_a_running_mean_of_valid_times() {
+        let mut h = KernelHistory::default();
+        h.record(1.0);
+        h.record(3.0);
+        h.record(f64::NAN);
+        h.record(-1.0);
+        assert_eq!(h.calls, 2);
+        assert_eq!(h.mean_s, 2.0);
+    }
+
+    #[test]
+    fn rate_prefers_own_then_default_then_nothing() {
+        let mut r = Registry::new();
+        let mut reg = registration("s", &[]);
+        reg.default_rate = 5.0;
+        reg.rates = vec![("a".into(), 7.0), ("b".into(), 0.0)];
+        reg.services = vec![crate::testutil::named("a"), crate::testutil::named("b")];
+        let svcs = [(ServiceIdx(0), false), (ServiceIdx(1), false)];
+        let (slot, _) = r.register(reg, &svcs, secs(0), |_| {});
+        let e = r.entry(slot);
+        assert_eq!(e.rate(ServiceIdx(0)), Some(7.0));
+        assert_eq!(e.rate(ServiceIdx(1)), Some(5.0));
+        assert_eq!(e.rate(ServiceIdx(2)), Some(5.0));
+        r.entry_mut(slot).default_rate = f64::INFINITY;
+        assert_eq!(r.entry(slot).rate(ServiceIdx(1)), None);
+    }
+
+    #[test]
+    fn providers_stay_sorted_by_name_and_follow_reregistration() {
+        let mut r = Registry::new();
+        let s = [(ServiceIdx(0), false)];
+        for name in ["c", "a", "b"] {
+            let mut reg = registration(name, &[]);
+            reg.services = vec![crate::testutil::named("x")];
+            r.register(reg, &s, secs(0), |_| {});
+        }
+        let names: Vec<&str> = r
+            .providers(ServiceIdx(0))
+            .iter()
+            .map(|&s| r.entry(s).name.as_str())
+            .collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(r.other_provider(ServiceIdx(0), "a"), Some("b"));
+        // `b` comes back without the service.
+        r.register(registration("b", &[]), &[], secs(1), |_| {});
+        assert_eq!(r.providers(ServiceIdx(0)).len(), 2);
+        assert_eq!(r.up_count(ServiceIdx(0)), 2);
+        assert_eq!(r.len(), 3);
+    }
+
+    #[test]
+    fn heartbeat_and_sweep() {
+        let mut r = Registry::new();
+        let (_, id) = r.register(registration("s", &[]), &[], secs(0), |_| {});
+        let hb = Heartbeat {
+            server_id: id,
+            load: LoadSample {
+                running: 1,
+                queued: 2,
+                loadavg_1m: 0.5,
+            },
+        };
+        assert_eq!(r.heartbeat(&hb, secs(3)), Ack::Ok);
+        assert_eq!(r.get(id).unwrap().load.queued, 2);
+        assert!(r.sweep(secs(13), secs(10), |_| {}).is_empty());
+        assert_eq!(r.sweep(secs(14), secs(10), |_| {}), vec![id]);
+        assert_eq!(r.get(id).unwrap().state, ServerState::Down);
+        assert_eq!(r.heartbeat(&hb, secs(15)), Ack::Reregister);
+        let stranger = Heartbeat {
+            server_id: ServerId::new_random(),
+            load: LoadSample::default(),
+        };
+        assert_eq!(r.heartbeat(&stranger, secs(15)), Ack::Reregister);
+        assert!(r.sweep(secs(100), secs(10), |_| {}).is_empty());
+    }
+}

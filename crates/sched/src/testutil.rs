@@ -1,0 +1,70 @@
+//! Fixtures shared by the unit tests.
+
+use gridwise_proto::{ArgDesc, ArgMode, CallProfile, Registration, ServiceDesc};
+
+/// `dgemm(m, n, k, A, B) -> C` with complexity `2*m*n*k`.
+pub fn dgemm() -> ServiceDesc {
+    ServiceDesc {
+        name: "dgemm".into(),
+        doc: String::new(),
+        args: vec![
+            ArgDesc::new("m", ArgMode::In, "int"),
+            ArgDesc::new("n", ArgMode::In, "int"),
+            ArgDesc::new("k", ArgMode::In, "int"),
+            ArgDesc::new("A", ArgMode::In, "matrix<f64>[m,k]"),
+            ArgDesc::new("B", ArgMode::In, "matrix<f64>[k,n]"),
+            ArgDesc::new("C", ArgMode::Out, "matrix<f64>[m,n]"),
+        ],
+        size_params: vec!["m".into(), "n".into(), "k".into()],
+        complexity: Some("2*m*n*k".into()),
+    }
+}
+
+/// `echo(x) -> y`, no size parameters, no complexity.
+pub fn echo() -> ServiceDesc {
+    ServiceDesc {
+        name: "echo".into(),
+        doc: String::new(),
+        args: vec![
+            ArgDesc::new("x", ArgMode::In, "bytes"),
+            ArgDesc::new("y", ArgMode::Out, "bytes"),
+        ],
+        size_params: vec![],
+        complexity: None,
+    }
+}
+
+/// A service with no arguments.
+pub fn named(name: &str) -> ServiceDesc {
+    ServiceDesc {
+        name: name.into(),
+        doc: String::new(),
+        args: vec![],
+        size_params: vec![],
+        complexity: None,
+    }
+}
+
+/// A one-slot server at 1 Gop/s offering `services`.
+pub fn registration(name: &str, services: &[ServiceDesc]) -> Registration {
+    Registration {
+        name: name.into(),
+        addr: format!("{name}.example:7000"),
+        slots: 1,
+        services: services.to_vec(),
+        rates: vec![],
+        default_rate: 1e9,
+        memory_bytes: 1 << 30,
+        cores: 4,
+    }
+}
+
+/// A dgemm call profile with no byte counts.
+pub fn dgemm_profile(m: i64, n: i64, k: i64) -> CallProfile {
+    CallProfile {
+        service: "dgemm".into(),
+        sizes: vec![("m".into(), m), ("n".into(), n), ("k".into(), k)],
+        in_bytes: 0,
+        out_bytes: 0,
+    }
+}

@@ -1,0 +1,73 @@
+//! Command-line flags of `gridwise-server` (also `gridwise server`).
+
+use crate::{ServerConfig, run};
+use clap::Args;
+use std::path::PathBuf;
+
+/// Flags; each overrides the config file and the environment.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ServerArgs {
+    /// TOML config file (keys as in the README's config reference).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Unique server name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Address clients should use, if not the bound one.
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// The agent's address.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Shared secret.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Calls run at once.
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Skip the start-up calibration runs.
+    #[arg(long)]
+    pub no_calibrate: bool,
+}
+
+impl ServerArgs {
+    /// The merged settings: defaults < file < GRIDWISE_SERVER_* < flags.
+    pub fn load(&self) -> anyhow::Result<ServerConfig> {
+        let mut o: Vec<(&str, String)> = Vec::new();
+        for (k, v) in [
+            ("name", &self.name),
+            ("listen", &self.listen),
+            ("advertise", &self.advertise),
+            ("agent", &self.agent),
+            ("token", &self.token),
+        ] {
+            if let Some(v) = v {
+                o.push((k, v.clone()));
+            }
+        }
+        if let Some(v) = self.slots {
+            o.push(("slots", v.to_string()));
+        }
+        if self.no_calibrate {
+            o.push(("calibrate", "false".into()));
+        }
+        Ok(gridwise_proto::settings::load(
+            self.config.as_deref(),
+            "GRIDWISE_SERVER",
+            &o,
+        )?)
+    }
+
+    /// Loads the settings and runs the server: network I/O on one thread (no hops per RPC),
+    /// kernels on blocking threads bounded by the slots.
+    pub fn run_blocking(&self) -> anyhow::Result<()> {
+        let cfg = self.load()?;
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(run(cfg))
+    }
+}

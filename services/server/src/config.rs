@@ -1,0 +1,82 @@
+//! The server's settings: `gridwise-server --config server.toml`, `GRIDWISE_SERVER_*`, flags.
+
+use gridwise_kernels::EmulatedSpec;
+use serde::Deserialize;
+
+/// Everything a server can be told.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Unique name in the grid (default: `server-<port>`).
+    pub name: Option<String>,
+    /// Address to listen on (`host:port`; port 0 picks a free one).
+    pub listen: String,
+    /// Address clients should use, when it differs from the bound one (NAT, 0.0.0.0).
+    pub advertise: Option<String>,
+    /// The agent's address.
+    pub agent: String,
+    /// Shared secret: presented to the agent and required from clients.
+    pub token: Option<String>,
+    /// Calls run at once; the rest queue (default: number of cores).
+    pub slots: Option<u32>,
+    /// Built-in services to offer: any of add, sleep, loop, fail, dgemm.
+    pub builtins: Vec<String>,
+    /// Emulated-speed services (DESIGN.md §4).
+    pub emulated: Vec<EmulatedSpec>,
+    /// Measure each service's rate at start-up (a short calibration run).
+    pub calibrate: bool,
+    /// Largest request frame accepted, bytes.
+    pub max_frame_bytes: usize,
+    /// Most call reports sent to the agent in one message.
+    pub report_batch_max: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            name: None,
+            listen: "127.0.0.1:0".into(),
+            advertise: None,
+            agent: "127.0.0.1:7000".into(),
+            token: None,
+            slots: None,
+            builtins: gridwise_kernels::BUILTIN_NAMES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            emulated: Vec::new(),
+            calibrate: true,
+            max_frame_bytes: 1024 * 1024 * 1024,
+            report_batch_max: 512,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emulated_services_parse_from_toml() {
+        let c: ServerConfig = toml::from_str(
+            r#"
+            name = "fast-small"
+            builtins = ["add"]
+            [[emulated]]
+            name = "solve"
+            complexity = "n^3"
+            speed = [[100, 2e9], [2000, 2e9], [3000, 1e8]]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.emulated.len(), 1);
+        assert_eq!(c.builtins, vec!["add".to_string()]);
+        assert!(c.calibrate);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let e = toml::from_str::<ServerConfig>("slotz = 3").unwrap_err();
+        assert!(e.to_string().contains("slotz"), "{e}");
+    }
+}

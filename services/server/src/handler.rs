@@ -1,0 +1,249 @@
+//! The tarpc face of a server: check a call, wait for a slot, run the kernel, time it, report it.
+
+use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
+use gridwise_proto::{
+    CallError, CallErrorKind, CallId, CallReport, ExecuteReply, ExecuteRequest, LoadSample, Pong,
+    ServerApi, ServerInfo, Timing, Value,
+};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tarpc::context::Context;
+use tokio::sync::{Semaphore, mpsc};
+
+/// Shared server state.
+#[derive(Clone)]
+pub struct ServerHandler {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    kernels: HashMap<String, Arc<dyn Kernel>>,
+    slots: u32,
+    free_slots: Semaphore,
+    calls: Mutex<HashMap<CallId, CancelFlag>>,
+    running: AtomicU32,
+    queued: AtomicU32,
+    reports: mpsc::UnboundedSender<CallReport>,
+}
+
+impl ServerHandler {
+    /// A handler for these kernels; finished calls are sent to `reports`.
+    pub fn new(
+        name: String,
+        kernels: HashMap<String, Arc<dyn Kernel>>,
+        slots: u32,
+        reports: mpsc::UnboundedSender<CallReport>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                name,
+                kernels,
+                slots,
+                free_slots: Semaphore::new(slots as usize),
+                calls: Mutex::new(HashMap::new()),
+                running: AtomicU32::new(0),
+                queued: AtomicU32::new(0),
+                reports,
+            }),
+        }
+    }
+
+    /// Calls running and waiting now, with the host load.
+    pub fn load(&self) -> LoadSample {
+        LoadSample {
+            running: self.inner.running.load(Ordering::Relaxed),
+            queued: self.inner.queued.load(Ordering::Relaxed),
+            loadavg_1m: crate::host::loadavg_1m(),
+        }
+    }
+
+    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<CallId, CancelFlag>> {
+        self.inner.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Finds the kernel and checks the inputs against its description.
+    fn admit(&self, req: &ExecuteRequest) -> Result<Arc<dyn Kernel>, CallError> {
+        let kernel = self
+            .inner
+            .kernels
+            .get(&req.service)
+            .cloned()
+            .ok_or_else(|| {
+                CallError::new(
+                    CallErrorKind::UnknownService,
+                    format!(
+                        "server {} does not offer `{}`",
+                        self.inner.name, req.service
+                    ),
+                )
+            })?;
+        kernel
+            .desc()
+            .check_inputs(&req.inputs)
+            .map_err(|e| CallError::new(CallErrorKind::BadArguments, e.to_string()))?;
+        Ok(kernel)
+    }
+
+    /// Waits for a slot and runs an admitted call: (outputs, queue wait s, kernel s).
+    async fn run_call(
+        &self,
+        kernel: Arc<dyn Kernel>,
+        req: ExecuteRequest,
+        arrived: Instant,
+    ) -> Result<(Vec<Value>, f64, f64), CallError> {
+        // Registered before queueing so a cancel reaches the call wherever it is; the guard
+        // also cancels the kernel if the client goes away (tarpc drops this future).
+        let cancel = CancelFlag::new();
+        let _guard = CallGuard {
+            handler: self.clone(),
+            call_id: req.call_id,
+            cancel: cancel.clone(),
+        };
+        self.calls().insert(req.call_id, cancel.clone());
+
+        self.inner.queued.fetch_add(1, Ordering::Relaxed);
+        let permit = self.inner.free_slots.acquire().await;
+        self.inner.queued.fetch_sub(1, Ordering::Relaxed);
+        let _permit = permit.map_err(|_| {
+            CallError::new(CallErrorKind::Unavailable, "the server is shutting down")
+        })?;
+        let queue_wait = arrived.elapsed().as_secs_f64();
+        if cancel.is_cancelled() {
+            return Err(KernelError::Cancelled.into_call_error());
+        }
+
+        self.inner.running.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let ctx = KernelCtx { cancel };
+        let inputs = req.inputs;
+        let result = if kernel.is_instant() {
+            kernel.run(&inputs, &ctx).map(|out| (out, inputs))
+        } else {
+            let k = kernel.clone();
+            match tokio::task::spawn_blocking(move || k.run(&inputs, &ctx).map(|out| (out, inputs)))
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => Err(KernelError::Internal(format!("the kernel panicked: {e}"))),
+            }
+        };
+        let kernel_s = started.elapsed().as_secs_f64();
+        self.inner.running.fetch_sub(1, Ordering::Relaxed);
+
+        let (outputs, inputs) = result.map_err(KernelError::into_call_error)?;
+        kernel
+            .desc()
+            .check_outputs(&inputs, &outputs)
+            .map_err(|e| {
+                CallError::new(
+                    CallErrorKind::Internal,
+                    format!(
+                        "the `{}` kernel returned malformed outputs: {e}",
+                        req.service
+                    ),
+                )
+            })?;
+        Ok((outputs, queue_wait, kernel_s))
+    }
+}
+
+/// Removes a call from the cancel table and stops its kernel if it is still going.
+struct CallGuard {
+    handler: ServerHandler,
+    call_id: CallId,
+    cancel: CancelFlag,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.handler.calls().remove(&self.call_id);
+        // Harmless after a normal finish; stops a kernel whose client went away.
+        self.cancel.cancel();
+    }
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl ServerApi for ServerHandler {
+    async fn hello(self, _: Context) -> ServerInfo {
+        let mut services: Vec<_> = self
+            .inner
+            .kernels
+            .values()
+            .map(|k| k.desc().clone())
+            .collect();
+        services.sort_by(|a, b| a.name.cmp(&b.name));
+        ServerInfo {
+            name: self.inner.name.clone(),
+            services,
+            slots: self.inner.slots,
+            load: self.load(),
+        }
+    }
+
+    async fn execute(self, _: Context, req: ExecuteRequest) -> Result<ExecuteReply, CallError> {
+        let arrived = Instant::now();
+        // Exact on one host; across hosts it carries the clocks' offset (documented in Timing).
+        let input_transfer_s = unix_ns().saturating_sub(req.sent_at_unix_ns) as f64 * 1e-9;
+        let ticket = req.ticket;
+        let service = req.service.clone();
+        let mut sizes = Vec::new();
+        let result = match self.admit(&req) {
+            Ok(kernel) => {
+                sizes = kernel.desc().sizes(&req.inputs);
+                self.run_call(kernel, req, arrived).await
+            }
+            Err(e) => Err(e),
+        };
+        let (ok, queue_wait_s, kernel_s) = match &result {
+            Ok((_, q, k)) => (true, *q, *k),
+            Err(_) => (false, 0.0, 0.0),
+        };
+        let timing = Timing {
+            queue_wait_s,
+            input_transfer_s,
+            kernel_s,
+            server_s: arrived.elapsed().as_secs_f64(),
+        };
+        // The agent needs every outcome (it clears the assignment either way); a closed channel
+        // only means the server is shutting down.
+        let _ = self.inner.reports.send(CallReport {
+            ticket,
+            service,
+            sizes,
+            timing,
+            ok,
+        });
+        result.map(|(outputs, _, _)| ExecuteReply {
+            outputs,
+            timing,
+            server: self.inner.name.clone(),
+        })
+    }
+
+    async fn cancel(self, _: Context, call: CallId) -> bool {
+        match self.calls().get(&call) {
+            Some(flag) => {
+                flag.cancel();
+                tracing::info!(%call, "call cancelled by the client");
+                true
+            }
+            None => false,
+        }
+    }
+
+    async fn ping(self, _: Context) -> Pong {
+        Pong {
+            name: self.inner.name.clone(),
+            load: self.load(),
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The server's kernel set, built from its config, and the start-up calibration.
+
+use crate::ServerConfig;
+use gridwise_kernels::{Kernel, builtin, calibrate};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Kernels by service name.
+pub type KernelSet = HashMap<String, Arc<dyn Kernel>>;
+
+/// Builds the built-in and emulated kernels the config asks for.
+pub fn build(cfg: &ServerConfig) -> anyhow::Result<KernelSet> {
+    let mut set = KernelSet::new();
+    for name in &cfg.builtins {
+        let k = builtin(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "unknown built-in service `{name}` in `builtins`: choose from {}",
+                gridwise_kernels::BUILTIN_NAMES.join(", ")
+            )
+        })?;
+        set.insert(name.clone(), k);
+    }
+    for spec in &cfg.emulated {
+        let k = spec
+            .build()
+            .map_err(|e| anyhow::anyhow!("emulated service `{}`: {e}", spec.name))?;
+        anyhow::ensure!(
+            !set.contains_key(&spec.name),
+            "service `{}` is declared twice (emulated names must differ from built-ins and each other)",
+            spec.name
+        );
+        set.insert(spec.name.clone(), Arc::new(k));
+    }
+    anyhow::ensure!(
+        !set.is_empty(),
+        "the server offers no service: set `builtins` or add `[[emulated]]` services"
+    );
+    Ok(set)
+}
+
+/// Rates measured at start-up.
+#[derive(Debug, Default, Clone)]
+pub struct Rates {
+    /// Operations/s per service that could be calibrated.
+    pub rates: Vec<(String, f64)>,
+    /// Operations/s of a dgemm run: the server's rate for services without their own.
+    pub default_rate: f64,
+}
+
+/// Calibrates every kernel that can be (a few short runs each), and dgemm for the default rate.
+pub fn calibrate_all(set: &KernelSet) -> Rates {
+    const REPEATS: usize = 3;
+    let mut rates: Vec<(String, f64)> = set
+        .iter()
+        .filter_map(|(name, k)| calibrate(k.as_ref(), REPEATS).map(|c| (name.clone(), c.rate)))
+        .collect();
+    rates.sort_by(|a, b| a.0.cmp(&b.0));
+    let default_rate = match rates.iter().find(|(n, _)| n == "dgemm") {
+        Some((_, r)) => *r,
+        None => builtin("dgemm")
+            .and_then(|k| calibrate(k.as_ref(), REPEATS))
+            .map(|c| c.rate)
+            .unwrap_or(0.0),
+    };
+    Rates {
+        rates,
+        default_rate,
+    }
+}
