@@ -28,5 +28,12 @@ pub use value::{Array, ElemType, Value};
 #[cfg(feature = "rpc")]
 pub use api::{AgentApi, AgentApiClient, ServerApi, ServerApiClient};
 
+#[cfg(feature = "rpc")]
+#[doc(hidden)]
+pub mod __reexport {
+    pub use futures;
+    pub use tarpc;
+}
+
 /// The protocol version every connection's hello carries; peers with another version are refused.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -59,6 +59,14 @@ pub fn load<T: DeserializeOwned>(
         .map_err(invalid)
 }
 
+/// The flags a user actually gave, as `(key, value)` overrides for [`load`].
+pub fn flag_overrides<'a>(flags: &[(&'a str, Option<String>)]) -> Vec<(&'a str, String)> {
+    flags
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (*k, v.clone())))
+        .collect()
+}
+
 /// Logs to stderr at `info` unless `RUST_LOG` says otherwise (stdout is kept for the one
 /// `listening <addr>` line daemons print).
 pub fn init_logging() {

@@ -332,6 +332,30 @@ where
     }
 }
 
+/// Serves a tarpc handler (a value with `.serve()`, its service trait in scope) on every
+/// connection `listener` accepts, each request in its own task. A macro, not a function:
+/// tarpc's `Serve` trait uses `async fn`, so the `Send` bound `tokio::spawn` needs on each
+/// request's future can only be checked on the concrete handler type.
+#[macro_export]
+macro_rules! serve_forever {
+    ($listener:expr, $cfg:expr, $node:expr, $handler:expr) => {{
+        use $crate::__reexport::futures::StreamExt as _;
+        use $crate::__reexport::tarpc::server::{BaseChannel, Channel as _};
+        let handler = $handler;
+        $crate::wire::accept_loop($listener, $cfg, $node, move |framed, peer| {
+            let handler = handler.clone();
+            async move {
+                BaseChannel::with_defaults($crate::wire::server_transport(framed, peer))
+                    .execute(handler.serve())
+                    .for_each(|call| async move {
+                        ::tokio::spawn(call);
+                    })
+                    .await;
+            }
+        })
+    }};
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

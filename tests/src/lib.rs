@@ -2,9 +2,10 @@
 //! processes on 127.0.0.1 with ephemeral ports, and kills them all when the grid drops (or when
 //! the test process dies).
 
-use gridwise_cli::local::Daemon;
-use gridwise_client::{Client, ClientConfig};
-use gridwise_proto::ServerState;
+use gridwise_cli::demo::wait_for_servers;
+use gridwise_cli::local::{Daemon, Launcher, LocalGrid};
+use gridwise_client::Client;
+use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -62,76 +63,36 @@ pub fn bin(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// An agent and servers running as separate processes.
-pub struct Grid {
-    /// The agent.
-    pub agent: Daemon,
-    /// Servers by start order.
-    pub servers: Vec<Daemon>,
-    /// Server names by start order.
-    pub names: Vec<String>,
-    token: Option<String>,
-    dir: tempfile::TempDir,
+/// A local grid of the real `gridwise-agent` and `gridwise-server` processes.
+pub struct Grid(pub LocalGrid);
+
+impl Deref for Grid {
+    type Target = LocalGrid;
+    fn deref(&self) -> &LocalGrid {
+        &self.0
+    }
+}
+
+impl DerefMut for Grid {
+    fn deref_mut(&mut self) -> &mut LocalGrid {
+        &mut self.0
+    }
 }
 
 impl Grid {
     /// Starts an agent with extra flags.
     pub fn agent(extra: &[&str]) -> Grid {
-        let dir = tempfile::Builder::new()
-            .prefix("gridwise-e2e-")
-            .tempdir()
-            .expect("temp dir");
-        let mut args: Vec<String> = vec!["--listen".into(), "127.0.0.1:0".into()];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let token = extra
-            .iter()
-            .position(|a| *a == "--token")
-            .and_then(|i| extra.get(i + 1))
-            .map(|s| s.to_string());
-        let agent = Daemon::spawn(
-            &bin("gridwise-agent"),
-            &args,
-            &dir.path().join("agent.log"),
-            "agent",
-        )
-        .unwrap_or_else(|e| panic!("{e:#}"));
-        Grid {
-            agent,
-            servers: Vec::new(),
-            names: Vec::new(),
-            token,
-            dir,
-        }
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let agent = Launcher::program(bin("gridwise-agent"));
+        let server = Launcher::program(bin("gridwise-server"));
+        Grid(LocalGrid::start(&agent, server, &extra).unwrap_or_else(|e| panic!("{e:#}")))
     }
 
-    /// Starts a server named `name` with this TOML config (the agent address, a loopback
-    /// listen address and the grid's token are added).
+    /// Starts a server named `name` with this TOML config.
     pub fn server(&mut self, name: &str, toml: &str) -> &Daemon {
-        let cfg = self.dir.path().join(format!("{name}.toml"));
-        std::fs::write(&cfg, toml).expect("write server config");
-        let mut args = vec![
-            "--config".to_string(),
-            cfg.display().to_string(),
-            "--name".into(),
-            name.into(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--agent".into(),
-            self.agent.addr.clone(),
-        ];
-        if let Some(t) = &self.token {
-            args.extend(["--token".to_string(), t.clone()]);
-        }
-        let d = Daemon::spawn(
-            &bin("gridwise-server"),
-            &args,
-            &self.dir.path().join(format!("{name}.log")),
-            name,
-        )
-        .unwrap_or_else(|e| panic!("{e:#}"));
-        self.servers.push(d);
-        self.names.push(name.to_string());
-        self.servers.last().expect("just pushed")
+        self.0
+            .add_server(name, toml)
+            .unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     /// The usual grid: fast heartbeats and two servers `s1`, `s2` with every built-in service.
@@ -145,50 +106,15 @@ impl Grid {
 
     /// A client connected to this grid's agent.
     pub fn client(&self) -> Client {
-        let mut cfg = ClientConfig::with_agent(self.agent.addr.clone());
-        cfg.token = self.token.clone();
-        Client::connect(cfg).unwrap_or_else(|e| panic!("client cannot connect: {e}"))
+        Client::connect(self.client_config())
+            .unwrap_or_else(|e| panic!("client cannot connect: {e}"))
     }
 
-    /// Waits until `n` servers are up at the agent (panics after 30 s with the logs' tails).
+    /// Waits until `n` servers are up at the agent (panics after 30 s with the logs).
     pub fn wait_up(&self, n: usize) {
-        let c = self.client();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let up = c
-                .status()
-                .map(|s| {
-                    s.servers
-                        .iter()
-                        .filter(|s| s.state == ServerState::Up)
-                        .count()
-                })
-                .unwrap_or(0);
-            if up >= n {
-                return;
-            }
-            if Instant::now() > deadline {
-                panic!("only {up} of {n} servers came up; logs:\n{}", self.logs());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Err(e) = wait_for_servers(&self.client(), n, Duration::from_secs(30)) {
+            panic!("{e:#}; logs:\n{}", self.logs());
         }
-    }
-
-    /// Every daemon's log, for failure messages.
-    pub fn logs(&self) -> String {
-        let mut out = String::new();
-        if let Ok(rd) = std::fs::read_dir(self.dir.path()) {
-            for e in rd.flatten() {
-                if e.path().extension().is_some_and(|x| x == "log") {
-                    out += &format!(
-                        "--- {}\n{}\n",
-                        e.path().display(),
-                        std::fs::read_to_string(e.path()).unwrap_or_default()
-                    );
-                }
-            }
-        }
-        out
     }
 }
 

@@ -156,23 +156,9 @@ pub fn render(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gridwise_proto::{ArgDesc, ArgMode};
 
     fn dgemm() -> ServiceDesc {
-        ServiceDesc {
-            name: "dgemm".into(),
-            doc: String::new(),
-            args: vec![
-                ArgDesc::new("m", ArgMode::In, "int"),
-                ArgDesc::new("n", ArgMode::In, "int"),
-                ArgDesc::new("k", ArgMode::In, "int"),
-                ArgDesc::new("A", ArgMode::In, "matrix<f64>[m,k]"),
-                ArgDesc::new("B", ArgMode::In, "matrix<f64>[k,n]"),
-                ArgDesc::new("C", ArgMode::Out, "matrix<f64>[m,n]"),
-            ],
-            size_params: vec!["m".into(), "n".into(), "k".into()],
-            complexity: Some("2*m*n*k".into()),
-        }
+        gridwise_kernels::builtin("dgemm").unwrap().desc().clone()
     }
 
     fn w(v: &[&str]) -> Vec<String> {

@@ -31,7 +31,7 @@ pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<serde_json::Value> {
         Some(a) => (a.clone(), opts.token.clone()),
         None => {
             let exe = std::env::current_exe()?;
-            let mut g = LocalGrid::start_agent(&exe, &[])?;
+            let mut g = LocalGrid::start_gridwise(&exe, &[])?;
             g.add_server("bench-server", "builtins = [\"add\"]\ncalibrate = false\n")?;
             let a = g.agent.addr.clone();
             grid = Some(g);

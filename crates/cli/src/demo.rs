@@ -5,7 +5,7 @@
 
 use crate::local::LocalGrid;
 use crate::status;
-use gridwise_client::{Client, ClientConfig, SessionId};
+use gridwise_client::{Client, SessionId};
 use gridwise_proto::{RankOptions, ServerState, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ pub fn run() -> anyhow::Result<()> {
         "3000",
     ]
     .map(String::from);
-    let mut grid = LocalGrid::start_agent(&exe, &hb)?;
+    let mut grid = LocalGrid::start_gridwise(&exe, &hb)?;
     println!("  agent      {}", grid.agent.addr);
     for (name, speed) in EMULATED {
         let addr = grid.add_server(name, &emulated_toml(speed))?.addr.clone();
@@ -64,7 +64,7 @@ pub fn run() -> anyhow::Result<()> {
         .clone();
     println!("  dgemm-host {addr}  the real dgemm (matrixmultiply) on this CPU");
 
-    let client = Client::connect(ClientConfig::with_agent(grid.agent.addr.clone()))?;
+    let client = Client::connect(grid.client_config())?;
     wait_for_servers(&client, 5, Duration::from_secs(30))?;
     println!();
     status::print_status(&client, false)?;

@@ -122,41 +122,102 @@ fn die_with_parent(cmd: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent(_cmd: &mut Command) {}
 
-/// An agent and servers on loopback, each a separate process, with logs in a temporary folder.
+/// How to start a daemon: a program and the words before its own flags (e.g. `gridwise agent`
+/// or `gridwise-agent`).
+#[derive(Clone, Debug)]
+pub struct Launcher {
+    /// The executable.
+    pub program: PathBuf,
+    /// Arguments that come first (a subcommand).
+    pub prefix: Vec<String>,
+}
+
+impl Launcher {
+    /// A program run as it is.
+    pub fn program(program: PathBuf) -> Self {
+        Self {
+            program,
+            prefix: Vec::new(),
+        }
+    }
+
+    /// A subcommand of a program, e.g. `gridwise server`.
+    pub fn subcommand(program: PathBuf, sub: &str) -> Self {
+        Self {
+            program,
+            prefix: vec![sub.to_string()],
+        }
+    }
+}
+
+/// An agent and servers on loopback, each a separate process, with their config files and logs
+/// in a temporary folder that goes away with the grid.
 pub struct LocalGrid {
     /// The agent.
     pub agent: Daemon,
     /// The servers, in start order.
     pub servers: Vec<Daemon>,
+    /// The servers' names, in start order.
+    pub names: Vec<String>,
+    /// The shared token the agent was started with, passed on to servers and clients.
+    pub token: Option<String>,
+    server: Launcher,
     dir: tempfile::TempDir,
-    program: PathBuf,
 }
 
 impl LocalGrid {
-    /// Starts an agent with `agent_args` (after `agent --listen 127.0.0.1:0`) using
-    /// `program agent …` / `program server …` (the `gridwise` binary).
-    pub fn start_agent(program: &Path, agent_args: &[String]) -> anyhow::Result<LocalGrid> {
+    /// Starts an agent on an ephemeral loopback port with extra flags (`--token T` among them
+    /// makes the grid use that token).
+    pub fn start(
+        agent: &Launcher,
+        server: Launcher,
+        agent_args: &[String],
+    ) -> anyhow::Result<LocalGrid> {
         let dir = tempfile::Builder::new()
             .prefix("gridwise-local-")
             .tempdir()?;
-        let mut args = vec!["agent".to_string(), "--listen".into(), "127.0.0.1:0".into()];
+        let mut args = agent.prefix.clone();
+        args.extend(["--listen".to_string(), "127.0.0.1:0".into()]);
         args.extend_from_slice(agent_args);
-        let agent = Daemon::spawn(program, &args, &dir.path().join("agent.log"), "agent")?;
+        let token = agent_args
+            .iter()
+            .position(|a| a == "--token")
+            .and_then(|i| agent_args.get(i + 1))
+            .cloned();
+        let agent = Daemon::spawn(
+            &agent.program,
+            &args,
+            &dir.path().join("agent.log"),
+            "agent",
+        )?;
         Ok(LocalGrid {
             agent,
             servers: Vec::new(),
+            names: Vec::new(),
+            token,
+            server,
             dir,
-            program: program.to_path_buf(),
         })
     }
 
-    /// Writes `config_toml` and starts a server with it, registered with this agent.
+    /// A grid whose daemons are `program agent …` and `program server …` (the `gridwise` tool).
+    pub fn start_gridwise(program: &Path, agent_args: &[String]) -> anyhow::Result<LocalGrid> {
+        let agent = Launcher::subcommand(program.to_path_buf(), "agent");
+        LocalGrid::start(
+            &agent,
+            Launcher::subcommand(program.to_path_buf(), "server"),
+            agent_args,
+        )
+    }
+
+    /// Writes `config_toml` and starts a server named `name` with it, registered with this
+    /// agent on an ephemeral loopback port.
     pub fn add_server(&mut self, name: &str, config_toml: &str) -> anyhow::Result<&Daemon> {
         let cfg = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&cfg, config_toml)?;
-        let args = vec![
-            "server".to_string(),
-            "--config".into(),
+        let mut args = self.server.prefix.clone();
+        args.extend([
+            "--config".to_string(),
             cfg.display().to_string(),
             "--name".into(),
             name.into(),
@@ -164,15 +225,40 @@ impl LocalGrid {
             "127.0.0.1:0".into(),
             "--agent".into(),
             self.agent.addr.clone(),
-        ];
+        ]);
+        if let Some(t) = &self.token {
+            args.extend(["--token".to_string(), t.clone()]);
+        }
         let log = self.dir.path().join(format!("{name}.log"));
-        let d = Daemon::spawn(&self.program, &args, &log, name)?;
+        let d = Daemon::spawn(&self.server.program, &args, &log, name)?;
         self.servers.push(d);
+        self.names.push(name.to_string());
         Ok(self.servers.last().expect("just pushed"))
+    }
+
+    /// Client settings for this grid.
+    pub fn client_config(&self) -> gridwise_client::ClientConfig {
+        let mut cfg = gridwise_client::ClientConfig::with_agent(self.agent.addr.clone());
+        cfg.token = self.token.clone();
+        cfg
     }
 
     /// Where the logs are.
     pub fn log_dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Every daemon's log, for error messages.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        if let Ok(rd) = std::fs::read_dir(self.dir.path()) {
+            for e in rd.flatten() {
+                if e.path().extension().is_some_and(|x| x == "log") {
+                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    out += &format!("--- {}\n{text}\n", e.path().display());
+                }
+            }
+        }
+        out
     }
 }

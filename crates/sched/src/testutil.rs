@@ -2,22 +2,12 @@
 
 use gridwise_proto::{ArgDesc, ArgMode, CallProfile, Registration, ServiceDesc};
 
-/// `dgemm(m, n, k, A, B) -> C` with complexity `2*m*n*k`.
+/// The real built-in `dgemm(m, n, k, A, B) -> C`, complexity `2*m*n*k`.
 pub fn dgemm() -> ServiceDesc {
-    ServiceDesc {
-        name: "dgemm".into(),
-        doc: String::new(),
-        args: vec![
-            ArgDesc::new("m", ArgMode::In, "int"),
-            ArgDesc::new("n", ArgMode::In, "int"),
-            ArgDesc::new("k", ArgMode::In, "int"),
-            ArgDesc::new("A", ArgMode::In, "matrix<f64>[m,k]"),
-            ArgDesc::new("B", ArgMode::In, "matrix<f64>[k,n]"),
-            ArgDesc::new("C", ArgMode::Out, "matrix<f64>[m,n]"),
-        ],
-        size_params: vec!["m".into(), "n".into(), "k".into()],
-        complexity: Some("2*m*n*k".into()),
-    }
+    gridwise_kernels::builtin("dgemm")
+        .expect("dgemm is built in")
+        .desc()
+        .clone()
 }
 
 /// `echo(x) -> y`, no size parameters, no complexity.

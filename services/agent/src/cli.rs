@@ -30,22 +30,19 @@ pub struct AgentArgs {
 impl AgentArgs {
     /// The merged settings: defaults < file < GRIDWISE_AGENT_* < flags.
     pub fn load(&self) -> anyhow::Result<AgentConfig> {
-        let mut o: Vec<(&str, String)> = Vec::new();
-        for (k, v) in [
-            ("listen", &self.listen),
-            ("token", &self.token),
-            ("policy", &self.policy),
-        ] {
-            if let Some(v) = v {
-                o.push((k, v.clone()));
-            }
-        }
-        if let Some(v) = self.heartbeat_interval_ms {
-            o.push(("heartbeat_interval_ms", v.to_string()));
-        }
-        if let Some(v) = self.heartbeat_timeout_ms {
-            o.push(("heartbeat_timeout_ms", v.to_string()));
-        }
+        let o = gridwise_proto::settings::flag_overrides(&[
+            ("listen", self.listen.clone()),
+            ("token", self.token.clone()),
+            ("policy", self.policy.clone()),
+            (
+                "heartbeat_interval_ms",
+                self.heartbeat_interval_ms.map(|v| v.to_string()),
+            ),
+            (
+                "heartbeat_timeout_ms",
+                self.heartbeat_timeout_ms.map(|v| v.to_string()),
+            ),
+        ]);
         Ok(gridwise_proto::settings::load(
             self.config.as_deref(),
             "GRIDWISE_AGENT",

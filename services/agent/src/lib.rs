@@ -8,11 +8,9 @@ pub mod handler;
 pub use config::AgentConfig;
 pub use handler::AgentHandler;
 
-use futures::StreamExt;
 use gridwise_proto::{AgentApi, wire};
 use gridwise_sched::AgentCore;
 use std::time::Duration;
-use tarpc::server::{BaseChannel, Channel};
 use tokio::net::TcpListener;
 
 /// Binds, announces `listening <addr>` on stdout (tools that start the agent read it to learn an
@@ -42,17 +40,6 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         max_frame_bytes: cfg.max_frame_bytes,
         ..wire::WireConfig::default()
     };
-    wire::accept_loop(listener, wire_cfg, cfg.name.clone(), move |framed, peer| {
-        let handler = handler.clone();
-        async move {
-            BaseChannel::with_defaults(wire::server_transport(framed, peer))
-                .execute(handler.serve())
-                .for_each(|call| async move {
-                    tokio::spawn(call);
-                })
-                .await;
-        }
-    })
-    .await;
+    gridwise_proto::serve_forever!(listener, wire_cfg, cfg.name.clone(), handler).await;
     Ok(())
 }

@@ -36,24 +36,15 @@ pub struct ServerArgs {
 impl ServerArgs {
     /// The merged settings: defaults < file < GRIDWISE_SERVER_* < flags.
     pub fn load(&self) -> anyhow::Result<ServerConfig> {
-        let mut o: Vec<(&str, String)> = Vec::new();
-        for (k, v) in [
-            ("name", &self.name),
-            ("listen", &self.listen),
-            ("advertise", &self.advertise),
-            ("agent", &self.agent),
-            ("token", &self.token),
-        ] {
-            if let Some(v) = v {
-                o.push((k, v.clone()));
-            }
-        }
-        if let Some(v) = self.slots {
-            o.push(("slots", v.to_string()));
-        }
-        if self.no_calibrate {
-            o.push(("calibrate", "false".into()));
-        }
+        let o = gridwise_proto::settings::flag_overrides(&[
+            ("name", self.name.clone()),
+            ("listen", self.listen.clone()),
+            ("advertise", self.advertise.clone()),
+            ("agent", self.agent.clone()),
+            ("token", self.token.clone()),
+            ("slots", self.slots.map(|v| v.to_string())),
+            ("calibrate", self.no_calibrate.then(|| "false".to_string())),
+        ]);
         Ok(gridwise_proto::settings::load(
             self.config.as_deref(),
             "GRIDWISE_SERVER",

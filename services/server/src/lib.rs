@@ -11,9 +11,7 @@ pub mod kernels;
 pub use config::ServerConfig;
 pub use handler::ServerHandler;
 
-use futures::StreamExt;
 use gridwise_proto::{Registration, ServerApi, wire};
-use tarpc::server::{BaseChannel, Channel};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
@@ -77,17 +75,6 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
         report_rx,
         cfg.report_batch_max,
     ));
-    wire::accept_loop(listener, wire_cfg, name, move |framed, peer| {
-        let handler = handler.clone();
-        async move {
-            BaseChannel::with_defaults(wire::server_transport(framed, peer))
-                .execute(handler.serve())
-                .for_each(|call| async move {
-                    tokio::spawn(call);
-                })
-                .await;
-        }
-    })
-    .await;
+    gridwise_proto::serve_forever!(listener, wire_cfg, name, handler).await;
     Ok(())
 }
