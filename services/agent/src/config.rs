@@ -56,21 +56,7 @@ impl AgentConfig {
     /// The decision core's settings, checked.
     pub fn core(&self) -> anyhow::Result<CoreConfig> {
         let policy: Policy = self.policy.parse().map_err(anyhow::Error::msg)?;
-        anyhow::ensure!(
-            self.heartbeat_timeout_ms > self.heartbeat_interval_ms,
-            "heartbeat_timeout_ms ({}) must exceed heartbeat_interval_ms ({}), or every server is marked down between two heartbeats",
-            self.heartbeat_timeout_ms,
-            self.heartbeat_interval_ms
-        );
-        anyhow::ensure!(
-            self.default_bandwidth_bytes_per_s > 0.0,
-            "default_bandwidth_bytes_per_s must be positive"
-        );
-        anyhow::ensure!(
-            self.max_candidates >= 1,
-            "max_candidates must be at least 1"
-        );
-        Ok(CoreConfig {
+        let core = CoreConfig {
             policy,
             heartbeat_timeout: Duration::from_millis(self.heartbeat_timeout_ms),
             heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),
@@ -78,6 +64,8 @@ impl AgentConfig {
             default_latency_s: self.default_latency_s,
             ticket_ttl: Duration::from_secs(self.ticket_ttl_s),
             max_candidates: self.max_candidates,
-        })
+        };
+        core.validate()?;
+        Ok(core)
     }
 }

@@ -46,11 +46,13 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
         tracing::info!(service = %svc, "calibrated at {:.3} Gop/s", rate / 1e9);
     }
 
+    let mut services: Vec<_> = set.values().map(|k| k.desc().clone()).collect();
+    services.sort_by(|a, b| a.name.cmp(&b.name));
     let reg = Registration {
         name: name.clone(),
         addr: addr.clone(),
         slots,
-        services: set.values().map(|k| k.desc().clone()).collect(),
+        services,
         rates: calibration.rates,
         default_rate: calibration.default_rate,
         memory_bytes: host::memory_bytes(),
