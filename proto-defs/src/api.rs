@@ -29,6 +29,12 @@ pub trait AgentApi {
     async fn release(ticket: Ticket);
     /// Servers, their state and queues.
     async fn status() -> AgentStatus;
+    /// Points a server's model builder measured (streamed as they arrive).
+    async fn model_points(server: ServerId, points: Vec<ModelPoint>) -> Ack;
+    /// Every (server, service) model the agent holds.
+    async fn models() -> Vec<ModelSummary>;
+    /// One model, in full.
+    async fn model(server: String, service: String) -> Result<ModelExport, RpcError>;
 }
 
 /// A compute server: runs calls.

@@ -91,6 +91,20 @@ pub enum ComputeSource {
         /// How many calls the mean is over.
         calls: u64,
     },
+    /// The server's functional performance model of this service: time = complexity ÷ S(x).
+    Fpm {
+        /// Measured points in the model.
+        points: u32,
+        /// Whether the speed was adjusted for the server's recent load (band model).
+        load_adjusted: bool,
+    },
+    /// complexity ÷ calibrated rate, because the size lies outside the range the model covers.
+    RateOutsideModel {
+        /// Operations per second.
+        rate: f64,
+        /// Measured points in the model.
+        points: u32,
+    },
     /// Nothing is known yet; the compute term is zero.
     Unknown,
 }
@@ -102,6 +116,23 @@ impl fmt::Display for ComputeSource {
                 write!(f, "complexity / calibrated rate {:.3} Gop/s", rate / 1e9)
             }
             ComputeSource::History { calls } => write!(f, "mean of {calls} past call(s)"),
+            ComputeSource::Fpm {
+                points,
+                load_adjusted,
+            } => write!(
+                f,
+                "performance model ({points} points{})",
+                if *load_adjusted {
+                    ", load-adjusted"
+                } else {
+                    ""
+                }
+            ),
+            ComputeSource::RateOutsideModel { rate, points } => write!(
+                f,
+                "complexity / calibrated rate {:.3} Gop/s (size outside the model's {points} points)",
+                rate / 1e9
+            ),
             ComputeSource::Unknown => f.write_str("unknown (no complexity, no history)"),
         }
     }
@@ -192,6 +223,9 @@ pub struct LoadSample {
     pub queued: u32,
     /// One-minute load average of the host (0 where unknown).
     pub loadavg_1m: f64,
+    /// Whether the server's own model benchmarks ran during the last minute (such samples are
+    /// kept out of the load history: they are not load the calls will meet).
+    pub benchmarking: bool,
 }
 
 /// A heartbeat.
@@ -201,6 +235,122 @@ pub struct Heartbeat {
     pub server_id: ServerId,
     /// Its load now.
     pub load: LoadSample,
+    /// Progress of its model builds.
+    pub models: Vec<ModelProgress>,
+}
+
+/// Summary statistics of the speeds measured at one size (operations/s).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PointStats {
+    /// Runs.
+    pub count: u64,
+    /// Slowest.
+    pub min: f64,
+    /// Mean.
+    pub mean: f64,
+    /// Fastest.
+    pub max: f64,
+}
+
+/// Where a model point came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PointSource {
+    /// A benchmark run by the server's model builder.
+    Benchmark,
+    /// A real call's kernel time.
+    Online,
+    /// Not measured: the builder assumes speed 0 at the top of the range (GBBP's b endpoint).
+    AssumedZero,
+}
+
+/// One point of a (server, service) performance model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelPoint {
+    /// Service name.
+    pub service: String,
+    /// Size parameter values, in the description's order.
+    pub x: Vec<i64>,
+    /// Speeds measured there.
+    pub stats: PointStats,
+    /// Where it came from.
+    pub source: PointSource,
+}
+
+/// A construction interval of a model build (for plots).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BuildInterval {
+    /// One end.
+    pub lo: Vec<i64>,
+    /// The other end.
+    pub hi: Vec<i64>,
+    /// Whether the builder is done with it.
+    pub finalised: bool,
+}
+
+/// Where a model build stands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum BuildState {
+    /// Behind higher-priority builds.
+    Queued,
+    /// Its policy does not allow benchmarks now (the reason).
+    Waiting(String),
+    /// Measuring points.
+    Building,
+    /// Every construction interval is finalised.
+    Done,
+    /// The build stopped with an error.
+    Failed(String),
+}
+
+/// Progress of one model build on a server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelProgress {
+    /// Service name.
+    pub service: String,
+    /// Construction method (gbbp, naive, …).
+    pub method: String,
+    /// State.
+    pub state: BuildState,
+    /// Points measured.
+    pub points: u32,
+    /// Kernel runs.
+    pub runs: u32,
+    /// Time spent benchmarking, s.
+    pub bench_time_s: f64,
+    /// Construction intervals.
+    pub intervals: Vec<BuildInterval>,
+}
+
+/// A (server, service) model as the agent holds it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelExport {
+    /// Server name.
+    pub server: String,
+    /// Service name.
+    pub service: String,
+    /// Size parameter names.
+    pub params: Vec<String>,
+    /// The service's complexity expression.
+    pub complexity: Option<String>,
+    /// Measured points (benchmarks and real calls merged per size).
+    pub points: Vec<(Vec<i64>, PointStats)>,
+    /// The assumed zero-speed point, if the build set one.
+    pub assumed_zero: Option<Vec<i64>>,
+    /// The server's build progress, if it builds this model.
+    pub progress: Option<ModelProgress>,
+}
+
+/// One line of the agent's model list.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSummary {
+    /// Server name.
+    pub server: String,
+    /// Service name.
+    pub service: String,
+    /// Measured points.
+    pub points: u32,
+    /// Build progress on the server, if any.
+    pub progress: Option<ModelProgress>,
 }
 
 /// The agent's answer to a heartbeat or a report.

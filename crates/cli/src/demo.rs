@@ -6,7 +6,7 @@
 use crate::local::LocalGrid;
 use crate::status;
 use gridwise_client::{Client, SessionId};
-use gridwise_proto::{RankOptions, ServerState, Value};
+use gridwise_proto::{BuildState, RankOptions, ServerState, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -36,8 +36,56 @@ const SOLVE_SIZES: [i64; 24] = [
 
 fn emulated_toml(speed: &str) -> String {
     format!(
-        "builtins = []\nslots = 1\n\n[[emulated]]\nname = \"solve\"\ndoc = \"an emulated dense solver\"\nparam = \"n\"\ncomplexity = \"n^3\"\nspeed = {speed}\n"
+        "builtins = []\nslots = 1\n\n[[emulated]]\nname = \"solve\"\ndoc = \"an emulated dense solver\"\nparam = \"n\"\ncomplexity = \"n^3\"\nspeed = {speed}\n\n\
+         [[models]]\nservice = \"solve\"\nmethod = \"gbbp\"\nfuzzy_max = true\nparams = [{{ name = \"n\", min = 100, max = 1000, stride = 25 }}]\n"
     )
+}
+
+/// Waits for every server's model builds to finish, with a progress bar.
+fn wait_for_models(client: &Client, servers: usize, timeout: Duration) -> anyhow::Result<()> {
+    let bar = indicatif::ProgressBar::new(servers as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "  {spinner} [{bar:20}] {pos}/{len} models built  {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(100));
+    let deadline = Instant::now() + timeout;
+    loop {
+        let models = client.models()?;
+        let done = models
+            .iter()
+            .filter(|m| {
+                m.progress
+                    .as_ref()
+                    .is_some_and(|p| p.state == BuildState::Done)
+            })
+            .count();
+        let points: u32 = models.iter().map(|m| m.points).sum();
+        bar.set_position(done as u64);
+        bar.set_message(format!("{points} points measured"));
+        if let Some(f) = models
+            .iter()
+            .find_map(|m| match m.progress.as_ref().map(|p| &p.state) {
+                Some(BuildState::Failed(e)) => Some(format!("{}: {e}", m.server)),
+                _ => None,
+            })
+        {
+            bar.abandon();
+            anyhow::bail!("a model build failed on {f}");
+        }
+        if done >= servers {
+            bar.finish_with_message(format!("{points} points measured"));
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bar.abandon();
+            anyhow::bail!("model builds did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Runs the demo; returns when everything is shut down.
@@ -68,6 +116,17 @@ pub fn run() -> anyhow::Result<()> {
     wait_for_servers(&client, 5, Duration::from_secs(30))?;
     println!();
     status::print_status(&client, false)?;
+
+    println!(
+        "\nEach emulated server first builds a functional performance model of `solve` with GBBP"
+    );
+    println!(
+        "(geometric bisection: cheap small sizes first, large sizes only where the shape needs them):"
+    );
+    let t_models = Instant::now();
+    wait_for_models(&client, EMULATED.len(), Duration::from_secs(120))?;
+    println!("  built in {:.1} s", t_models.elapsed().as_secs_f64());
+    crate::model::print_status(&client, false)?;
 
     println!(
         "\nA batch of {} `solve` calls and 4 `dgemm` calls, submitted at once (asynchronous sessions);",
@@ -161,11 +220,13 @@ pub fn run() -> anyhow::Result<()> {
         "mean |predicted - measured| / measured of the kernel time: {:.0}%",
         mean_err * 100.0
     );
-    println!("(compute terms are complexity ÷ a rate each server measured once at a small size;");
-    println!(" where a true speed collapses or climbs with size, that constant is far off. The");
     println!(
-        " functional performance models of the next milestone learn speed as a function of size.)"
+        "(`solve` predictions come from each server's performance model; dgemm-host has none,"
     );
+    println!(
+        " so its predictions are complexity ÷ the rate it measured at start-up, until real calls"
+    );
+    println!(" give it points of its own.)");
 
     println!("\nWhy a call of n=1000 would go where it goes (ETC breakdown per candidate):");
     status::print_explain(
@@ -175,6 +236,26 @@ pub fn run() -> anyhow::Result<()> {
         RankOptions::default(),
         false,
     )?;
+
+    let exports: Vec<_> = EMULATED
+        .iter()
+        .map(|(name, _)| client.model(name, "solve"))
+        .collect::<Result<_, _>>()?;
+    let out = std::path::PathBuf::from("gridwise-demo-models.svg");
+    crate::plot::plot_models(
+        &exports,
+        &crate::plot::PlotOptions {
+            output: out.clone(),
+            slice: Vec::new(),
+            width: 1000,
+            height: 600,
+            title: Some("solve: speed of each emulated server, as gridwise learned it".into()),
+        },
+    )?;
+    println!(
+        "\nThe four models, with bands, samples and construction intervals: {}",
+        out.display()
+    );
 
     drop(client);
     let logs = grid.log_dir().display().to_string();

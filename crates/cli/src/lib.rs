@@ -4,7 +4,10 @@
 
 pub mod args;
 pub mod bench;
+pub mod bench_models;
 pub mod call;
 pub mod demo;
 pub mod local;
+pub mod model;
+pub mod plot;
 pub mod status;

@@ -162,6 +162,8 @@ pub struct LocalGrid {
     /// The shared token the agent was started with, passed on to servers and clients.
     pub token: Option<String>,
     server: Launcher,
+    agent_launcher: Launcher,
+    agent_args: Vec<String>,
     dir: tempfile::TempDir,
 }
 
@@ -176,14 +178,20 @@ impl LocalGrid {
         let dir = tempfile::Builder::new()
             .prefix("gridwise-local-")
             .tempdir()?;
+        let mut kept: Vec<String> = agent_args.to_vec();
+        if !kept.iter().any(|a| a == "--data-dir") {
+            let data = dir.path().join("agent-data");
+            kept.extend(["--data-dir".to_string(), data.display().to_string()]);
+        }
         let mut args = agent.prefix.clone();
         args.extend(["--listen".to_string(), "127.0.0.1:0".into()]);
-        args.extend_from_slice(agent_args);
+        args.extend_from_slice(&kept);
         let token = agent_args
             .iter()
             .position(|a| a == "--token")
             .and_then(|i| agent_args.get(i + 1))
             .cloned();
+        let launcher = agent.clone();
         let agent = Daemon::spawn(
             &agent.program,
             &args,
@@ -196,8 +204,22 @@ impl LocalGrid {
             names: Vec::new(),
             token,
             server,
+            agent_launcher: launcher,
+            agent_args: kept,
             dir,
         })
+    }
+
+    /// Kills the agent (SIGKILL) and starts it again on the same address with the same data
+    /// directory: what it had learned must come back from its store.
+    pub fn restart_agent(&mut self) -> anyhow::Result<()> {
+        self.agent.kill();
+        let mut args = self.agent_launcher.prefix.clone();
+        args.extend(["--listen".to_string(), self.agent.addr.clone()]);
+        args.extend_from_slice(&self.agent_args);
+        let log = self.dir.path().join("agent-restarted.log");
+        self.agent = Daemon::spawn(&self.agent_launcher.program, &args, &log, "agent")?;
+        Ok(())
     }
 
     /// A grid whose daemons are `program agent …` and `program server …` (the `gridwise` tool).

@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use gridwise_agent::cli::AgentArgs;
-use gridwise_cli::{args, bench, call, demo, status};
+use gridwise_cli::{args, bench, call, demo, model, status};
 use gridwise_client::{Client, ClientConfig};
 use gridwise_proto::RankOptions;
 use gridwise_server::cli::ServerArgs;
@@ -81,6 +81,11 @@ enum Command {
         #[command(subcommand)]
         which: BenchCmd,
     },
+    /// Performance models: build progress, points, export, plots.
+    Model {
+        #[command(subcommand)]
+        which: ModelCmd,
+    },
     /// Run the agent daemon (same as gridwise-agent).
     Agent(AgentArgs),
     /// Run a server daemon (same as gridwise-server).
@@ -88,7 +93,70 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum ModelCmd {
+    /// Every model the agent holds, with its build progress on the server.
+    Status {
+        /// JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// One model's points.
+    Show {
+        /// Server name.
+        #[arg(long)]
+        server: String,
+        /// Service name.
+        #[arg(long)]
+        service: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Draws models (speed against size, band, samples, construction intervals) to SVG or PNG.
+    Plot {
+        /// Server(s); repeat to overlay several (default: every server modelling the service).
+        #[arg(long)]
+        server: Vec<String>,
+        /// Service(s): one for all servers, or one per --server.
+        #[arg(long, required = true)]
+        service: Vec<String>,
+        /// Output file: .svg or .png.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Fix size parameters of multi-parameter models, e.g. --slice n=3000 (repeatable).
+        #[arg(long)]
+        slice: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// One model (or, without --server/--service, every model) as JSON.
+    Export {
+        /// Server name.
+        #[arg(long)]
+        server: Option<String>,
+        /// Service name.
+        #[arg(long)]
+        service: Option<String>,
+        /// JSON (the only format; accepted for symmetry with other commands).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Subcommand)]
 enum BenchCmd {
+    /// Model construction: cost and accuracy of GBBP, uniform-20 and naive builds.
+    Models {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Leave out the real dgemm (timed on this machine; takes tens of seconds).
+        #[arg(long)]
+        no_dgemm: bool,
+    },
     /// Call overhead of the full path for the no-op `add`.
     Rpc {
         /// Print one JSON object.
@@ -188,8 +256,41 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             let c = client(conn)?;
             call::run(&c, service, args, server.as_deref(), *json)
         }
+        Command::Model { which } => match which {
+            ModelCmd::Status { json, conn } => model::print_status(&client(conn)?, *json),
+            ModelCmd::Show {
+                server,
+                service,
+                conn,
+            } => model::print_show(&client(conn)?, server, service),
+            ModelCmd::Plot {
+                server,
+                service,
+                output,
+                slice,
+                conn,
+            } => model::plot(&client(conn)?, server, service, output, slice),
+            ModelCmd::Export {
+                server,
+                service,
+                json: _,
+                conn,
+            } => model::export(&client(conn)?, server.as_deref(), service.as_deref()),
+        },
         Command::Demo => demo::run(),
         Command::Bench { which } => match which {
+            BenchCmd::Models { json, no_dgemm } => {
+                gridwise_cli::bench_models::run(!*no_dgemm, &mut |line| {
+                    if *json {
+                        println!("{line}");
+                    } else {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&line).unwrap_or_default()
+                        );
+                    }
+                })
+            }
             BenchCmd::Rpc {
                 json,
                 calls,

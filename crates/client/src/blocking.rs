@@ -6,7 +6,8 @@ use crate::error::GrpcError;
 use crate::handle::FunctionHandle;
 use crate::session::SessionId;
 use gridwise_proto::{
-    AgentStatus, CallProfile, Candidate, ErrorCode, RankOptions, ServiceDesc, ServiceSummary, Value,
+    AgentStatus, CallProfile, Candidate, ErrorCode, ModelExport, ModelSummary, RankOptions,
+    ServiceDesc, ServiceSummary, Value,
 };
 use std::future::Future;
 use std::thread::JoinHandle;
@@ -209,6 +210,16 @@ impl Client {
     /// See [`GridClient::status`].
     pub fn status(&self) -> Result<AgentStatus, GrpcError> {
         self.run(self.inner.status())
+    }
+
+    /// See [`GridClient::models`].
+    pub fn models(&self) -> Result<Vec<ModelSummary>, GrpcError> {
+        self.run(self.inner.models())
+    }
+
+    /// See [`GridClient::model`].
+    pub fn model(&self, server: &str, service: &str) -> Result<ModelExport, GrpcError> {
+        self.run(self.inner.model(server, service))
     }
 
     /// See [`GridClient::list_services`].

@@ -8,7 +8,8 @@ use crate::session::{CancelFlag, CompletionGuard, SessionId, Sessions};
 use gridwise_proto::wire;
 use gridwise_proto::{
     AgentStatus, CallError, CallId, CallProfile, Candidate, ErrorCode, Etc, ExecuteRequest,
-    RankOptions, Ranking, ServiceDesc, ServiceSummary, Ticket, Timing, Value,
+    ModelExport, ModelSummary, RankOptions, Ranking, ServiceDesc, ServiceSummary, Ticket, Timing,
+    Value,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -479,6 +480,16 @@ impl GridClient {
     /// The agent's view of the grid.
     pub async fn status(&self) -> Result<AgentStatus, GrpcError> {
         self.inner.conn.status().await
+    }
+
+    /// Every (server, service) performance model the agent holds.
+    pub async fn models(&self) -> Result<Vec<ModelSummary>, GrpcError> {
+        self.inner.conn.models().await
+    }
+
+    /// One performance model in full.
+    pub async fn model(&self, server: &str, service: &str) -> Result<ModelExport, GrpcError> {
+        self.inner.conn.model(server, service).await
     }
 
     /// Every service some server offers.

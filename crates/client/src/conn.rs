@@ -5,8 +5,8 @@ use crate::config::ClientConfig;
 use crate::error::GrpcError;
 use gridwise_proto::wire::{self, WireConfig};
 use gridwise_proto::{
-    AgentApiClient, AgentStatus, CallProfile, Candidate, RankOptions, Ranking, RpcError,
-    ServerApiClient, ServiceDesc, ServiceSummary, Ticket,
+    AgentApiClient, AgentStatus, CallProfile, Candidate, ModelExport, ModelSummary, RankOptions,
+    Ranking, RpcError, ServerApiClient, ServiceDesc, ServiceSummary, Ticket,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -279,6 +279,26 @@ impl Conn {
     pub(crate) async fn status(&self) -> Result<AgentStatus, GrpcError> {
         self.agent_call(|c, ctx| async move { c.status(ctx).await })
             .await
+    }
+
+    /// `AgentApi::models`.
+    pub(crate) async fn models(&self) -> Result<Vec<ModelSummary>, GrpcError> {
+        self.agent_call(|c, ctx| async move { c.models(ctx).await })
+            .await
+    }
+
+    /// `AgentApi::model`.
+    pub(crate) async fn model(
+        &self,
+        server: &str,
+        service: &str,
+    ) -> Result<ModelExport, GrpcError> {
+        self.agent_call(|c, ctx| {
+            let (a, b) = (server.to_string(), service.to_string());
+            async move { c.model(ctx, a, b).await }
+        })
+        .await?
+        .map_err(GrpcError::from)
     }
 
     /// `AgentApi::list_services`.

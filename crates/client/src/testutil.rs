@@ -175,6 +175,21 @@ impl AgentApi for TestAgent {
     async fn release(self, _: Context, ticket: Ticket) {
         self.0.released.lock().unwrap().push(ticket);
     }
+    async fn model_points(self, _: Context, _: ServerId, _: Vec<ModelPoint>) -> Ack {
+        Ack::Ok
+    }
+
+    async fn models(self, _: Context) -> Vec<ModelSummary> {
+        Vec::new()
+    }
+
+    async fn model(self, _: Context, server: String, _: String) -> Result<ModelExport, RpcError> {
+        Err(RpcError::new(
+            ErrorCode::ServerNotFound,
+            format!("the test agent holds no model of {server}"),
+        ))
+    }
+
     async fn status(self, _: Context) -> AgentStatus {
         let servers = self.0.servers.lock().unwrap().clone();
         AgentStatus {

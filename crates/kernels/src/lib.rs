@@ -11,6 +11,7 @@ pub mod builtin;
 pub mod calibrate;
 pub mod cancel;
 pub mod emulated;
+pub mod inputs;
 pub mod kernel;
 pub mod speed;
 
@@ -20,5 +21,6 @@ pub use builtin::{
 pub use calibrate::{Calibration, calibrate};
 pub use cancel::CancelFlag;
 pub use emulated::{EmulatedError, EmulatedKernel, EmulatedSpec};
+pub use inputs::inputs_for_sizes;
 pub use kernel::{Kernel, KernelCtx, KernelError};
 pub use speed::{SpeedError, SpeedFunction};

@@ -21,6 +21,10 @@ pub struct CoreConfig {
     pub max_candidates: usize,
     /// How often servers are asked to send heartbeats.
     pub heartbeat_interval: Duration,
+    /// Period of the load history each server's band model is built from (the thesis's Δ).
+    pub load_sample: Duration,
+    /// Load-average window w of the band model, in samples (the history keeps 2w − 1).
+    pub load_window: usize,
 }
 
 impl Default for CoreConfig {
@@ -33,6 +37,8 @@ impl Default for CoreConfig {
             ticket_ttl: Duration::from_secs(600),
             max_candidates: 8,
             heartbeat_interval: Duration::from_secs(1),
+            load_sample: Duration::from_secs(60),
+            load_window: 60,
         }
     }
 }

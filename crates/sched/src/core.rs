@@ -3,7 +3,8 @@
 
 use crate::catalog::{Catalog, CatalogEntry, ServiceIdx};
 use crate::config::CoreConfig;
-use crate::etc::{self, ComputeModel, RateModel};
+use crate::etc::{self, ComputeModel};
+use crate::fpm_model::FpmModel;
 use crate::policy::{self, Keyed};
 use crate::queue::{Assignment, TicketIndex};
 use crate::registry::{Registry, ServerEntry};
@@ -12,7 +13,12 @@ use gridwise_proto::{
     RankOptions, Ranking, RegisterReply, Registration, RpcError, ServerId, ServiceDesc,
     ServiceSummary, Ticket,
 };
+use std::collections::HashSet;
 use std::time::Duration;
+
+mod models;
+
+pub use models::DirtyPoint;
 
 /// Everything the agent decides with. Pure: no I/O, no clock; every event carries `now`, the
 /// monotonic time since the agent started.
@@ -28,6 +34,9 @@ pub struct AgentCore {
     rr_turns: Vec<u64>,
     // Reused by `rank` so that a decision allocates only its answer.
     scratch: Vec<Keyed>,
+    // Model points changed since the last `take_dirty_points` (server slot, service, sizes), so
+    // the shell persists only what changed.
+    dirty: HashSet<(usize, ServiceIdx, Vec<i64>)>,
 }
 
 /// The servers a call may go to: a service's providers (name-sorted) or the one pinned server.
@@ -54,18 +63,20 @@ impl Source<'_> {
 }
 
 impl AgentCore {
-    /// A core with no servers, estimating compute time with [`RateModel`].
+    /// A core with no servers, estimating compute time with functional performance models
+    /// ([`FpmModel`], falling back to calibrated rates).
     pub fn new(config: CoreConfig) -> Self {
         Self {
             config,
             catalog: Catalog::new(),
             registry: Registry::new(),
             tickets: TicketIndex::default(),
-            model: Box::new(RateModel),
+            model: Box::new(FpmModel),
             next_ticket: 1,
             ranked: 0,
             rr_turns: Vec::new(),
             scratch: Vec::new(),
+            dirty: HashSet::new(),
         }
     }
 
@@ -173,7 +184,8 @@ impl AgentCore {
 
     /// A server is alive. Unknown and down servers are told to register again.
     pub fn heartbeat(&mut self, hb: &Heartbeat, now: Duration) -> Ack {
-        self.registry.heartbeat(hb, now)
+        self.registry
+            .heartbeat(hb, now, self.config.load_sample, self.config.load_window)
     }
 
     /// A server's finished calls. Their tickets are cleared wherever they are pending (the
@@ -194,9 +206,21 @@ impl AgentCore {
             if !r.ok {
                 continue;
             }
-            let service = catalog.get(&r.service).map(|s| s.idx);
-            if let Some(o) = e.offers.iter_mut().find(|o| Some(o.service) == service) {
+            let Some(svc) = catalog.get(&r.service) else {
+                continue;
+            };
+            if let Some(o) = e.offers.iter_mut().find(|o| o.service == svc.idx) {
                 o.history.record(r.timing.kernel_s);
+                // Online refinement: every real call is a sample of the model at its size.
+                let work = svc.complexity.as_ref().and_then(|c| c.eval(&r.sizes).ok());
+                if let Some(work) = work
+                    && r.timing.kernel_s > 0.0
+                    && svc.sizes_match(&r.sizes)
+                {
+                    let x: Vec<i64> = r.sizes.iter().map(|(_, v)| *v).collect();
+                    o.model.add_sample(&x, work / r.timing.kernel_s);
+                    self.dirty.insert((slot, svc.idx, x));
+                }
             }
         }
         if e.is_up() {
@@ -415,9 +439,14 @@ impl AgentCore {
         source: &Source<'_>,
     ) -> Result<(), RpcError> {
         keyed.clear();
+        let mut cannot_run: Vec<&str> = Vec::new();
         for (pos, &slot) in source.slots().iter().enumerate() {
             let e = self.registry.entry(slot);
             if !e.is_up() {
+                continue;
+            }
+            if !self.model.feasible(e, call.svc, call.profile) {
+                cannot_run.push(&e.name);
                 continue;
             }
             let key = policy::key(
@@ -428,6 +457,23 @@ impl AgentCore {
             keyed.push(Keyed { key, pos });
         }
         if keyed.is_empty() {
+            if !cannot_run.is_empty() {
+                let sizes: Vec<String> = call
+                    .profile
+                    .sizes
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                return Err(RpcError::new(
+                    ErrorCode::ServerNotFound,
+                    format!(
+                        "no live server can run `{}` at {}: the performance models of {} say it does not fit there (speed 0); use smaller sizes or add a server with more memory",
+                        call.svc.name(),
+                        sizes.join(", "),
+                        cannot_run.join(", ")
+                    ),
+                ));
+            }
             return Err(none_up(call.svc, source, &self.registry));
         }
         Ok(())
@@ -513,5 +559,7 @@ fn list_or_none(names: &[String]) -> String {
     }
 }
 
+#[cfg(test)]
+mod model_tests;
 #[cfg(test)]
 mod tests;

@@ -19,6 +19,16 @@ pub trait ComputeModel: Send + Sync {
         work: Option<f64>,
         profile: &CallProfile,
     ) -> (f64, ComputeSource);
+
+    /// Whether the server can run the call at all (a model may know a size does not fit).
+    fn feasible(
+        &self,
+        _server: &ServerEntry,
+        _service: &CatalogEntry,
+        _profile: &CallProfile,
+    ) -> bool {
+        true
+    }
 }
 
 /// GridSolve's stock estimate: complexity ÷ the server's calibrated rate, else the mean of past

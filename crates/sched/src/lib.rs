@@ -20,6 +20,7 @@ pub mod catalog;
 pub mod config;
 pub mod core;
 pub mod etc;
+pub mod fpm_model;
 pub mod policy;
 pub mod queue;
 pub mod registry;
@@ -29,7 +30,8 @@ mod testutil;
 
 pub use crate::catalog::{Catalog, CatalogEntry, ServiceIdx};
 pub use crate::config::{ConfigError, CoreConfig};
-pub use crate::core::AgentCore;
+pub use crate::core::{AgentCore, DirtyPoint};
 pub use crate::etc::{ComputeModel, RateModel, estimate};
+pub use crate::fpm_model::FpmModel;
 pub use crate::queue::{Assignment, ServerQueue, TicketIndex, queue_wait};
 pub use crate::registry::{KernelHistory, Offer, Registry, ServerEntry};

@@ -5,8 +5,11 @@
 
 use crate::catalog::ServiceIdx;
 use crate::queue::ServerQueue;
+use gridwise_fpm::load::{LoadAverageMatrix, LoadFunctions, LoadHistory};
+use gridwise_fpm::model::Fpm;
 use gridwise_proto::{
-    Ack, Heartbeat, LoadSample, Registration, ServerId, ServerState, ServerStatus, Ticket,
+    Ack, Heartbeat, LoadSample, ModelProgress, Registration, ServerId, ServerState, ServerStatus,
+    Ticket,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -41,6 +44,59 @@ pub struct Offer {
     pub rate: Option<f64>,
     /// Kernel times of its past calls here.
     pub history: KernelHistory,
+    /// Its functional performance model of this service: benchmark points from the server's
+    /// model builder and samples from real calls.
+    pub model: Fpm,
+}
+
+/// A server's load history and the load functions of its band model (seed 003 §2.1).
+#[derive(Clone, Debug, Default)]
+pub struct LoadTrack {
+    history: Option<LoadHistory>,
+    last_sample: Option<Duration>,
+    functions: Option<LoadFunctions>,
+}
+
+/// Fewer samples than this give no band: three minutes say little about the next hour.
+const MIN_LOAD_SAMPLES: usize = 3;
+
+impl LoadTrack {
+    /// Takes a load average seen at `now` if a sample period has passed since the last one.
+    pub fn observe(&mut self, now: Duration, loadavg: f64, every: Duration, window: usize) {
+        if self
+            .last_sample
+            .is_some_and(|t| now.saturating_sub(t) < every)
+        {
+            return;
+        }
+        let delta = every.as_secs_f64().max(1e-3);
+        let cap = (2 * window.max(1)).saturating_sub(1).max(1);
+        let h = match &mut self.history {
+            Some(h) => h,
+            None => match LoadHistory::new(delta, cap) {
+                Ok(h) => self.history.insert(h),
+                Err(_) => return,
+            },
+        };
+        if h.push(loadavg).is_err() {
+            return;
+        }
+        self.last_sample = Some(now);
+        self.functions = (h.len() >= MIN_LOAD_SAMPLES)
+            .then(|| LoadAverageMatrix::from_history(h, window.max(1)).ok())
+            .flatten()
+            .map(|m| m.load_functions());
+    }
+
+    /// The load functions l_min(t), l_max(t), once enough history exists.
+    pub fn functions(&self) -> Option<&LoadFunctions> {
+        self.functions.as_ref()
+    }
+
+    /// Samples kept.
+    pub fn samples(&self) -> usize {
+        self.history.as_ref().map_or(0, |h| h.len())
+    }
 }
 
 /// One server as the agent sees it.
@@ -72,6 +128,11 @@ pub struct ServerEntry {
     pub load: LoadSample,
     /// Calls reported finished since it first registered.
     pub completed: u64,
+    /// Its model builds, as its last heartbeat told.
+    pub progress: Vec<ModelProgress>,
+    /// Its load history (one-minute load averages, one per `load_sample`), without the
+    /// periods its own model benchmarks ran.
+    pub load_track: LoadTrack,
     /// Calls assigned to it and not yet reported.
     pub queue: ServerQueue,
 }
@@ -231,7 +292,7 @@ impl Registry {
             Some(&s) => s,
             None => self.add(&reg.name, now),
         };
-        let old_offers = std::mem::take(&mut self.servers[slot].offers);
+        let mut old_offers = std::mem::take(&mut self.servers[slot].offers);
         for o in &old_offers {
             if !services.iter().any(|(s, _)| *s == o.service) {
                 self.remove_provider(o.service, slot);
@@ -239,11 +300,15 @@ impl Registry {
         }
         let mut offers = Vec::with_capacity(services.len());
         for (desc, &(service, changed)) in reg.services.iter().zip(services) {
-            let history = old_offers
+            // What was learned survives a restart of the server, unless the service changed.
+            let kept = old_offers
                 .iter()
-                .find(|o| o.service == service && !changed)
-                .map(|o| o.history)
-                .unwrap_or_default();
+                .position(|o| o.service == service && !changed)
+                .map(|i| old_offers.swap_remove(i));
+            let (history, model) = match kept {
+                Some(o) => (o.history, o.model),
+                None => (KernelHistory::default(), Fpm::new(desc.size_params.clone())),
+            };
             let rate = reg
                 .rates
                 .iter()
@@ -253,6 +318,7 @@ impl Registry {
                 service,
                 rate,
                 history,
+                model,
             });
             self.add_provider(service, slot);
         }
@@ -273,6 +339,15 @@ impl Registry {
         (slot, e.id)
     }
 
+    /// Gives a server the id it had before (restoring from storage), so that ids stay stable
+    /// across agent restarts.
+    pub(crate) fn set_id(&mut self, slot: usize, id: ServerId) {
+        let old = self.servers[slot].id;
+        self.by_id.remove(&old);
+        self.servers[slot].id = id;
+        self.by_id.insert(id, slot);
+    }
+
     fn add(&mut self, name: &str, now: Duration) -> usize {
         let id = ServerId::new_random();
         let slot = self.servers.len();
@@ -290,6 +365,8 @@ impl Registry {
             last_heard: now,
             load: LoadSample::default(),
             completed: 0,
+            progress: Vec::new(),
+            load_track: LoadTrack::default(),
             queue: ServerQueue::default(),
         });
         self.by_name.insert(name.to_string(), slot);
@@ -316,11 +393,22 @@ impl Registry {
     }
 
     /// Notes a heartbeat: unknown and down servers are told to register again.
-    pub(crate) fn heartbeat(&mut self, hb: &Heartbeat, now: Duration) -> Ack {
+    pub(crate) fn heartbeat(
+        &mut self,
+        hb: &Heartbeat,
+        now: Duration,
+        sample_every: Duration,
+        window: usize,
+    ) -> Ack {
         match self.slot_of(hb.server_id).map(|s| &mut self.servers[s]) {
             Some(e) if e.is_up() => {
                 e.last_heard = now;
                 e.load = hb.load;
+                e.progress.clone_from(&hb.models);
+                if !hb.load.benchmarking {
+                    e.load_track
+                        .observe(now, hb.load.loadavg_1m, sample_every, window);
+                }
                 Ack::Ok
             }
             _ => Ack::Reregister,
@@ -353,6 +441,23 @@ impl Registry {
 mod tests {
     use super::*;
     use crate::testutil::registration;
+
+    #[test]
+    fn load_track_samples_once_per_period_and_gives_a_band() {
+        let mut t = LoadTrack::default();
+        let every = Duration::from_secs(60);
+        for s in 0..3u64 {
+            // Several heartbeats per period; only the first of each counts.
+            t.observe(Duration::from_secs(s * 60), 0.5, every, 60);
+            t.observe(Duration::from_secs(s * 60 + 1), 9.0, every, 60);
+        }
+        assert_eq!(t.samples(), 3);
+        let lf = t.functions().expect("three samples make a band");
+        assert!((lf.l_min(60.0) - 0.5).abs() < 1e-12 && (lf.l_max(60.0) - 0.5).abs() < 1e-12);
+        let mut short = LoadTrack::default();
+        short.observe(Duration::ZERO, 1.0, every, 60);
+        assert!(short.functions().is_none());
+    }
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
@@ -419,19 +524,23 @@ mod tests {
                 running: 1,
                 queued: 2,
                 loadavg_1m: 0.5,
+                benchmarking: false,
             },
+            models: Vec::new(),
         };
-        assert_eq!(r.heartbeat(&hb, secs(3)), Ack::Ok);
+        let (every, w) = (secs(60), 60);
+        assert_eq!(r.heartbeat(&hb, secs(3), every, w), Ack::Ok);
         assert_eq!(r.get(id).unwrap().load.queued, 2);
         assert!(r.sweep(secs(13), secs(10), |_| {}).is_empty());
         assert_eq!(r.sweep(secs(14), secs(10), |_| {}), vec![id]);
         assert_eq!(r.get(id).unwrap().state, ServerState::Down);
-        assert_eq!(r.heartbeat(&hb, secs(15)), Ack::Reregister);
+        assert_eq!(r.heartbeat(&hb, secs(15), every, w), Ack::Reregister);
         let stranger = Heartbeat {
             server_id: ServerId::new_random(),
             load: LoadSample::default(),
+            models: Vec::new(),
         };
-        assert_eq!(r.heartbeat(&stranger, secs(15)), Ack::Reregister);
+        assert_eq!(r.heartbeat(&stranger, secs(15), every, w), Ack::Reregister);
         assert!(r.sweep(secs(100), secs(10), |_| {}).is_empty());
     }
 }

@@ -25,6 +25,9 @@ pub struct AgentArgs {
     /// Mark a server down after this long without a heartbeat, ms.
     #[arg(long)]
     pub heartbeat_timeout_ms: Option<u64>,
+    /// Where the agent keeps what it learns (default ./gridwise-data).
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl AgentArgs {
@@ -34,6 +37,10 @@ impl AgentArgs {
             ("listen", self.listen.clone()),
             ("token", self.token.clone()),
             ("policy", self.policy.clone()),
+            (
+                "data_dir",
+                self.data_dir.as_ref().map(|p| p.display().to_string()),
+            ),
             (
                 "heartbeat_interval_ms",
                 self.heartbeat_interval_ms.map(|v| v.to_string()),

@@ -3,6 +3,7 @@
 use gridwise_proto::Policy;
 use gridwise_sched::CoreConfig;
 use serde::Deserialize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Everything the agent can be told.
@@ -31,6 +32,13 @@ pub struct AgentConfig {
     pub max_candidates: usize,
     /// Largest frame accepted, bytes (the agent never carries bulk data).
     pub max_frame_bytes: usize,
+    /// Where the agent keeps what it learns (SQLite): servers, services, model points, timing
+    /// and load history. A restarted agent resumes from it.
+    pub data_dir: PathBuf,
+    /// Period of each server's load history for the band model, s (the thesis's Δ = 60 s).
+    pub load_sample_s: f64,
+    /// Band-model window in samples (the history keeps 2w − 1).
+    pub load_window: usize,
 }
 
 impl Default for AgentConfig {
@@ -48,6 +56,9 @@ impl Default for AgentConfig {
             ticket_ttl_s: core.ticket_ttl.as_secs(),
             max_candidates: core.max_candidates,
             max_frame_bytes: 16 * 1024 * 1024,
+            data_dir: PathBuf::from("gridwise-data"),
+            load_sample_s: core.load_sample.as_secs_f64(),
+            load_window: core.load_window,
         }
     }
 }
@@ -64,6 +75,13 @@ impl AgentConfig {
             default_latency_s: self.default_latency_s,
             ticket_ttl: Duration::from_secs(self.ticket_ttl_s),
             max_candidates: self.max_candidates,
+            load_sample: Duration::try_from_secs_f64(self.load_sample_s).map_err(|_| {
+                anyhow::anyhow!(
+                    "load_sample_s must be a positive number of seconds, not {}",
+                    self.load_sample_s
+                )
+            })?,
+            load_window: self.load_window,
         };
         core.validate()?;
         Ok(core)

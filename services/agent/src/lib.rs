@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod config;
 pub mod handler;
+pub mod persist;
 
 pub use config::AgentConfig;
 pub use handler::AgentHandler;
@@ -24,7 +25,11 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     gridwise_proto::settings::announce(&addr.to_string());
     tracing::info!(%addr, policy = %core_cfg.policy, "agent listening");
 
-    let handler = AgentHandler::new(AgentCore::new(core_cfg.clone()));
+    let mut core = AgentCore::new(core_cfg.clone());
+    let store = gridwise_store::Store::open(&cfg.data_dir)
+        .map_err(|e| anyhow::anyhow!("cannot open the agent's data directory: {e}"))?;
+    persist::restore(&mut core, &store)?;
+    let handler = AgentHandler::new(core, Some(gridwise_store::Writer::spawn(store)));
     let sweeper = handler.clone();
     let period = (core_cfg.heartbeat_timeout / 4).max(Duration::from_millis(20));
     tokio::spawn(async move {
@@ -40,6 +45,36 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         max_frame_bytes: cfg.max_frame_bytes,
         ..wire::WireConfig::default()
     };
-    gridwise_proto::serve_forever!(listener, wire_cfg, cfg.name.clone(), handler).await;
+    let flusher = handler.clone();
+    tokio::select! {
+        _ = gridwise_proto::serve_forever!(listener, wire_cfg, cfg.name.clone(), handler) => {}
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down: writing what was learned to {}", cfg.data_dir.display());
+            flusher.flush();
+        }
+    }
     Ok(())
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -1,20 +1,47 @@
 //! The server's side of its relationship with the agent: register (and register again after
-//! an agent restart or a missed-heartbeat verdict), heartbeat with the load, and send call
-//! reports in batches so reporting costs the agent one message per burst, not per call.
+//! an agent restart or a missed-heartbeat verdict), heartbeat with load and model-build
+//! progress, and send call reports and model points in batches, so reporting costs the agent
+//! one message per burst, not per call. Nothing is dropped while the agent is unreachable,
+//! up to a bound.
 
-use crate::handler::ServerHandler;
-use gridwise_proto::{Ack, AgentApiClient, CallReport, Heartbeat, Registration, ServerId, wire};
+use crate::handler::{ServerHandler, ToAgent};
+use gridwise_proto::{
+    Ack, AgentApiClient, CallReport, Heartbeat, ModelPoint, Registration, ServerId, wire,
+};
 use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// Reports kept while the agent is unreachable; the oldest go first beyond this.
-const UNSENT_MAX: usize = 10_000;
+/// Reports or points kept while the agent is unreachable; the oldest go first beyond this.
+const UNSENT_MAX: usize = 100_000;
 const RPC_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct Linked {
     client: AgentApiClient,
     id: ServerId,
+}
+
+/// What is waiting to be delivered.
+#[derive(Default)]
+struct Outbox {
+    reports: VecDeque<CallReport>,
+    points: VecDeque<ModelPoint>,
+}
+
+impl Outbox {
+    fn push(&mut self, m: ToAgent) {
+        match m {
+            ToAgent::Report(r) => push_bounded(&mut self.reports, r),
+            ToAgent::Point(p) => push_bounded(&mut self.points, p),
+        }
+    }
+}
+
+fn push_bounded<T>(q: &mut VecDeque<T>, x: T) {
+    if q.len() >= UNSENT_MAX {
+        q.pop_front();
+    }
+    q.push_back(x);
 }
 
 /// Keeps the server registered and reporting until the process ends.
@@ -23,11 +50,12 @@ pub async fn run(
     wire_cfg: wire::WireConfig,
     reg: Registration,
     handler: ServerHandler,
-    mut reports: mpsc::UnboundedReceiver<CallReport>,
+    mut inbox: mpsc::UnboundedReceiver<ToAgent>,
     batch_max: usize,
 ) {
+    let batch_max = batch_max.max(1);
     let mut linked: Option<Linked> = None;
-    let mut unsent: VecDeque<CallReport> = VecDeque::new();
+    let mut outbox = Outbox::default();
     let mut backoff = Duration::from_millis(100);
     let mut interval = Duration::from_secs(1);
     let mut tick = tokio::time::interval(interval);
@@ -41,12 +69,11 @@ pub async fn run(
                         interval = every;
                         tick = tokio::time::interval(interval);
                     }
-                    if !flush(&l, &mut unsent, batch_max).await {
-                        continue;
-                    }
-                    linked = Some(l);
                     backoff = Duration::from_millis(100);
                     warned = false;
+                    if flush(&l, &mut outbox, batch_max).await {
+                        linked = Some(l);
+                    }
                 }
                 Err(e) => {
                     // Say it once loudly; an agent that is still starting is normal.
@@ -56,6 +83,10 @@ pub async fn run(
                     } else {
                         tracing::debug!(%agent, "cannot register yet ({e}); retrying");
                     }
+                    // Keep taking messages meanwhile, so the channel does not grow unbounded.
+                    while let Ok(m) = inbox.try_recv() {
+                        outbox.push(m);
+                    }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
@@ -64,7 +95,11 @@ pub async fn run(
         };
         tokio::select! {
             _ = tick.tick() => {
-                let hb = Heartbeat { server_id: link.id, load: handler.load() };
+                let hb = Heartbeat {
+                    server_id: link.id,
+                    load: handler.load(),
+                    models: handler.progress(),
+                };
                 match link.client.heartbeat(wire::context(RPC_TIMEOUT), hb).await {
                     Ok(Ack::Ok) => {}
                     Ok(Ack::Reregister) => {
@@ -77,16 +112,20 @@ pub async fn run(
                     }
                 }
             }
-            first = reports.recv() => {
+            first = inbox.recv() => {
                 let Some(first) = first else { return };
-                unsent.push_back(first);
-                while unsent.len() < batch_max.max(1) {
-                    match reports.try_recv() {
-                        Ok(r) => unsent.push_back(r),
+                outbox.push(first);
+                let mut n = 1;
+                while n < batch_max {
+                    match inbox.try_recv() {
+                        Ok(m) => {
+                            outbox.push(m);
+                            n += 1;
+                        }
                         Err(_) => break,
                     }
                 }
-                if !flush(link, &mut unsent, batch_max).await {
+                if !flush(link, &mut outbox, batch_max).await {
                     linked = None;
                 }
             }
@@ -94,34 +133,54 @@ pub async fn run(
     }
 }
 
-/// Sends the kept reports in batches; false when the agent must be reached again first.
-async fn flush(link: &Linked, unsent: &mut VecDeque<CallReport>, batch_max: usize) -> bool {
-    while unsent.len() > UNSENT_MAX {
-        unsent.pop_front();
-    }
-    while !unsent.is_empty() {
-        let batch: Vec<CallReport> = unsent.iter().take(batch_max.max(1)).cloned().collect();
+/// Sends what is waiting, in batches; false when the agent must be reached (or registered
+/// with) again first.
+async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize) -> bool {
+    while !outbox.points.is_empty() {
+        let batch: Vec<ModelPoint> = outbox.points.iter().take(batch_max).cloned().collect();
         let n = batch.len();
-        match link
+        let r = link
+            .client
+            .model_points(wire::context(RPC_TIMEOUT), link.id, batch)
+            .await;
+        if !delivered(r, n, "model point(s)") {
+            return false;
+        }
+        outbox.points.drain(..n);
+    }
+    while !outbox.reports.is_empty() {
+        let batch: Vec<CallReport> = outbox.reports.iter().take(batch_max).cloned().collect();
+        let n = batch.len();
+        let r = link
             .client
             .report(wire::context(RPC_TIMEOUT), link.id, batch)
-            .await
-        {
-            Ok(Ack::Ok) => {
-                unsent.drain(..n);
-            }
+            .await;
+        match r {
+            // A new agent cannot use tickets of the old one; the batch is spent either way.
             Ok(Ack::Reregister) => {
-                // A new agent cannot use tickets of the old one; the timings are still samples.
-                unsent.drain(..n);
+                outbox.reports.drain(..n);
                 return false;
             }
-            Err(e) => {
-                tracing::warn!("sending {n} report(s) failed ({e}); keeping them for later");
-                return false;
+            other => {
+                if !delivered(other, n, "report(s)") {
+                    return false;
+                }
+                outbox.reports.drain(..n);
             }
         }
     }
     true
+}
+
+fn delivered(r: Result<Ack, tarpc::client::RpcError>, n: usize, what: &str) -> bool {
+    match r {
+        Ok(Ack::Ok) => true,
+        Ok(Ack::Reregister) => false,
+        Err(e) => {
+            tracing::warn!("sending {n} {what} failed ({e}); keeping them for later");
+            false
+        }
+    }
 }
 
 async fn register(

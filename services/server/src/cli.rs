@@ -31,6 +31,9 @@ pub struct ServerArgs {
     /// Skip the start-up calibration runs.
     #[arg(long)]
     pub no_calibrate: bool,
+    /// Build every configured model now (in the foreground, into `model_dir`) and exit.
+    #[arg(long)]
+    pub build_models_and_exit: bool,
 }
 
 impl ServerArgs {
@@ -56,6 +59,9 @@ impl ServerArgs {
     /// kernels on blocking threads bounded by the slots.
     pub fn run_blocking(&self) -> anyhow::Result<()> {
         let cfg = self.load()?;
+        if self.build_models_and_exit {
+            return crate::build_models_and_exit(cfg);
+        }
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?

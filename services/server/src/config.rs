@@ -1,7 +1,9 @@
 //! The server's settings: `gridwise-server --config server.toml`, `GRIDWISE_SERVER_*`, flags.
 
+use crate::model_manager::ModelConfig;
 use gridwise_kernels::EmulatedSpec;
 use serde::Deserialize;
+use std::path::PathBuf;
 
 /// Everything a server can be told.
 #[derive(Clone, Debug, Deserialize)]
@@ -29,6 +31,11 @@ pub struct ServerConfig {
     pub max_frame_bytes: usize,
     /// Most call reports sent to the agent in one message.
     pub report_batch_max: usize,
+    /// Where finished performance models are kept (a restarted server loads them instead of
+    /// measuring again); none: models live only at the agent.
+    pub model_dir: Option<PathBuf>,
+    /// Performance models to build with benchmarks (`[[models]]`).
+    pub models: Vec<ModelConfig>,
 }
 
 impl Default for ServerConfig {
@@ -48,6 +55,8 @@ impl Default for ServerConfig {
             calibrate: true,
             max_frame_bytes: 1024 * 1024 * 1024,
             report_batch_max: 512,
+            model_dir: None,
+            models: Vec::new(),
         }
     }
 }
@@ -72,6 +81,29 @@ mod tests {
         assert_eq!(c.emulated.len(), 1);
         assert_eq!(c.builtins, vec!["add".to_string()]);
         assert!(c.calibrate);
+    }
+
+    #[test]
+    fn models_parse_with_build_settings_flattened() {
+        let c: ServerConfig = toml::from_str(
+            r#"
+            model_dir = "/tmp/m"
+            [[models]]
+            service = "solve"
+            priority = 3
+            method = "gbbp"
+            min_sample_num = 2
+            params = [{ name = "n", min = 64, max = 4096, stride = 64 }]
+            constraint = { formula = "8*n*n", max = 1e9 }
+            policy = { when = "idle", windows = ["22:00-06:00"] }
+            "#,
+        )
+        .unwrap();
+        let m = &c.models[0];
+        assert_eq!((m.service.as_str(), m.priority), ("solve", 3));
+        assert_eq!(m.spec.sampling.min_sample_num, 2);
+        assert_eq!(m.spec.params[0].stride, 64);
+        assert_eq!(m.policy.when, crate::build_policy::When::Idle);
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! The tarpc face of a server: check a call, wait for a slot, run the kernel, time it, report it.
 
+use crate::bench_gate::BenchGate;
 use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
 use gridwise_proto::{
-    CallError, CallErrorKind, CallId, CallReport, ExecuteReply, ExecuteRequest, LoadSample, Pong,
-    ServerApi, ServerInfo, Timing, Value,
+    CallError, CallErrorKind, CallId, CallReport, ExecuteReply, ExecuteRequest, LoadSample,
+    ModelPoint, ModelProgress, Pong, ServerApi, ServerInfo, Timing, Value,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tarpc::context::Context;
 use tokio::sync::{Semaphore, mpsc};
@@ -26,16 +28,31 @@ struct Inner {
     calls: Mutex<HashMap<CallId, CancelFlag>>,
     running: AtomicU32,
     queued: AtomicU32,
-    reports: mpsc::UnboundedSender<CallReport>,
+    to_agent: mpsc::UnboundedSender<ToAgent>,
+    gate: BenchGate,
+    progress: Mutex<Vec<ModelProgress>>,
 }
 
+/// What a server tells the agent besides heartbeats.
+#[derive(Debug)]
+pub enum ToAgent {
+    /// A finished call.
+    Report(CallReport),
+    /// A point a model build measured (or loaded from the model directory).
+    Point(ModelPoint),
+}
+
+/// How long after its last benchmark the host load still carries the benchmark (the one-minute
+/// load average remembers about that long).
+const BENCH_LOAD_MEMORY: Duration = Duration::from_secs(60);
+
 impl ServerHandler {
-    /// A handler for these kernels; finished calls are sent to `reports`.
+    /// A handler for these kernels; finished calls and model points go to `to_agent`.
     pub fn new(
         name: String,
         kernels: HashMap<String, Arc<dyn Kernel>>,
         slots: u32,
-        reports: mpsc::UnboundedSender<CallReport>,
+        to_agent: mpsc::UnboundedSender<ToAgent>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -46,7 +63,9 @@ impl ServerHandler {
                 calls: Mutex::new(HashMap::new()),
                 running: AtomicU32::new(0),
                 queued: AtomicU32::new(0),
-                reports,
+                to_agent,
+                gate: BenchGate::default(),
+                progress: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -57,7 +76,50 @@ impl ServerHandler {
             running: self.inner.running.load(Ordering::Relaxed),
             queued: self.inner.queued.load(Ordering::Relaxed),
             loadavg_1m: crate::host::loadavg_1m(),
+            benchmarking: self.inner.gate.recently_active(BENCH_LOAD_MEMORY),
         }
+    }
+
+    /// Real calls running or waiting for a slot.
+    pub fn busy_calls(&self) -> u32 {
+        self.inner.running.load(Ordering::Relaxed) + self.inner.queued.load(Ordering::Relaxed)
+    }
+
+    /// The gate model benchmarks pass through.
+    pub fn gate(&self) -> &BenchGate {
+        &self.inner.gate
+    }
+
+    /// The kernel offering `service`.
+    pub fn kernel(&self, service: &str) -> Option<Arc<dyn Kernel>> {
+        self.inner.kernels.get(service).cloned()
+    }
+
+    /// Sends a model point on to the agent.
+    pub fn send_point(&self, p: ModelPoint) {
+        let _ = self.inner.to_agent.send(ToAgent::Point(p));
+    }
+
+    /// Records a model build's progress (replacing that service's previous record).
+    pub fn set_progress(&self, p: ModelProgress) {
+        let mut all = self
+            .inner
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match all.iter_mut().find(|q| q.service == p.service) {
+            Some(q) => *q = p,
+            None => all.push(p),
+        }
+    }
+
+    /// Every model build's progress.
+    pub fn progress(&self) -> Vec<ModelProgress> {
+        self.inner
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<CallId, CancelFlag>> {
@@ -94,6 +156,8 @@ impl ServerHandler {
         req: ExecuteRequest,
         arrived: Instant,
     ) -> Result<(Vec<Value>, f64, f64), CallError> {
+        // Real calls come first: a model benchmark running now stops and is re-run later.
+        self.inner.gate.yield_to_call();
         // Registered before queueing so a cancel reaches the call wherever it is; the guard
         // also cancels the kernel if the client goes away (tarpc drops this future).
         let cancel = CancelFlag::new();
@@ -215,13 +279,13 @@ impl ServerApi for ServerHandler {
         };
         // The agent needs every outcome (it clears the assignment either way); a closed channel
         // only means the server is shutting down.
-        let _ = self.inner.reports.send(CallReport {
+        let _ = self.inner.to_agent.send(ToAgent::Report(CallReport {
             ticket,
             service,
             sizes,
             timing,
             ok,
-        });
+        }));
         result.map(|(outputs, _, _)| ExecuteReply {
             outputs,
             timing,

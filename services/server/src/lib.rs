@@ -2,11 +2,14 @@
 //! and keeps the agent informed (registration, heartbeats with load, call timings).
 
 pub mod agent_link;
+pub mod bench_gate;
+pub mod build_policy;
 pub mod cli;
 pub mod config;
 pub mod handler;
 pub mod host;
 pub mod kernels;
+pub mod model_manager;
 
 pub use config::ServerConfig;
 pub use handler::ServerHandler;
@@ -59,8 +62,17 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
         cores: host::cores(),
     };
 
-    let (report_tx, report_rx) = mpsc::unbounded_channel();
-    let handler = ServerHandler::new(name.clone(), set, slots, report_tx);
+    let (to_agent, inbox) = mpsc::unbounded_channel();
+    let handler = ServerHandler::new(name.clone(), set, slots, to_agent);
+    model_manager::validate(&cfg.models, &handler)?;
+    if !cfg.models.is_empty() {
+        let (configs, h, dir) = (cfg.models.clone(), handler.clone(), cfg.model_dir.clone());
+        std::thread::Builder::new()
+            .name("model-builder".into())
+            .spawn(move || {
+                model_manager::run(configs, h, dir, false, &mut |_| {});
+            })?;
+    }
     gridwise_proto::settings::announce(&addr);
     tracing::info!(%name, %addr, slots, agent = %cfg.agent, "server listening");
 
@@ -74,9 +86,60 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
         wire_cfg.clone(),
         reg,
         handler.clone(),
-        report_rx,
+        inbox,
         cfg.report_batch_max,
     ));
     gridwise_proto::serve_forever!(listener, wire_cfg, name, handler).await;
+    Ok(())
+}
+
+/// Builds every configured model in the foreground — policies ignored, progress on stderr —
+/// saves them to `model_dir` and returns (PMM's build-only mode). A later start of the server
+/// loads them and sends them to the agent.
+pub fn build_models_and_exit(cfg: ServerConfig) -> anyhow::Result<()> {
+    let dir = cfg.model_dir.clone().ok_or_else(|| {
+        anyhow::anyhow!("--build-models-and-exit needs `model_dir` in the config, so the models outlive this run")
+    })?;
+    anyhow::ensure!(
+        !cfg.models.is_empty(),
+        "the config has no [[models]] to build"
+    );
+    let set = kernels::build(&cfg)?;
+    let (to_agent, _inbox) = mpsc::unbounded_channel();
+    let handler = ServerHandler::new("build-only".into(), set, 1, to_agent);
+    model_manager::validate(&cfg.models, &handler)?;
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let results = model_manager::run(
+        cfg.models.clone(),
+        handler,
+        Some(dir.clone()),
+        true,
+        &mut |p| {
+            bar.set_message(format!(
+                "{}: {:?}, {} points, {} runs, {:.2} s benchmarked",
+                p.service, p.state, p.points, p.runs, p.bench_time_s
+            ));
+        },
+    );
+    bar.finish_and_clear();
+    let mut failed = 0;
+    for r in &results {
+        match r {
+            Ok(m) => eprintln!(
+                "{}: {} points, {} runs, {:.2} s of benchmarks → {}",
+                m.service,
+                m.points,
+                m.runs,
+                m.bench_time_s,
+                dir.display()
+            ),
+            Err(e) => {
+                failed += 1;
+                eprintln!("error: {e:#}");
+            }
+        }
+    }
+    anyhow::ensure!(failed == 0, "{failed} model build(s) failed");
     Ok(())
 }

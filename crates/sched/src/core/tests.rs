@@ -63,6 +63,7 @@ fn hb(id: ServerId) -> Heartbeat {
     Heartbeat {
         server_id: id,
         load: LoadSample::default(),
+        models: Vec::new(),
     }
 }
 

@@ -1,0 +1,300 @@
+//! The core with performance models: online refinement, points from builders, infeasible
+//! sizes, load adjustment, what is persisted and what is restored.
+
+use super::*;
+use crate::testutil::{dgemm, dgemm_profile, registration};
+use gridwise_proto::{
+    ComputeSource, LoadSample, ModelPoint, PointSource, PointStats, ServerState, Timing,
+};
+
+fn dgemm_call(n: i64, kernel_s: f64) -> CallReport {
+    CallReport {
+        ticket: None,
+        service: "dgemm".into(),
+        sizes: vec![("m".into(), n), ("n".into(), n), ("k".into(), n)],
+        timing: Timing {
+            kernel_s,
+            ..Timing::default()
+        },
+        ok: true,
+    }
+}
+
+fn point(n: i64, speed: f64) -> ModelPoint {
+    ModelPoint {
+        service: "dgemm".into(),
+        x: vec![n, n, n],
+        stats: PointStats {
+            count: 1,
+            min: speed,
+            mean: speed,
+            max: speed,
+        },
+        source: PointSource::Benchmark,
+    }
+}
+
+fn two_servers() -> (AgentCore, ServerId, ServerId) {
+    let mut c = AgentCore::new(CoreConfig::default());
+    let a = c
+        .register(registration("a", &[dgemm()]), Duration::ZERO)
+        .unwrap()
+        .server_id;
+    let b = c
+        .register(registration("b", &[dgemm()]), Duration::ZERO)
+        .unwrap()
+        .server_id;
+    (c, a, b)
+}
+
+#[test]
+fn a_real_call_becomes_a_model_point_and_the_next_estimate_uses_it() {
+    let (mut c, a, _) = two_servers();
+    let before = c
+        .explain(
+            &dgemm_profile(100, 100, 100),
+            &RankOptions::default(),
+            Duration::ZERO,
+        )
+        .unwrap();
+    assert!(matches!(
+        before[0].etc.compute_source,
+        ComputeSource::CalibratedRate { .. }
+    ));
+    // 2·100³ operations in 1 ms: 2 Gop/s, twice the calibrated 1 Gop/s.
+    c.report(a, &[dgemm_call(100, 1e-3)], Duration::ZERO);
+    let after = c
+        .explain(
+            &dgemm_profile(100, 100, 100),
+            &RankOptions::default(),
+            Duration::ZERO,
+        )
+        .unwrap();
+    let on_a = after.iter().find(|k| k.name == "a").unwrap();
+    assert!(matches!(
+        on_a.etc.compute_source,
+        ComputeSource::Fpm {
+            points: 1,
+            load_adjusted: false
+        }
+    ));
+    assert!((on_a.etc.compute_s - 1e-3).abs() < 1e-12);
+    assert_eq!(after[0].name, "a", "the model shows a is faster");
+    let dirty = c.take_dirty_points();
+    assert_eq!(dirty.len(), 1);
+    assert_eq!(
+        (dirty[0].server.as_str(), dirty[0].x.clone()),
+        ("a", vec![100, 100, 100])
+    );
+    assert!(c.take_dirty_points().is_empty(), "taken once");
+}
+
+#[test]
+fn outside_the_model_the_rate_stands_in_and_says_so() {
+    let (mut c, a, _) = two_servers();
+    c.model_points(a, &[point(100, 2e9), point(200, 2e9)]);
+    let k = c
+        .explain(&dgemm_profile(500, 500, 500), &pinned_a(), Duration::ZERO)
+        .unwrap();
+    assert!(
+        matches!(
+            k[0].etc.compute_source,
+            ComputeSource::RateOutsideModel { points: 2, .. }
+        ),
+        "{:?}",
+        k[0].etc.compute_source
+    );
+    let k = c
+        .explain(&dgemm_profile(150, 150, 150), &pinned_a(), Duration::ZERO)
+        .unwrap();
+    assert!(matches!(
+        k[0].etc.compute_source,
+        ComputeSource::Fpm { points: 2, .. }
+    ));
+}
+
+fn pinned_a() -> RankOptions {
+    RankOptions {
+        pin_server: Some("a".into()),
+        ..RankOptions::default()
+    }
+}
+
+/// A 1-D service (`solve(n)`, n³ operations): its model interpolates linearly, so a size
+/// between two zero-speed points is exactly zero.
+fn solve() -> gridwise_proto::ServiceDesc {
+    use gridwise_proto::{ArgDesc, ArgMode};
+    gridwise_proto::ServiceDesc {
+        name: "solve".into(),
+        doc: String::new(),
+        args: vec![
+            ArgDesc::new("n", ArgMode::In, "int"),
+            ArgDesc::new("s", ArgMode::Out, "double"),
+        ],
+        size_params: vec!["n".into()],
+        complexity: Some("n^3".into()),
+    }
+}
+
+fn solve_point(n: i64, speed: f64) -> ModelPoint {
+    ModelPoint {
+        service: "solve".into(),
+        x: vec![n],
+        stats: PointStats {
+            count: 1,
+            min: speed,
+            mean: speed,
+            max: speed,
+        },
+        source: PointSource::Benchmark,
+    }
+}
+
+fn solve_profile(n: i64) -> CallProfile {
+    CallProfile {
+        service: "solve".into(),
+        sizes: vec![("n".into(), n)],
+        in_bytes: 8,
+        out_bytes: 8,
+    }
+}
+
+#[test]
+fn a_size_a_model_rules_out_is_not_offered() {
+    let mut c = AgentCore::new(CoreConfig::default());
+    let a = c
+        .register(registration("a", &[solve()]), Duration::ZERO)
+        .unwrap()
+        .server_id;
+    let b = c
+        .register(registration("b", &[solve()]), Duration::ZERO)
+        .unwrap()
+        .server_id;
+    // a cannot run 300 (speed 0 from 250 on, e.g. out of memory); b knows nothing.
+    c.model_points(
+        a,
+        &[
+            solve_point(100, 5e9),
+            solve_point(250, 0.0),
+            solve_point(400, 0.0),
+        ],
+    );
+    let k = c
+        .rank(&solve_profile(300), &RankOptions::default(), Duration::ZERO)
+        .unwrap();
+    assert_eq!(names_of(&k.candidates), vec!["b"]);
+    // With b ruled out too, the error says why.
+    c.model_points(
+        b,
+        &[
+            solve_point(100, 5e9),
+            solve_point(250, 0.0),
+            solve_point(400, 0.0),
+        ],
+    );
+    let e = c
+        .rank(&solve_profile(300), &RankOptions::default(), Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::ServerNotFound);
+    assert!(e.message.contains("does not fit"), "{e}");
+    // Sizes they can run are offered by both.
+    let k = c
+        .rank(&solve_profile(100), &RankOptions::default(), Duration::ZERO)
+        .unwrap();
+    assert_eq!(k.candidates.len(), 2);
+}
+
+fn names_of(c: &[Candidate]) -> Vec<&str> {
+    c.iter().map(|c| c.name.as_str()).collect()
+}
+
+#[test]
+fn points_from_a_down_server_are_refused_until_it_registers() {
+    let (mut c, a, _) = two_servers();
+    c.sweep(Duration::from_secs(3600));
+    assert_eq!(c.model_points(a, &[point(100, 1e9)]), Ack::Reregister);
+    assert!(c.model("a", "dgemm").unwrap().points.is_empty());
+}
+
+#[test]
+fn a_load_history_adjusts_the_estimate() {
+    let mut c = AgentCore::new(CoreConfig {
+        load_sample: Duration::from_secs(1),
+        ..CoreConfig::default()
+    });
+    let a = c
+        .register(registration("a", &[dgemm()]), Duration::ZERO)
+        .unwrap()
+        .server_id;
+    c.model_points(a, &[point(100, 2e9), point(200, 2e9)]);
+    for s in 0..4u64 {
+        let hb = Heartbeat {
+            server_id: a,
+            load: LoadSample {
+                loadavg_1m: 1.0,
+                ..LoadSample::default()
+            },
+            models: Vec::new(),
+        };
+        c.heartbeat(&hb, Duration::from_secs(s));
+    }
+    let k = c
+        .explain(
+            &dgemm_profile(150, 150, 150),
+            &RankOptions::default(),
+            Duration::from_secs(4),
+        )
+        .unwrap();
+    assert!(matches!(
+        k[0].etc.compute_source,
+        ComputeSource::Fpm {
+            load_adjusted: true,
+            ..
+        }
+    ));
+    // A constant load of 1 halves the speed: t = t_ideal·(1 + 1).
+    let ideal = 2.0 * 150f64.powi(3) / 2e9;
+    assert!(
+        (k[0].etc.compute_s - 2.0 * ideal).abs() / ideal < 1e-6,
+        "{} vs {}",
+        k[0].etc.compute_s,
+        2.0 * ideal
+    );
+}
+
+#[test]
+fn restored_servers_start_down_and_keep_their_ids_and_models() {
+    let (mut c, a, _) = two_servers();
+    c.model_points(a, &[point(100, 2e9)]);
+    let saved = c.take_dirty_points();
+    let reg = registration("a", &[dgemm()]);
+
+    let mut fresh = AgentCore::new(CoreConfig::default());
+    fresh
+        .restore_server(a, reg.clone(), Duration::ZERO)
+        .unwrap();
+    for d in &saved {
+        assert!(fresh.restore_point(&d.server, &d.service, &d.x, d.stats, d.source));
+    }
+    assert!(!fresh.restore_point(
+        "nobody",
+        "dgemm",
+        &[1, 1, 1],
+        PointStats::default(),
+        PointSource::Benchmark
+    ));
+    let e = fresh.server(a).expect("same id");
+    assert_eq!(e.state, ServerState::Down);
+    assert_eq!(fresh.model("a", "dgemm").unwrap().points.len(), 1);
+    // Registering again (same name, same services) keeps the model and the id.
+    let reply = fresh.register(reg, Duration::from_secs(1)).unwrap();
+    assert_eq!(reply.server_id, a);
+    let k = fresh
+        .explain(
+            &dgemm_profile(100, 100, 100),
+            &RankOptions::default(),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+    assert!(matches!(k[0].etc.compute_source, ComputeSource::Fpm { .. }));
+}

@@ -1,0 +1,219 @@
+//! Performance models held by the core: points streamed from the servers' model builders,
+//! listings and exports, what changed since the last save, and restoring what was saved.
+
+use super::AgentCore;
+use gridwise_fpm::stats::SpeedStats;
+use gridwise_proto::{
+    Ack, ErrorCode, ModelExport, ModelPoint, ModelSummary, PointSource, PointStats, Registration,
+    RpcError, ServerId, ServerState,
+};
+use std::time::Duration;
+
+/// A model point that changed since the last save.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DirtyPoint {
+    /// Server name.
+    pub server: String,
+    /// Service name.
+    pub service: String,
+    /// Sizes.
+    pub x: Vec<i64>,
+    /// The point's statistics now.
+    pub stats: PointStats,
+    /// Whether it is the builder's assumed zero-speed endpoint rather than a measurement.
+    pub source: PointSource,
+}
+
+fn to_speed(p: &PointStats) -> SpeedStats {
+    SpeedStats {
+        count: p.count,
+        min: p.min,
+        mean: p.mean,
+        max: p.max,
+    }
+}
+
+fn to_point(s: &SpeedStats) -> PointStats {
+    PointStats {
+        count: s.count,
+        min: s.min,
+        mean: s.mean,
+        max: s.max,
+    }
+}
+
+impl AgentCore {
+    /// Points measured by a server's model builder.
+    pub fn model_points(&mut self, server: ServerId, points: &[ModelPoint]) -> Ack {
+        // A down or unknown server is told to register again and will resend these points, so
+        // nothing is taken now (or they would count twice).
+        let Some(slot) = self.registry.slot_of(server) else {
+            return Ack::Reregister;
+        };
+        if !self.registry.entry(slot).is_up() {
+            return Ack::Reregister;
+        }
+        for p in points {
+            let Some(svc) = self.catalog.get(&p.service) else {
+                continue;
+            };
+            let idx = svc.idx;
+            if p.x.len() != svc.desc.size_params.len() {
+                continue;
+            }
+            let e = self.registry.entry_mut(slot);
+            let Some(o) = e.offers.iter_mut().find(|o| o.service == idx) else {
+                continue;
+            };
+            match p.source {
+                PointSource::AssumedZero => o.model.set_assumed_zero(&p.x),
+                PointSource::Benchmark | PointSource::Online => {
+                    o.model.insert(&p.x, to_speed(&p.stats))
+                }
+            }
+            self.dirty.insert((slot, idx, p.x.clone()));
+        }
+        Ack::Ok
+    }
+
+    /// Every (server, service) model with at least one point or a build under way.
+    pub fn models(&self) -> Vec<ModelSummary> {
+        let mut out = Vec::new();
+        for e in self.registry.iter() {
+            for o in &e.offers {
+                let service = self.catalog.entry(o.service).name().to_string();
+                let progress = e.progress.iter().find(|p| p.service == service).cloned();
+                if o.model.is_empty() && progress.is_none() {
+                    continue;
+                }
+                out.push(ModelSummary {
+                    server: e.name.clone(),
+                    service,
+                    points: o.model.len() as u32,
+                    progress,
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.server, &a.service).cmp(&(&b.server, &b.service)));
+        out
+    }
+
+    /// One model in full.
+    pub fn model(&self, server: &str, service: &str) -> Result<ModelExport, RpcError> {
+        let e = self.registry.by_name(server).ok_or_else(|| {
+            RpcError::new(
+                ErrorCode::ServerNotFound,
+                format!("no server is called `{server}`; `gridwise model status` lists models"),
+            )
+        })?;
+        let svc = self.catalog.get(service).ok_or_else(|| {
+            RpcError::new(
+                ErrorCode::FunctionNotFound,
+                format!("no server offers `{service}`"),
+            )
+        })?;
+        let o = e.offer(svc.idx).ok_or_else(|| {
+            RpcError::new(
+                ErrorCode::FunctionNotFound,
+                format!("server {server} does not offer `{service}`"),
+            )
+        })?;
+        Ok(ModelExport {
+            server: e.name.clone(),
+            service: service.to_string(),
+            params: svc.desc.size_params.clone(),
+            complexity: svc.desc.complexity.clone(),
+            points: o
+                .model
+                .points()
+                .into_iter()
+                .map(|(x, s)| (x, to_point(&s)))
+                .collect(),
+            assumed_zero: o.model.assumed_zero().map(|x| x.to_vec()),
+            progress: e.progress.iter().find(|p| p.service == service).cloned(),
+        })
+    }
+
+    /// The model points changed since the last call, for persistence.
+    pub fn take_dirty_points(&mut self) -> Vec<DirtyPoint> {
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut out = Vec::with_capacity(dirty.len());
+        for (slot, idx, x) in dirty {
+            let e = self.registry.entry(slot);
+            let Some(o) = e.offer(idx) else { continue };
+            let service = self.catalog.entry(idx).name().to_string();
+            if o.model.assumed_zero() == Some(x.as_slice()) {
+                out.push(DirtyPoint {
+                    server: e.name.clone(),
+                    service,
+                    x,
+                    stats: PointStats::default(),
+                    source: PointSource::AssumedZero,
+                });
+                continue;
+            }
+            if let Some((_, s)) = o.model.points().into_iter().find(|(p, _)| *p == x) {
+                out.push(DirtyPoint {
+                    server: e.name.clone(),
+                    service,
+                    x,
+                    stats: to_point(&s),
+                    source: PointSource::Benchmark,
+                });
+            }
+        }
+        out
+    }
+
+    /// Restores a server saved by an earlier agent, with its id. It starts down: it gets calls
+    /// again once it registers (its heartbeat is answered with "register again").
+    pub fn restore_server(
+        &mut self,
+        id: ServerId,
+        reg: Registration,
+        now: Duration,
+    ) -> Result<(), RpcError> {
+        let name = reg.name.clone();
+        self.register(reg, now)?;
+        let slot = self
+            .registry
+            .slot_by_name(&name)
+            .expect("registered just now");
+        self.registry.set_id(slot, id);
+        self.registry.entry_mut(slot).state = ServerState::Down;
+        Ok(())
+    }
+
+    /// Restores one saved model point; false if its server or service is not known (restore
+    /// servers first).
+    pub fn restore_point(
+        &mut self,
+        server: &str,
+        service: &str,
+        x: &[i64],
+        stats: PointStats,
+        source: PointSource,
+    ) -> bool {
+        let (Some(slot), Some(svc)) = (
+            self.registry.slot_by_name(server),
+            self.catalog.get(service),
+        ) else {
+            return false;
+        };
+        let idx = svc.idx;
+        let Some(o) = self
+            .registry
+            .entry_mut(slot)
+            .offers
+            .iter_mut()
+            .find(|o| o.service == idx)
+        else {
+            return false;
+        };
+        match source {
+            PointSource::AssumedZero => o.model.set_assumed_zero(x),
+            PointSource::Benchmark | PointSource::Online => o.model.insert(x, to_speed(&stats)),
+        }
+        true
+    }
+}

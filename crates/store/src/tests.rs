@@ -1,0 +1,633 @@
+//! Tests of the store and the writer.
+
+use crate::*;
+use gridwise_proto::{
+    ArgDesc, ArgMode, CallReport, Registration, ServerId, ServiceDesc, Ticket, Timing,
+};
+use proptest::prelude::*;
+use std::path::Path;
+use std::time::Duration;
+
+fn service(name: &str, complexity: &str) -> ServiceDesc {
+    ServiceDesc {
+        name: name.into(),
+        doc: format!("{name} for tests"),
+        args: vec![
+            ArgDesc::new("n", ArgMode::In, "int"),
+            ArgDesc::new("x", ArgMode::InOut, "vector<f64>[n]"),
+        ],
+        size_params: vec!["n".into()],
+        complexity: Some(complexity.into()),
+    }
+}
+
+fn registration(name: &str, port: u16) -> Registration {
+    Registration {
+        name: name.into(),
+        addr: format!("127.0.0.1:{port}"),
+        slots: 2,
+        services: vec![service("scale", "n")],
+        rates: vec![("scale".into(), 1.5e9)],
+        default_rate: 2.5e9,
+        memory_bytes: 16 << 30,
+        cores: 8,
+    }
+}
+
+fn point(server: &str, service: &str, x: &[i64], mean: f64, source: PointSource) -> PointRow {
+    PointRow {
+        server: server.into(),
+        service: service.into(),
+        x: x.to_vec(),
+        count: 3,
+        min: mean * 0.9,
+        mean,
+        max: mean * 1.2,
+        source,
+    }
+}
+
+fn report(service: &str, n: i64, kernel_s: f64, ticket: Option<u64>) -> CallReport {
+    CallReport {
+        ticket: ticket.map(Ticket),
+        service: service.into(),
+        sizes: vec![("n".into(), n)],
+        timing: Timing {
+            queue_wait_s: 0.001,
+            input_transfer_s: 0.002,
+            kernel_s,
+            server_s: kernel_s + 0.004,
+        },
+        ok: ticket.is_some(),
+    }
+}
+
+/// A store holding one of everything.
+fn fill(store: &Store) -> ServerId {
+    let id = ServerId::new_random();
+    store.save_service(&service("scale", "n")).unwrap();
+    store.save_service(&service("dgemm", "2*n^3")).unwrap();
+    store
+        .save_server(id, &registration("alpha", 7001), 1_700_000_000.5)
+        .unwrap();
+    store
+        .upsert_points(&[
+            point("alpha", "scale", &[100], 0.5, PointSource::Benchmark),
+            point("alpha", "scale", &[200], 1.0, PointSource::Online),
+            point("alpha", "dgemm", &[10, 20, 30], 2.0, PointSource::Online),
+        ])
+        .unwrap();
+    store
+        .add_timings(
+            "alpha",
+            1_700_000_001.0,
+            &[
+                report("scale", 100, 0.5, Some(7)),
+                report("scale", 200, 1.0, None),
+            ],
+        )
+        .unwrap();
+    store.add_load("alpha", 1_700_000_002.0, 0.25).unwrap();
+    store.add_load("alpha", 1_700_000_003.0, 0.75).unwrap();
+    id
+}
+
+#[test]
+fn every_kind_round_trips() {
+    let store = Store::open_in_memory().unwrap();
+    let id = fill(&store);
+    let snap = store.snapshot().unwrap();
+    assert_eq!(
+        snap.services,
+        vec![service("dgemm", "2*n^3"), service("scale", "n")]
+    );
+    assert_eq!(
+        snap.servers,
+        vec![(id, registration("alpha", 7001), 1_700_000_000.5)]
+    );
+    assert_eq!(
+        snap.points,
+        vec![
+            point("alpha", "dgemm", &[10, 20, 30], 2.0, PointSource::Online),
+            point("alpha", "scale", &[100], 0.5, PointSource::Benchmark),
+            point("alpha", "scale", &[200], 1.0, PointSource::Online),
+        ]
+    );
+    assert_eq!(
+        snap.load,
+        vec![
+            ("alpha".to_string(), 1_700_000_002.0, 0.25),
+            ("alpha".to_string(), 1_700_000_003.0, 0.75)
+        ]
+    );
+    assert_eq!(snap.timings, 2);
+    let t = store.timings("alpha", "scale", 10).unwrap();
+    assert_eq!(t.len(), 2);
+    // Newest first.
+    assert_eq!(t[0].sizes, vec![("n".to_string(), 200)]);
+    assert_eq!(t[0].ticket, None);
+    assert!(!t[0].ok);
+    assert_eq!(
+        t[1],
+        StoredTiming {
+            server: "alpha".into(),
+            service: "scale".into(),
+            at_unix_s: 1_700_000_001.0,
+            sizes: vec![("n".into(), 100)],
+            timing: report("scale", 100, 0.5, None).timing,
+            ok: true,
+            ticket: Some(Ticket(7)),
+        }
+    );
+    assert_eq!(store.timings("alpha", "scale", 1).unwrap().len(), 1);
+    assert!(store.timings("alpha", "dgemm", 10).unwrap().is_empty());
+    assert!(store.timings("beta", "scale", 10).unwrap().is_empty());
+}
+
+#[test]
+fn empty_store_has_an_empty_snapshot() {
+    let store = Store::open_in_memory().unwrap();
+    assert_eq!(store.snapshot().unwrap(), Snapshot::default());
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+}
+
+#[test]
+fn upserts_replace() {
+    let store = Store::open_in_memory().unwrap();
+    fill(&store);
+    // Service by name.
+    let mut d = service("scale", "n");
+    d.doc = "changed".into();
+    store.save_service(&d).unwrap();
+    // Server by name, with a new id and address.
+    let id2 = ServerId::new_random();
+    store
+        .save_server(id2, &registration("alpha", 9999), 1_800_000_000.0)
+        .unwrap();
+    // Point by (server, service, x).
+    let mut p = point("alpha", "scale", &[100], 0.7, PointSource::Online);
+    p.count = 42;
+    store.upsert_points(std::slice::from_ref(&p)).unwrap();
+    store.touch_server("alpha", 1_800_000_010.0).unwrap();
+    store.touch_server("nobody", 1.0).unwrap();
+
+    let snap = store.snapshot().unwrap();
+    assert_eq!(snap.services.len(), 2);
+    assert_eq!(snap.services[1], d);
+    assert_eq!(
+        snap.servers,
+        vec![(id2, registration("alpha", 9999), 1_800_000_010.0)]
+    );
+    assert_eq!(snap.points.len(), 3);
+    assert_eq!(snap.points[1], p);
+}
+
+#[test]
+fn nan_statistics_survive() {
+    let store = Store::open_in_memory().unwrap();
+    let mut p = point("a", "s", &[1], 1.0, PointSource::Online);
+    p.min = f64::NAN;
+    p.max = f64::INFINITY;
+    store.upsert_points(&[p]).unwrap();
+    let got = &store.snapshot().unwrap().points[0];
+    assert!(got.min.is_nan());
+    assert_eq!(got.max, f64::INFINITY);
+    assert_eq!(got.mean, 1.0);
+}
+
+#[test]
+fn a_registration_that_cannot_be_read_back_is_refused() {
+    let store = Store::open_in_memory().unwrap();
+    let mut reg = registration("alpha", 1);
+    reg.default_rate = f64::NAN;
+    let e = store
+        .save_server(ServerId::new_random(), &reg, 0.0)
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Encode { .. }), "{e}");
+    assert!(e.to_string().contains("alpha"), "{e}");
+    assert!(store.snapshot().unwrap().servers.is_empty());
+}
+
+#[test]
+fn prune_keeps_the_newest() {
+    let store = Store::open_in_memory().unwrap();
+    for i in 0..50 {
+        let at = 1000.0 + i as f64;
+        store
+            .add_timings("a", at, &[report("s", i, 0.1, Some(i as u64))])
+            .unwrap();
+        store
+            .add_timings("a", at, &[report("t", i, 0.1, None)])
+            .unwrap();
+        store
+            .add_timings("b", at, &[report("s", i, 0.1, None)])
+            .unwrap();
+        store.add_load("a", at, i as f64).unwrap();
+        store.add_load("b", at, i as f64).unwrap();
+    }
+    assert_eq!(store.snapshot().unwrap().timings, 150);
+    store.prune(10, 5).unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(snap.timings, 30);
+    for (server, svc) in [("a", "s"), ("a", "t"), ("b", "s")] {
+        let t = store.timings(server, svc, 100).unwrap();
+        let ns: Vec<i64> = t.iter().map(|t| t.sizes[0].1).collect();
+        assert_eq!(ns, (40..50).rev().collect::<Vec<_>>(), "{server}/{svc}");
+    }
+    let loads: Vec<(&str, f64)> = snap.load.iter().map(|(s, _, l)| (s.as_str(), *l)).collect();
+    let mut want = Vec::new();
+    for i in 45..50 {
+        want.push(("a", i as f64));
+        want.push(("b", i as f64));
+    }
+    assert_eq!(loads, want);
+    // Pruning within the bounds changes nothing; zero empties.
+    store.prune(10, 5).unwrap();
+    assert_eq!(store.snapshot().unwrap().timings, 30);
+    store.prune(0, 0).unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!((snap.timings, snap.load.len()), (0, 0));
+    // New rows after an empty prune still come out newest first.
+    store
+        .add_timings(
+            "a",
+            1.0,
+            &[report("s", 1, 0.1, None), report("s", 2, 0.1, None)],
+        )
+        .unwrap();
+    let t = store.timings("a", "s", 10).unwrap();
+    assert_eq!(t[0].sizes[0].1, 2);
+}
+
+#[test]
+fn reopened_store_returns_the_same_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("nested/data");
+    let before = {
+        let store = Store::open(&data).unwrap();
+        assert_eq!(store.path(), data.join(DB_FILE));
+        fill(&store);
+        store.snapshot().unwrap()
+    };
+    assert!(data.join(DB_FILE).exists());
+    let store = Store::open(&data).unwrap();
+    assert_eq!(store.snapshot().unwrap(), before);
+    assert_eq!(store.timings("alpha", "scale", 10).unwrap().len(), 2);
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+}
+
+#[test]
+fn wal_mode_is_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.journal_mode().unwrap(), "wal");
+    // WAL is a property of the file: a plain connection sees it too.
+    let other = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+    let mode: String = other
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let sync: i64 = store
+        .conn_for_tests()
+        .pragma_query_value(None, "synchronous", |r| r.get(0))
+        .unwrap();
+    assert_eq!(sync, 1, "synchronous=NORMAL");
+    assert_eq!(
+        Store::open_in_memory().unwrap().journal_mode().unwrap(),
+        "memory"
+    );
+}
+
+fn set_user_version(path: &Path, v: i64) {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.pragma_update(None, "user_version", v).unwrap();
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path()).unwrap());
+    set_user_version(&dir.path().join(DB_FILE), SCHEMA_VERSION + 1);
+    let e = Store::open(dir.path()).unwrap_err();
+    assert!(matches!(e, StoreError::NewerSchema { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("upgrade gridwise"), "{msg}");
+    assert!(
+        msg.contains(&dir.path().join(DB_FILE).display().to_string()),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("{}", SCHEMA_VERSION + 1)), "{msg}");
+}
+
+#[test]
+fn a_corrupt_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(DB_FILE);
+    std::fs::write(
+        &path,
+        b"this is not an SQLite database, just some text; ".repeat(200),
+    )
+    .unwrap();
+    let e = Store::open(dir.path()).unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    let msg = e.to_string();
+    eprintln!("{msg}");
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("move it"), "{msg}");
+}
+
+#[test]
+fn a_damaged_database_does_not_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        for i in 0..200 {
+            store
+                .add_timings("a", i as f64, &[report("s", i, 0.1, None)])
+                .unwrap();
+        }
+    }
+    // Checkpointed on close; scribble over everything after the header page.
+    let path = dir.path().join(DB_FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 8192, "{}", bytes.len());
+    for b in &mut bytes[4096..] {
+        *b = 0xA5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let result = Store::open(dir.path()).and_then(|s| s.snapshot());
+    let e = result.expect_err("a scribbled-over database cannot read cleanly");
+    eprintln!("{e}");
+    assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+}
+
+#[test]
+fn a_foreign_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(DB_FILE);
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute_batch("CREATE TABLE recipes (name TEXT)").unwrap();
+    drop(c);
+    let e = Store::open(dir.path()).unwrap_err();
+    assert!(matches!(e, StoreError::Foreign { .. }), "{e}");
+    assert!(e.to_string().contains("recipes"), "{e}");
+}
+
+#[test]
+fn an_unusable_directory_names_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = Store::open(&file.join("sub")).unwrap_err();
+    assert!(matches!(e, StoreError::CreateDir { .. }), "{e}");
+    assert!(e.to_string().contains("a-file"), "{e}");
+}
+
+#[test]
+fn unreadable_rows_are_skipped_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        fill(&store);
+    }
+    let c = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+    c.execute_batch(
+        "INSERT INTO services (name, description) VALUES ('broken', '{not json');
+         INSERT INTO model_points (server, service, x, count, min, mean, max, source)
+             VALUES ('alpha', 'scale', '[5]', 1, 1.0, 1.0, 1.0, 'guessed');
+         INSERT INTO model_points (server, service, x, count, min, mean, max, source)
+             VALUES ('alpha', 'scale', '[6]', 'many', 1.0, 1.0, 1.0, 'online');
+         UPDATE servers SET id = 'not-a-uuid';",
+    )
+    .unwrap();
+    drop(c);
+    let snap = Store::open(dir.path()).unwrap().snapshot().unwrap();
+    assert_eq!(snap.services.len(), 2);
+    assert_eq!(snap.points.len(), 3);
+    assert!(snap.servers.is_empty());
+}
+
+#[test]
+fn errors_say_which_database() {
+    let store = Store::open_in_memory().unwrap();
+    store
+        .conn_for_tests()
+        .execute_batch("DROP TABLE load_history")
+        .unwrap();
+    let e = store.add_load("a", 1.0, 1.0).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(":memory:") && msg.contains("saving a load sample"),
+        "{msg}"
+    );
+}
+
+fn small_config() -> WriterConfig {
+    WriterConfig {
+        max_batch_wait: Duration::from_millis(2),
+        ..WriterConfig::default()
+    }
+}
+
+fn send_everything(w: &Writer, id: ServerId) {
+    w.send(Op::Service(service("scale", "n")));
+    w.send(Op::Server(id, registration("alpha", 7001), 5.0));
+    w.send(Op::Seen("alpha".into(), 6.0));
+    w.send(Op::Points(vec![point(
+        "alpha",
+        "scale",
+        &[100],
+        0.5,
+        PointSource::Online,
+    )]));
+    w.send(Op::Timings(
+        "alpha".into(),
+        7.0,
+        vec![report("scale", 100, 0.5, Some(1))],
+    ));
+    w.send(Op::Load("alpha".into(), 8.0, 0.5));
+}
+
+fn expected_snapshot(id: ServerId) -> Snapshot {
+    Snapshot {
+        services: vec![service("scale", "n")],
+        servers: vec![(id, registration("alpha", 7001), 6.0)],
+        points: vec![point("alpha", "scale", &[100], 0.5, PointSource::Online)],
+        load: vec![("alpha".into(), 8.0, 0.5)],
+        timings: 1,
+    }
+}
+
+#[test]
+fn writer_persists_everything_after_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Writer::spawn_with(Store::open(dir.path()).unwrap(), small_config());
+    let id = ServerId::new_random();
+    send_everything(&w, id);
+    w.flush();
+    // A second connection sees it while the writer still runs (WAL: readers do not block).
+    let reader = Store::open(dir.path()).unwrap();
+    assert_eq!(reader.snapshot().unwrap(), expected_snapshot(id));
+    assert_eq!(w.dropped(), 0);
+    w.flush();
+    drop(w);
+}
+
+#[test]
+fn writer_persists_everything_after_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = ServerId::new_random();
+    {
+        let w = Writer::spawn(Store::open(dir.path()).unwrap());
+        send_everything(&w, id);
+        for i in 0..5000 {
+            w.send(Op::Timings(
+                "beta".into(),
+                i as f64,
+                vec![report("scale", i, 0.1, None)],
+            ));
+        }
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(snap.timings, 5001);
+    let mut want = expected_snapshot(id);
+    want.timings = 5001;
+    assert_eq!(snap, want);
+    let newest = store.timings("beta", "scale", 1).unwrap();
+    assert_eq!(newest[0].sizes[0].1, 4999);
+}
+
+#[test]
+fn writer_survives_a_failing_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Writer::spawn_with(Store::open(dir.path()).unwrap(), small_config());
+    let mut bad = registration("bad", 1);
+    bad.rates[0].1 = f64::INFINITY;
+    w.send(Op::Service(service("before", "n")));
+    w.send(Op::Server(ServerId::new_random(), bad, 1.0));
+    w.send(Op::Service(service("after", "n")));
+    w.flush();
+    let snap = Store::open(dir.path()).unwrap().snapshot().unwrap();
+    let names: Vec<&str> = snap.services.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["after", "before"]);
+    assert!(snap.servers.is_empty());
+}
+
+#[test]
+fn writer_prunes() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        for i in 0..100 {
+            store
+                .add_timings("a", i as f64, &[report("s", i, 0.1, None)])
+                .unwrap();
+            store.add_load("a", i as f64, 0.0).unwrap();
+        }
+    }
+    let config = WriterConfig {
+        keep_timings_per_pair: 10,
+        keep_load_per_server: 20,
+        prune_every: Duration::ZERO,
+        ..small_config()
+    };
+    let w = Writer::spawn_with(Store::open(dir.path()).unwrap(), config);
+    // At start-up.
+    w.flush();
+    let reader = Store::open(dir.path()).unwrap();
+    let snap = reader.snapshot().unwrap();
+    assert_eq!((snap.timings, snap.load.len()), (10, 20));
+    // And after writes (the prune follows the batch; the second flush waits for it).
+    for i in 100..150 {
+        w.send(Op::Timings(
+            "a".into(),
+            i as f64,
+            vec![report("s", i, 0.1, None)],
+        ));
+    }
+    w.flush();
+    w.flush();
+    assert_eq!(reader.snapshot().unwrap().timings, 10);
+    let newest = reader.timings("a", "s", 1).unwrap();
+    assert_eq!(newest[0].sizes[0].1, 149);
+}
+
+#[test]
+fn error_messages_render() {
+    let e = StoreError::NewerSchema {
+        path: "/var/lib/gridwise/gridwise.db".into(),
+        found: 9,
+        supported: 1,
+    };
+    assert_eq!(
+        e.to_string(),
+        "/var/lib/gridwise/gridwise.db was written by a newer gridwise (schema version 9; this \
+         build understands versions up to 1): upgrade gridwise, or point the agent at another \
+         data directory"
+    );
+    assert_eq!("online".parse::<PointSource>(), Ok(PointSource::Online));
+    assert_eq!(PointSource::Benchmark.to_string(), "benchmark");
+    for p in [
+        PointSource::Benchmark,
+        PointSource::Online,
+        PointSource::AssumedZero,
+    ] {
+        assert_eq!(p.as_str().parse::<PointSource>(), Ok(p));
+    }
+    assert!(
+        "guess"
+            .parse::<PointSource>()
+            .unwrap_err()
+            .contains("benchmark")
+    );
+}
+
+fn arb_point() -> impl Strategy<Value = PointRow> {
+    (
+        "[a-z]{1,6}",
+        "[a-z]{1,6}",
+        proptest::collection::vec(any::<i64>(), 0..4),
+        any::<u64>().prop_map(|c| c >> 1),
+        -1e12f64..1e12,
+        -1e12f64..1e12,
+        -1e12f64..1e12,
+        prop_oneof![
+            Just(PointSource::Benchmark),
+            Just(PointSource::Online),
+            Just(PointSource::AssumedZero)
+        ],
+    )
+        .prop_map(
+            |(server, service, x, count, min, mean, max, source)| PointRow {
+                server,
+                service,
+                x,
+                count,
+                min,
+                mean,
+                max,
+                source,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any points, upserted in any order: the snapshot holds the last row per key.
+    #[test]
+    fn points_round_trip(rows in proptest::collection::vec(arb_point(), 0..20)) {
+        let store = Store::open_in_memory().unwrap();
+        store.upsert_points(&rows).unwrap();
+        let mut want: Vec<PointRow> = Vec::new();
+        for r in &rows {
+            match want.iter_mut().find(|w| (&w.server, &w.service, &w.x) == (&r.server, &r.service, &r.x)) {
+                Some(w) => *w = r.clone(),
+                None => want.push(r.clone()),
+            }
+        }
+        want.sort_by(|a, b| (&a.server, &a.service, &a.x).cmp(&(&b.server, &b.service, &b.x)));
+        prop_assert_eq!(store.snapshot().unwrap().points, want);
+    }
+}

@@ -1,0 +1,81 @@
+//! What the agent learns outlives it: restoring the core from the store at start-up, and
+//! turning the core's changes into store writes (done on the store's own thread).
+
+use gridwise_proto::{PointSource, PointStats};
+use gridwise_sched::{AgentCore, DirtyPoint};
+use gridwise_store::{Op, PointRow, PointSource as StoredSource, Store};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Seconds since the Unix epoch, for stored timestamps.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Loads servers (down until they register again) and model points into a fresh core.
+pub fn restore(core: &mut AgentCore, store: &Store) -> anyhow::Result<()> {
+    let snap = store
+        .snapshot()
+        .map_err(|e| anyhow::anyhow!("cannot read the agent's data: {e}"))?;
+    let mut servers = 0;
+    for (id, reg, _last_seen) in snap.servers {
+        let name = reg.name.clone();
+        match core.restore_server(id, reg, Duration::ZERO) {
+            Ok(()) => servers += 1,
+            Err(e) => tracing::warn!(server = %name, "not restored: {e}"),
+        }
+    }
+    let mut points = 0;
+    for p in &snap.points {
+        let (stats, source) = from_row(p);
+        if core.restore_point(&p.server, &p.service, &p.x, stats, source) {
+            points += 1;
+        }
+    }
+    if servers > 0 || points > 0 {
+        tracing::info!(servers, points, "restored what earlier runs learned");
+    }
+    Ok(())
+}
+
+fn from_row(p: &PointRow) -> (PointStats, PointSource) {
+    let stats = PointStats {
+        count: p.count,
+        min: p.min,
+        mean: p.mean,
+        max: p.max,
+    };
+    let source = match p.source {
+        StoredSource::Benchmark => PointSource::Benchmark,
+        StoredSource::Online => PointSource::Online,
+        StoredSource::AssumedZero => PointSource::AssumedZero,
+    };
+    (stats, source)
+}
+
+/// The store write for changed model points.
+pub fn points_op(dirty: Vec<DirtyPoint>) -> Option<Op> {
+    if dirty.is_empty() {
+        return None;
+    }
+    let rows = dirty
+        .into_iter()
+        .map(|d| PointRow {
+            server: d.server,
+            service: d.service,
+            x: d.x,
+            count: d.stats.count,
+            min: d.stats.min,
+            mean: d.stats.mean,
+            max: d.stats.max,
+            source: match d.source {
+                PointSource::Benchmark => StoredSource::Benchmark,
+                PointSource::Online => StoredSource::Online,
+                PointSource::AssumedZero => StoredSource::AssumedZero,
+            },
+        })
+        .collect();
+    Some(Op::Points(rows))
+}

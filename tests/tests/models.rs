@@ -1,0 +1,194 @@
+//! Functional performance models end to end: servers build them with benchmarks and stream the
+//! points, real calls refine them, the agent ranks with them, and they survive an agent restart.
+
+use gridwise_e2e::{FAST_HEARTBEATS, Grid, bin, eventually};
+use gridwise_proto::{BuildState, CallProfile, ComputeSource, RankOptions, Value};
+use std::time::Duration;
+
+/// An emulated `solve` (n³ operations) with a true speed function, modelled with GBBP on
+/// [64, 1024]. Runs take milliseconds, so builds take well under a second of sleeping.
+fn modelled_server(speed: &str) -> String {
+    format!(
+        r#"builtins = []
+slots = 2
+calibrate = false
+
+[[emulated]]
+name = "solve"
+param = "n"
+complexity = "n^3"
+speed = {speed}
+
+[[models]]
+service = "solve"
+method = "gbbp"
+fuzzy_max = true
+params = [{{ name = "n", min = 64, max = 1024, stride = 64 }}]
+"#
+    )
+}
+
+fn profile(n: i64) -> CallProfile {
+    CallProfile {
+        service: "solve".into(),
+        sizes: vec![("n".into(), n)],
+        in_bytes: 8,
+        out_bytes: 8,
+    }
+}
+
+fn build_done(g: &Grid, server: &str) -> bool {
+    g.client()
+        .models()
+        .map(|ms| {
+            ms.iter().any(|m| {
+                m.server == server
+                    && m.progress
+                        .as_ref()
+                        .is_some_and(|p| p.state == BuildState::Done)
+            })
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn models_are_built_streamed_and_used_then_survive_an_agent_restart() {
+    let mut g = Grid::agent(&FAST_HEARTBEATS);
+    g.server(
+        "paging",
+        &modelled_server("[[64, 2e10], [600, 2e10], [700, 1e9], [1024, 5e8]]"),
+    );
+    g.wait_up(1);
+    assert!(
+        eventually(Duration::from_secs(60), || build_done(&g, "paging")),
+        "the model build did not finish:\n{}",
+        g.logs()
+    );
+    let c = g.client();
+    let m = c.model("paging", "solve").unwrap();
+    assert!(m.points.len() >= 3, "{} points", m.points.len());
+    let p = m.progress.unwrap();
+    assert!(p.runs >= p.points, "{p:?}");
+
+    // The agent ranks with the model: at n = 900 the server pages, and the model knows it.
+    let cands = c.explain(profile(900), RankOptions::default()).unwrap();
+    let etc = &cands[0].etc;
+    assert!(
+        matches!(etc.compute_source, ComputeSource::Fpm { .. }),
+        "{:?}",
+        etc.compute_source
+    );
+    let true_s = 900f64.powi(3) / (1e9 - (900.0 - 700.0) / (1024.0 - 700.0) * 5e8);
+    assert!(
+        (etc.compute_s - true_s).abs() / true_s < 0.25,
+        "predicted {} s, true {true_s} s",
+        etc.compute_s
+    );
+
+    // Kill the agent and start it again: the model comes back from its store before the
+    // server has said anything, and the first ranking after the server returns uses it.
+    std::thread::sleep(Duration::from_millis(300)); // let the store's writer commit (≤ 10 ms batches)
+    let before = m.points.len();
+    g.restart_agent().unwrap();
+    let c = g.client();
+    let restored = c.model("paging", "solve").unwrap();
+    assert_eq!(
+        restored.points.len(),
+        before,
+        "points lost across the restart"
+    );
+    g.wait_up(1);
+    let cands = c.explain(profile(900), RankOptions::default()).unwrap();
+    assert!(
+        matches!(cands[0].etc.compute_source, ComputeSource::Fpm { .. }),
+        "after the restart: {:?}",
+        cands[0].etc.compute_source
+    );
+}
+
+#[test]
+fn real_calls_alone_make_a_model() {
+    let mut g = Grid::agent(&FAST_HEARTBEATS);
+    g.server(
+        "plain",
+        "builtins = []\ncalibrate = false\n[[emulated]]\nname = \"solve\"\nparam = \"n\"\ncomplexity = \"n^3\"\nspeed = [[1, 1e10], [2000, 1e10]]\n",
+    );
+    g.wait_up(1);
+    let c = g.client();
+    let solve = c.function_handle_default("solve").unwrap();
+    for n in [200, 400] {
+        c.call(&solve, vec![Value::Int(n)]).unwrap();
+    }
+    assert!(eventually(Duration::from_secs(10), || c
+        .model("plain", "solve")
+        .map(|m| m.points.len() == 2)
+        .unwrap_or(false)));
+    let m = c.model("plain", "solve").unwrap();
+    let (x, s) = &m.points[0];
+    assert_eq!(x, &vec![200]);
+    // The measured speed is the true one, less the kernel's overhead.
+    assert!(s.mean > 3e9 && s.mean <= 1.01e10, "{s:?}");
+    let cands = c.explain(profile(300), RankOptions::default()).unwrap();
+    assert!(matches!(
+        cands[0].etc.compute_source,
+        ComputeSource::Fpm { points: 2, .. }
+    ));
+}
+
+#[test]
+fn a_size_the_model_rules_out_goes_elsewhere() {
+    let mut g = Grid::agent(&FAST_HEARTBEATS);
+    // `small` cannot run n > 700 at all (speed 0: out of memory); `big` is slower but can.
+    g.server(
+        "small",
+        &modelled_server("[[64, 2e10], [700, 2e10], [701, 0], [1024, 0]]"),
+    );
+    g.server("big", &modelled_server("[[64, 5e9], [1024, 5e9]]"));
+    g.wait_up(2);
+    assert!(
+        eventually(Duration::from_secs(60), || build_done(&g, "small")
+            && build_done(&g, "big")),
+        "{}",
+        g.logs()
+    );
+    let c = g.client();
+    let solve = c.function_handle_default("solve").unwrap();
+    for _ in 0..3 {
+        assert_eq!(c.call(&solve, vec![Value::Int(900)]).unwrap().server, "big");
+    }
+    let cands = c.explain(profile(900), RankOptions::default()).unwrap();
+    assert_eq!(cands.len(), 1, "small must not be a candidate: {cands:?}");
+}
+
+#[test]
+fn build_only_mode_saves_models_a_later_start_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_dir = dir.path().join("models");
+    let cfg = dir.path().join("server.toml");
+    let body = modelled_server("[[64, 1e10], [1024, 2e10]]");
+    std::fs::write(
+        &cfg,
+        format!("model_dir = {:?}\n{body}", model_dir.display().to_string()),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin("gridwise-server"))
+        .args(["--config", cfg.to_str().unwrap(), "--build-models-and-exit"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(model_dir.join("solve.model.json").exists());
+
+    let mut g = Grid::agent(&FAST_HEARTBEATS);
+    g.server("prebuilt", &std::fs::read_to_string(&cfg).unwrap());
+    g.wait_up(1);
+    // Loaded, not measured again: done at once, with the saved points.
+    assert!(eventually(Duration::from_secs(10), || build_done(
+        &g, "prebuilt"
+    )));
+    let m = g.client().model("prebuilt", "solve").unwrap();
+    assert!(m.points.len() >= 3);
+}
