@@ -85,6 +85,12 @@ impl Bench for DgemmBench {
     }
 }
 
+/// Runs per point, for the models and the ground truth alike…
+const RUNS: u32 = 3;
+/// …and at least this much kernel time per point: a run of small dgemm takes microseconds and
+/// its speed swings twofold from run to run, so one run says little (PMM's `min_sample_time`).
+const SAMPLE_TIME_S: f64 = 0.05;
+
 fn work(n: i64) -> f64 {
     2.0 * (n as f64).powi(3)
 }
@@ -92,23 +98,32 @@ fn work(n: i64) -> f64 {
 fn dgemm(emit: &mut dyn FnMut(Json)) -> anyhow::Result<()> {
     let kernel = builtin("dgemm").ok_or_else(|| anyhow::anyhow!("dgemm is not built in"))?;
     let mut bench = DgemmBench { kernel };
-    let params = vec![ParamSpec::new("n", 32, 640, 32)];
-    // The ground truth: the fastest of three runs at each of the dense sizes.
-    eprintln!("bench models: dgemm ground truth ({EVAL_SIZES} sizes × 3 runs) …");
+    // Up to n = 1536 (≈0.1–0.3 s a run here): below a millisecond, a single run's time is mostly
+    // timer and scheduling noise, which no model can predict.
+    let params = vec![ParamSpec::new("n", 64, 1536, 64)];
+    // The ground truth: the mean time of the runs at each of the dense sizes (the model keeps the
+    // mean speed of its runs too).
+    eprintln!(
+        "bench models: dgemm ground truth ({EVAL_SIZES} sizes, ≥ {RUNS} runs and ≥ {SAMPLE_TIME_S} s each) …"
+    );
     let sizes = gridwise_fpm::eval::dense_sizes(&params, EVAL_SIZES);
     let mut truth = Vec::with_capacity(sizes.len());
     for x in &sizes {
-        let mut best = f64::INFINITY;
-        for _ in 0..3 {
-            best = best.min(bench.time(x[0])?);
+        let (mut total, mut runs) = (0.0, 0u32);
+        while runs < RUNS || total < SAMPLE_TIME_S {
+            total += bench.time(x[0])?;
+            runs += 1;
         }
-        truth.push((x[0], best));
+        truth.push((x[0], total / runs as f64));
     }
     for method in methods() {
         eprintln!("bench models: dgemm / {method} …");
         let mut spec = BuildSpec::new(params.clone(), method);
-        // A real CPU does not page at n = 640: measure the top of the range too.
+        // A real CPU does not page at n = 1536: measure the top of the range too.
         spec.fuzzy_max = true;
+        spec.sampling.min_sample_num = RUNS;
+        spec.sampling.min_sample_time_s = SAMPLE_TIME_S;
+        spec.sampling.max_samples = 100_000;
         let started = Instant::now();
         let r = build(&spec, &mut bench, &mut NoObserver)?;
         let wall = started.elapsed().as_secs_f64();

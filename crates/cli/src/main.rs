@@ -194,6 +194,16 @@ fn client(conn: &Conn) -> anyhow::Result<Client> {
 
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Agent(_) | Command::Server(_)) {
+        // A command whose output is piped into `head` should stop quietly when the pipe
+        // closes, like any Unix tool. Daemons keep SIGPIPE ignored: a peer that goes away must
+        // not kill them.
+        #[cfg(unix)]
+        // SAFETY: restoring the default disposition before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     if let Err(e) = run(&cli) {
         // One readable line (with its causes), not a backtrace: these are user-facing errors.
         eprintln!("error: {e:#}");

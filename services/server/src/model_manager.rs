@@ -67,23 +67,11 @@ pub struct SavedModel {
     pub bench_time_s: f64,
 }
 
-fn to_point(s: &SpeedStats) -> PointStats {
-    PointStats {
-        count: s.count,
-        min: s.min,
-        mean: s.mean,
-        max: s.max,
-    }
-}
-
 fn intervals(fpm: &Fpm) -> Vec<BuildInterval> {
     fpm.intervals()
         .iter()
-        .map(|i| BuildInterval {
-            lo: i.lo.clone(),
-            hi: i.hi.clone(),
-            finalised: i.finalised,
-        })
+        .cloned()
+        .map(BuildInterval::from)
         .collect()
 }
 
@@ -204,7 +192,7 @@ fn send_model(handler: &ServerHandler, service: &str, fpm: &Fpm) {
         handler.send_point(ModelPoint {
             service: service.to_string(),
             x,
-            stats: to_point(&s),
+            stats: PointStats::from(s),
             source: PointSource::Benchmark,
         });
     }
@@ -314,7 +302,7 @@ impl Observer for StreamToAgent<'_> {
         self.handler.send_point(ModelPoint {
             service: self.config.service.clone(),
             x: x.to_vec(),
-            stats: to_point(stats),
+            stats: PointStats::from(*stats),
             source: PointSource::Benchmark,
         });
     }

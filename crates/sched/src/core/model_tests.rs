@@ -140,13 +140,7 @@ fn solve_point(n: i64, speed: f64) -> ModelPoint {
     ModelPoint {
         service: "solve".into(),
         x: vec![n],
-        stats: PointStats {
-            count: 1,
-            min: speed,
-            mean: speed,
-            max: speed,
-        },
-        source: PointSource::Benchmark,
+        ..point(n, speed)
     }
 }
 

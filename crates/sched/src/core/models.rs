@@ -24,24 +24,6 @@ pub struct DirtyPoint {
     pub source: PointSource,
 }
 
-fn to_speed(p: &PointStats) -> SpeedStats {
-    SpeedStats {
-        count: p.count,
-        min: p.min,
-        mean: p.mean,
-        max: p.max,
-    }
-}
-
-fn to_point(s: &SpeedStats) -> PointStats {
-    PointStats {
-        count: s.count,
-        min: s.min,
-        mean: s.mean,
-        max: s.max,
-    }
-}
-
 impl AgentCore {
     /// Points measured by a server's model builder.
     pub fn model_points(&mut self, server: ServerId, points: &[ModelPoint]) -> Ack {
@@ -68,7 +50,7 @@ impl AgentCore {
             match p.source {
                 PointSource::AssumedZero => o.model.set_assumed_zero(&p.x),
                 PointSource::Benchmark | PointSource::Online => {
-                    o.model.insert(&p.x, to_speed(&p.stats))
+                    o.model.insert(&p.x, SpeedStats::from(p.stats))
                 }
             }
             self.dirty.insert((slot, idx, p.x.clone()));
@@ -127,7 +109,7 @@ impl AgentCore {
                 .model
                 .points()
                 .into_iter()
-                .map(|(x, s)| (x, to_point(&s)))
+                .map(|(x, s)| (x, PointStats::from(s)))
                 .collect(),
             assumed_zero: o.model.assumed_zero().map(|x| x.to_vec()),
             progress: e.progress.iter().find(|p| p.service == service).cloned(),
@@ -157,7 +139,7 @@ impl AgentCore {
                     server: e.name.clone(),
                     service,
                     x,
-                    stats: to_point(&s),
+                    stats: PointStats::from(s),
                     source: PointSource::Benchmark,
                 });
             }
@@ -212,7 +194,9 @@ impl AgentCore {
         };
         match source {
             PointSource::AssumedZero => o.model.set_assumed_zero(x),
-            PointSource::Benchmark | PointSource::Online => o.model.insert(x, to_speed(&stats)),
+            PointSource::Benchmark | PointSource::Online => {
+                o.model.insert(x, SpeedStats::from(stats))
+            }
         }
         true
     }
