@@ -1,9 +1,10 @@
 //! The tarpc services: what the agent and the servers answer.
 
 use crate::error::{CallError, RpcError};
-use crate::ids::{CallId, ServerId, Ticket};
+use crate::ids::{CallId, DataHandle, ServerId, Ticket};
 use crate::messages::*;
 use crate::service::ServiceDesc;
+use crate::value::Value;
 
 /// The agent: registry, ranking, reports, status.
 #[tarpc::service]
@@ -48,4 +49,8 @@ pub trait ServerApi {
     async fn cancel(call: CallId) -> bool;
     /// Liveness and load.
     async fn ping() -> Pong;
+    /// A value this server keeps (for another server's call, or for the client).
+    async fn fetch(handle: DataHandle) -> Result<Value, CallError>;
+    /// Forgets kept values; returns how many it held.
+    async fn free(handles: Vec<DataHandle>) -> u32;
 }

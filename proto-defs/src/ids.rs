@@ -40,6 +40,24 @@ impl fmt::Display for CallId {
     }
 }
 
+/// A value kept on a server (an output not sent back), named so that later calls on any server
+/// can use it and the client can fetch or free it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DataHandle(pub Uuid);
+
+impl DataHandle {
+    /// A fresh random handle.
+    pub fn new_random() -> Self {
+        Self(Uuid::new_v4())
+    }
+}
+
+impl fmt::Display for DataHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "d{}", &self.0.simple().to_string()[..12])
+    }
+}
+
 /// The agent's record of one assignment (a ranked call): the server reports it back when the
 /// call ends, which is how the agent knows every server's queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -20,10 +20,10 @@ pub mod wire;
 
 pub use complexity::{Complexity, ComplexityError};
 pub use error::{CallError, CallErrorKind, ErrorCode, RpcError};
-pub use ids::{CallId, ServerId, Ticket};
+pub use ids::{CallId, DataHandle, ServerId, Ticket};
 pub use messages::*;
 pub use service::{ArgDesc, ArgError, ArgMode, ArgType, Dim, ServiceDesc, ServiceError};
-pub use value::{Array, ElemType, Value};
+pub use value::{Array, ElemType, RemoteRef, Value};
 
 #[cfg(feature = "rpc")]
 pub use api::{AgentApi, AgentApiClient, ServerApi, ServerApiClient};

@@ -404,6 +404,9 @@ pub struct ExecuteRequest {
     pub inputs: Vec<Value>,
     /// Client wall clock at send, ns since the Unix epoch.
     pub sent_at_unix_ns: u64,
+    /// Outputs (by position among the outputs) to keep on the server and return as
+    /// [`Value::Ref`] instead of sending them back.
+    pub keep_outputs: Vec<u32>,
 }
 
 /// A server's answer to a successful call.

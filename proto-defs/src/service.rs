@@ -412,6 +412,9 @@ impl ServiceDesc {
                 self.resolve(inputs, cols),
                 arr,
             ),
+            // A remote value is checked by the server that runs the call, once it has pulled
+            // it; ints cannot be remote, since sizes must be known to rank servers.
+            (ty, Value::Ref(_)) if *ty != ArgType::Int => return Ok(()),
             _ => return Err(wrong_type()),
         };
         if arr.elem != *elem {
@@ -701,6 +704,28 @@ mod tests {
         let f32m = Value::Matrix(Array::from_f32(2, 3, &[0.0; 6]));
         let e = d
             .check_inputs(&[Value::Int(2), Value::Int(4), Value::Int(3), f32m, b])
+            .unwrap_err();
+        assert!(matches!(e, ArgError::WrongType { .. }), "{e}");
+    }
+
+    #[test]
+    fn remote_values_stand_for_anything_but_ints() {
+        use crate::ids::DataHandle;
+        use crate::value::RemoteRef;
+        let d = dgemm();
+        let r = Value::Ref(RemoteRef {
+            handle: DataHandle::new_random(),
+            holder: "h:1".into(),
+            bytes: 48,
+            kind: "matrix<f64>[2,3]".into(),
+        });
+        let b = Value::matrix_f64(3, 4, &[0.0; 12]);
+        let p = d
+            .profile(&[Value::Int(2), Value::Int(4), Value::Int(3), r.clone(), b])
+            .unwrap();
+        assert_eq!(p.in_bytes, 24 + 48 + 96);
+        let e = d
+            .check_inputs(&[r.clone(), Value::Int(4), Value::Int(3), r.clone(), r])
             .unwrap_err();
         assert!(matches!(e, ArgError::WrongType { .. }), "{e}");
     }

@@ -1,6 +1,7 @@
 //! Argument and result values. Arrays travel as one contiguous little-endian byte buffer, never
 //! as per-element serde sequences, so a large matrix costs a memcpy, not a million tags.
 
+use crate::ids::DataHandle;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -161,6 +162,22 @@ pub enum Value {
     Vector(Array),
     /// `matrix<T>[r,c]`
     Matrix(Array),
+    /// A value that stays on a server: any argument but an `int` may be one. The server that
+    /// runs the call pulls it from its holder; a kept output comes back as one.
+    Ref(RemoteRef),
+}
+
+/// Where a remote value lives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteRef {
+    /// Its name on the holder.
+    pub handle: DataHandle,
+    /// The holder's address (host:port).
+    pub holder: String,
+    /// Its payload size, for transfer estimates.
+    pub bytes: u64,
+    /// Its kind in IDL words (e.g. `matrix<f64>[500,500]`), for messages.
+    pub kind: String,
 }
 
 impl Value {
@@ -215,6 +232,7 @@ impl Value {
             Value::Bytes(_) => "bytes".into(),
             Value::Vector(a) => format!("vector<{}>[{}]", a.elem, a.rows),
             Value::Matrix(a) => format!("matrix<{}>[{},{}]", a.elem, a.rows, a.cols),
+            Value::Ref(r) => format!("remote {} on {}", r.kind, r.holder),
         }
     }
 
@@ -225,6 +243,7 @@ impl Value {
             Value::Str(s) => s.len() as u64,
             Value::Bytes(b) => b.len() as u64,
             Value::Vector(a) | Value::Matrix(a) => a.data.len() as u64,
+            Value::Ref(r) => r.bytes,
         }
     }
 
@@ -243,6 +262,9 @@ impl Value {
             Value::Double(d) => json!(d),
             Value::Str(s) => json!(s),
             Value::Bytes(b) => json!(b),
+            Value::Ref(r) => {
+                json!({"handle": r.handle.to_string(), "holder": r.holder, "bytes": r.bytes, "kind": r.kind})
+            }
             Value::Vector(a) | Value::Matrix(a) => {
                 let m = matches!(self, Value::Matrix(_));
                 match a.elem {

@@ -7,7 +7,7 @@ use crate::handle::FunctionHandle;
 use crate::session::SessionId;
 use gridwise_proto::{
     AgentStatus, CallProfile, Candidate, ErrorCode, ModelExport, ModelSummary, RankOptions,
-    ServiceDesc, ServiceSummary, Value,
+    RemoteRef, ServiceDesc, ServiceSummary, Value,
 };
 use std::future::Future;
 use std::thread::JoinHandle;
@@ -210,6 +210,26 @@ impl Client {
     /// See [`GridClient::status`].
     pub fn status(&self) -> Result<AgentStatus, GrpcError> {
         self.run(self.inner.status())
+    }
+
+    /// See [`GridClient::call_keep`].
+    pub fn call_keep(
+        &self,
+        h: &FunctionHandle,
+        inputs: Vec<Value>,
+        keep: &[usize],
+    ) -> Result<CallResult, GrpcError> {
+        self.run(self.inner.call_keep(h, inputs, keep))
+    }
+
+    /// See [`GridClient::fetch`].
+    pub fn fetch(&self, r: &RemoteRef) -> Result<Value, GrpcError> {
+        self.run(self.inner.fetch(r))
+    }
+
+    /// See [`GridClient::free`].
+    pub fn free(&self, refs: &[RemoteRef]) -> Result<u32, GrpcError> {
+        self.run(self.inner.free(refs))
     }
 
     /// See [`GridClient::models`].

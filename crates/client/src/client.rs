@@ -8,8 +8,8 @@ use crate::session::{CancelFlag, CompletionGuard, SessionId, Sessions};
 use gridwise_proto::wire;
 use gridwise_proto::{
     AgentStatus, CallError, CallId, CallProfile, Candidate, ErrorCode, Etc, ExecuteRequest,
-    ModelExport, ModelSummary, RankOptions, Ranking, ServiceDesc, ServiceSummary, Ticket, Timing,
-    Value,
+    ModelExport, ModelSummary, RankOptions, Ranking, RemoteRef, ServiceDesc, ServiceSummary,
+    Ticket, Timing, Value,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -101,6 +101,7 @@ impl Inner {
         profile: CallProfile,
         inputs: Vec<Value>,
         cancel: Option<&CancelFlag>,
+        keep_outputs: Vec<u32>,
     ) -> Result<CallResult, GrpcError> {
         let cancelled = || GrpcError::cancelled(format!("the call to `{service}`"));
         if cancel.is_some_and(CancelFlag::is_cancelled) {
@@ -174,6 +175,7 @@ impl Inner {
                 service: service.to_string(),
                 inputs: sent,
                 sent_at_unix_ns: unix_ns(),
+                keep_outputs: keep_outputs.clone(),
             };
             let sent_at = Instant::now();
             let ctx = wire::context(self.call_timeout);
@@ -376,8 +378,80 @@ impl GridClient {
     ) -> Result<CallResult, GrpcError> {
         let profile = Self::check(h, &inputs)?;
         self.inner
-            .run_call(&h.service, &h.binding, profile, inputs, None)
+            .run_call(&h.service, &h.binding, profile, inputs, None, Vec::new())
             .await
+    }
+
+    /// Like [`GridClient::call`], but the outputs at positions `keep` (among the service's
+    /// outputs) stay on the server that ran the call and come back as [`Value::Ref`]: a later
+    /// call on any server can take them as inputs and pulls them straight from that server.
+    /// Fetch them with [`GridClient::fetch`]; release them with [`GridClient::free`].
+    pub async fn call_keep(
+        &self,
+        h: &FunctionHandle,
+        inputs: Vec<Value>,
+        keep: &[usize],
+    ) -> Result<CallResult, GrpcError> {
+        let profile = Self::check(h, &inputs)?;
+        let keep = Self::check_keep(h, keep)?;
+        self.inner
+            .run_call(&h.service, &h.binding, profile, inputs, None, keep)
+            .await
+    }
+
+    fn check_keep(h: &FunctionHandle, keep: &[usize]) -> Result<Vec<u32>, GrpcError> {
+        let outputs = h.desc.outputs().count();
+        keep.iter()
+            .map(|&k| {
+                if k < outputs {
+                    Ok(k as u32)
+                } else {
+                    Err(GrpcError::new(
+                        ErrorCode::OtherErrorCode,
+                        format!(
+                            "`{}` has {outputs} output(s): cannot keep output {k}",
+                            h.service
+                        ),
+                    ))
+                }
+            })
+            .collect()
+    }
+
+    /// A value kept on a server, brought back.
+    pub async fn fetch(&self, r: &RemoteRef) -> Result<Value, GrpcError> {
+        let conn = self.inner.conn.server(&r.holder).await?;
+        match conn
+            .client
+            .fetch(wire::context(self.inner.call_timeout), r.handle)
+            .await
+        {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(GrpcError::from(e)),
+            Err(e) => Err(GrpcError::transport(&r.holder, &e)),
+        }
+    }
+
+    /// Releases kept values on their servers; returns how many were still held.
+    pub async fn free(&self, refs: &[RemoteRef]) -> Result<u32, GrpcError> {
+        let mut by_holder: std::collections::BTreeMap<&str, Vec<gridwise_proto::DataHandle>> =
+            std::collections::BTreeMap::new();
+        for r in refs {
+            by_holder
+                .entry(r.holder.as_str())
+                .or_default()
+                .push(r.handle);
+        }
+        let mut freed = 0;
+        for (holder, handles) in by_holder {
+            let conn = self.inner.conn.server(holder).await?;
+            freed += conn
+                .client
+                .free(wire::context(self.inner.cfg.agent_timeout()), handles)
+                .await
+                .map_err(|e| GrpcError::transport(holder, &e))?;
+        }
+        Ok(freed)
     }
 
     /// Starts the call and returns at once (`grpc_call_async`). Wrong arguments are reported
@@ -394,7 +468,14 @@ impl GridClient {
         let (service, binding) = (h.service.clone(), h.binding.clone());
         self.inner.rt.spawn(async move {
             let r = inner
-                .run_call(&service, &binding, profile, inputs, Some(&cancel))
+                .run_call(
+                    &service,
+                    &binding,
+                    profile,
+                    inputs,
+                    Some(&cancel),
+                    Vec::new(),
+                )
                 .await;
             guard.complete(r);
         });

@@ -233,6 +233,17 @@ pub struct ServerStateT {
 pub struct TestServer(pub Arc<ServerStateT>);
 
 impl ServerApi for TestServer {
+    async fn fetch(self, _: Context, h: DataHandle) -> Result<Value, CallError> {
+        Err(CallError::new(
+            CallErrorKind::BadArguments,
+            format!("the test server keeps no value {h}"),
+        ))
+    }
+
+    async fn free(self, _: Context, _: Vec<DataHandle>) -> u32 {
+        0
+    }
+
     async fn hello(self, _: Context) -> ServerInfo {
         ServerInfo {
             name: self.0.name.clone(),

@@ -36,6 +36,9 @@ pub struct ServerConfig {
     pub model_dir: Option<PathBuf>,
     /// Performance models to build with benchmarks (`[[models]]`).
     pub models: Vec<ModelConfig>,
+    /// Most payload bytes of kept outputs (remote data) held at once (default: a quarter of
+    /// the host's memory, at least 1 GiB).
+    pub data_max_bytes: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +60,7 @@ impl Default for ServerConfig {
             report_batch_max: 512,
             model_dir: None,
             models: Vec::new(),
+            data_max_bytes: None,
         }
     }
 }

@@ -1,10 +1,12 @@
 //! The tarpc face of a server: check a call, wait for a slot, run the kernel, time it, report it.
 
 use crate::bench_gate::BenchGate;
+use crate::data::{DataStore, not_found};
+use crate::peers::Peers;
 use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
 use gridwise_proto::{
-    CallError, CallErrorKind, CallId, CallReport, ExecuteReply, ExecuteRequest, LoadSample,
-    ModelPoint, ModelProgress, Pong, ServerApi, ServerInfo, Timing, Value,
+    CallError, CallErrorKind, CallId, CallReport, DataHandle, ExecuteReply, ExecuteRequest,
+    LoadSample, ModelPoint, ModelProgress, Pong, ServerApi, ServerInfo, Timing, Value,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -31,6 +33,20 @@ struct Inner {
     to_agent: mpsc::UnboundedSender<ToAgent>,
     gate: BenchGate,
     progress: Mutex<Vec<ModelProgress>>,
+    /// The address clients and other servers reach this server at (names it as a holder).
+    addr: String,
+    data: DataStore,
+    peers: Peers,
+}
+
+/// How this server takes part in remote data: its address and how much it may keep.
+pub struct RemoteData {
+    /// Address other servers and clients reach it at.
+    pub addr: String,
+    /// Most payload bytes kept at once.
+    pub max_bytes: u64,
+    /// Connection settings for pulling from other servers.
+    pub wire: gridwise_proto::wire::WireConfig,
 }
 
 /// What a server tells the agent besides heartbeats.
@@ -53,9 +69,13 @@ impl ServerHandler {
         kernels: HashMap<String, Arc<dyn Kernel>>,
         slots: u32,
         to_agent: mpsc::UnboundedSender<ToAgent>,
+        remote: RemoteData,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
+                data: DataStore::new(remote.max_bytes),
+                peers: Peers::new(remote.wire, name.clone()),
+                addr: remote.addr,
                 name,
                 kernels,
                 slots,
@@ -124,6 +144,41 @@ impl ServerHandler {
 
     fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<CallId, CancelFlag>> {
         self.inner.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces every remote input by its value (from here or from its holder); the time it
+    /// took counts as input transfer.
+    async fn pull_remote_inputs(&self, inputs: &mut [Value]) -> Result<f64, CallError> {
+        let started = Instant::now();
+        for v in inputs.iter_mut() {
+            let Value::Ref(r) = v else { continue };
+            let value = if r.holder == self.inner.addr {
+                self.inner
+                    .data
+                    .get(r.handle)
+                    .ok_or_else(|| not_found(r.handle, &r.holder))?
+            } else {
+                self.inner.peers.fetch(r).await?
+            };
+            *v = value;
+        }
+        Ok(started.elapsed().as_secs_f64())
+    }
+
+    /// Keeps the outputs at positions `keep` here, returning references in their place.
+    fn keep(&self, mut outputs: Vec<Value>, keep: &[u32]) -> Result<Vec<Value>, CallError> {
+        for &k in keep {
+            let n = outputs.len();
+            let slot = outputs.get_mut(k as usize).ok_or_else(|| {
+                CallError::new(
+                    CallErrorKind::BadArguments,
+                    format!("cannot keep output {k}: the call has {n} output(s)"),
+                )
+            })?;
+            let v = std::mem::replace(slot, Value::Int(0));
+            *slot = Value::Ref(self.inner.data.put(v, &self.inner.addr)?);
+        }
+        Ok(outputs)
     }
 
     /// Finds the kernel and checks the inputs against its description.
@@ -253,20 +308,25 @@ impl ServerApi for ServerHandler {
         }
     }
 
-    async fn execute(self, _: Context, req: ExecuteRequest) -> Result<ExecuteReply, CallError> {
+    async fn execute(self, _: Context, mut req: ExecuteRequest) -> Result<ExecuteReply, CallError> {
         let arrived = Instant::now();
         // Exact on one host; across hosts it carries the clocks' offset (documented in Timing).
-        let input_transfer_s = unix_ns().saturating_sub(req.sent_at_unix_ns) as f64 * 1e-9;
+        let mut input_transfer_s = unix_ns().saturating_sub(req.sent_at_unix_ns) as f64 * 1e-9;
         let ticket = req.ticket;
         let service = req.service.clone();
+        let keep = std::mem::take(&mut req.keep_outputs);
         let mut sizes = Vec::new();
-        let result = match self.admit(&req) {
+        // Remote inputs are pulled first: checks and kernels only ever see values.
+        let pulled = self.pull_remote_inputs(&mut req.inputs).await;
+        input_transfer_s += pulled.as_ref().copied().unwrap_or(0.0);
+        let result = match pulled.and_then(|_| self.admit(&req)) {
             Ok(kernel) => {
                 sizes = kernel.desc().sizes(&req.inputs);
                 self.run_call(kernel, req, arrived).await
             }
             Err(e) => Err(e),
         };
+        let result = result.and_then(|(outputs, q, k)| Ok((self.keep(outputs, &keep)?, q, k)));
         let (ok, queue_wait_s, kernel_s) = match &result {
             Ok((_, q, k)) => (true, *q, *k),
             Err(_) => (false, 0.0, 0.0),
@@ -302,6 +362,17 @@ impl ServerApi for ServerHandler {
             }
             None => false,
         }
+    }
+
+    async fn fetch(self, _: Context, handle: DataHandle) -> Result<Value, CallError> {
+        self.inner
+            .data
+            .get(handle)
+            .ok_or_else(|| not_found(handle, &self.inner.addr))
+    }
+
+    async fn free(self, _: Context, handles: Vec<DataHandle>) -> u32 {
+        self.inner.data.free(&handles)
     }
 
     async fn ping(self, _: Context) -> Pong {

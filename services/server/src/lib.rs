@@ -6,10 +6,12 @@ pub mod bench_gate;
 pub mod build_policy;
 pub mod cli;
 pub mod config;
+pub mod data;
 pub mod handler;
 pub mod host;
 pub mod kernels;
 pub mod model_manager;
+pub mod peers;
 
 pub use config::ServerConfig;
 pub use handler::ServerHandler;
@@ -63,7 +65,19 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
     };
 
     let (to_agent, inbox) = mpsc::unbounded_channel();
-    let handler = ServerHandler::new(name.clone(), set, slots, to_agent);
+    let wire_cfg = wire::WireConfig {
+        token: cfg.token.clone(),
+        max_frame_bytes: cfg.max_frame_bytes,
+        ..wire::WireConfig::default()
+    };
+    let remote = handler::RemoteData {
+        addr: addr.clone(),
+        max_bytes: cfg
+            .data_max_bytes
+            .unwrap_or_else(|| (host::memory_bytes() / 4).max(1 << 30)),
+        wire: wire_cfg.clone(),
+    };
+    let handler = ServerHandler::new(name.clone(), set, slots, to_agent, remote);
     model_manager::validate(&cfg.models, &handler)?;
     if !cfg.models.is_empty() {
         let (configs, h, dir) = (cfg.models.clone(), handler.clone(), cfg.model_dir.clone());
@@ -76,11 +90,6 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
     gridwise_proto::settings::announce(&addr);
     tracing::info!(%name, %addr, slots, agent = %cfg.agent, "server listening");
 
-    let wire_cfg = wire::WireConfig {
-        token: cfg.token.clone(),
-        max_frame_bytes: cfg.max_frame_bytes,
-        ..wire::WireConfig::default()
-    };
     tokio::spawn(agent_link::run(
         cfg.agent.clone(),
         wire_cfg.clone(),
@@ -106,7 +115,12 @@ pub fn build_models_and_exit(cfg: ServerConfig) -> anyhow::Result<()> {
     );
     let set = kernels::build(&cfg)?;
     let (to_agent, _inbox) = mpsc::unbounded_channel();
-    let handler = ServerHandler::new("build-only".into(), set, 1, to_agent);
+    let remote = handler::RemoteData {
+        addr: "build-only".into(),
+        max_bytes: 0,
+        wire: wire::WireConfig::default(),
+    };
+    let handler = ServerHandler::new("build-only".into(), set, 1, to_agent, remote);
     model_manager::validate(&cfg.models, &handler)?;
     let bar = indicatif::ProgressBar::new_spinner();
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
