@@ -36,6 +36,10 @@ pub trait AgentApi {
     async fn models() -> Vec<ModelSummary>;
     /// One model, in full.
     async fn model(server: String, service: String) -> Result<ModelExport, RpcError>;
+    /// Links a server measured to its peers.
+    async fn links(server: ServerId, samples: Vec<LinkSample>) -> Ack;
+    /// Every measured link.
+    async fn link_matrix() -> Vec<LinkInfo>;
 }
 
 /// A compute server: runs calls.
@@ -53,4 +57,6 @@ pub trait ServerApi {
     async fn fetch(handle: DataHandle) -> Result<Value, CallError>;
     /// Forgets kept values; returns how many it held.
     async fn free(handles: Vec<DataHandle>) -> u32;
+    /// Takes bytes and says how many arrived: the far end of a bandwidth probe.
+    async fn sink(data: serde_bytes::ByteBuf) -> u64;
 }

@@ -14,10 +14,35 @@ pub struct CallProfile {
     pub service: String,
     /// Size parameter values, in the description's order.
     pub sizes: Vec<(String, i64)>,
-    /// Bytes the inputs take on the wire.
+    /// Bytes the inputs sent by the client take on the wire.
     pub in_bytes: u64,
     /// Bytes the outputs are expected to take.
     pub out_bytes: u64,
+    /// Inputs that live on servers: (holder address, bytes). The server that runs the call
+    /// pulls them, so where they are weighs in the choice.
+    pub remote_in: Vec<(String, u64)>,
+}
+
+/// A measured network link, from one server to another.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkSample {
+    /// Address of the far end.
+    pub to: String,
+    /// One-way latency, s (half the round trip).
+    pub latency_s: f64,
+    /// Throughput, bytes/s.
+    pub bandwidth_bytes_per_s: f64,
+}
+
+/// A link as the agent knows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkInfo {
+    /// Address of the measuring server.
+    pub from: String,
+    /// The measurement.
+    pub sample: LinkSample,
+    /// Seconds since it was measured.
+    pub age_s: f64,
 }
 
 /// How the agent orders candidate servers (DESIGN.md §6).

@@ -528,11 +528,23 @@ impl ServiceDesc {
     /// Checks the inputs and builds the call profile the agent ranks servers with.
     pub fn profile(&self, inputs: &[Value]) -> Result<CallProfile, ArgError> {
         self.check_inputs(inputs)?;
+        let remote_in = inputs
+            .iter()
+            .filter_map(|v| match v {
+                Value::Ref(r) => Some((r.holder.clone(), r.bytes)),
+                _ => None,
+            })
+            .collect();
         Ok(CallProfile {
             service: self.name.clone(),
             sizes: self.sizes(inputs),
-            in_bytes: inputs.iter().map(Value::payload_bytes).sum(),
+            in_bytes: inputs
+                .iter()
+                .filter(|v| !matches!(v, Value::Ref(_)))
+                .map(Value::payload_bytes)
+                .sum(),
             out_bytes: self.output_bytes_estimate(inputs),
+            remote_in,
         })
     }
 
@@ -583,6 +595,7 @@ impl ServiceDesc {
             in_bytes: self.inputs().map(bytes).sum(),
             out_bytes: self.outputs().map(bytes).sum(),
             sizes: ordered,
+            remote_in: Vec::new(),
         })
     }
 
@@ -723,7 +736,12 @@ mod tests {
         let p = d
             .profile(&[Value::Int(2), Value::Int(4), Value::Int(3), r.clone(), b])
             .unwrap();
-        assert_eq!(p.in_bytes, 24 + 48 + 96);
+        assert_eq!(
+            p.in_bytes,
+            24 + 96,
+            "the remote input is not sent by the client"
+        );
+        assert_eq!(p.remote_in, vec![("h:1".to_string(), 48)]);
         let e = d
             .check_inputs(&[r.clone(), Value::Int(4), Value::Int(3), r.clone(), r])
             .unwrap_err();

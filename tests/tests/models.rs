@@ -34,6 +34,7 @@ fn profile(n: i64) -> CallProfile {
         sizes: vec![("n".into(), n)],
         in_bytes: 8,
         out_bytes: 8,
+        remote_in: Vec::new(),
     }
 }
 

@@ -89,3 +89,85 @@ fn kept_outputs_move_server_to_server_and_can_be_fetched_and_freed() {
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::OtherErrorCode);
 }
+
+#[test]
+fn servers_measure_links_and_calls_follow_their_data() {
+    let mut g = Grid::agent(&gridwise_e2e::FAST_HEARTBEATS);
+    for name in ["s1", "s2"] {
+        g.server(name, "link_probe_s = 0.3\n");
+    }
+    g.wait_up(2);
+    let c = g.client();
+    assert!(
+        gridwise_e2e::eventually(std::time::Duration::from_secs(20), || c
+            .link_matrix()
+            .map(|l| l.len() >= 2)
+            .unwrap_or(false)),
+        "no links measured:\n{}",
+        g.logs()
+    );
+    for l in c.link_matrix().unwrap() {
+        assert!(
+            l.sample.latency_s > 0.0 && l.sample.bandwidth_bytes_per_s > 1e6,
+            "{l:?}"
+        );
+    }
+
+    // An 8 MB vector (1×K) kept on s2; a dot product with it (m = n = 1, k = K) is a few
+    // microseconds of compute but an 8 MB pull anywhere else: it goes to s2, which holds it.
+    let k = 1_000_000u64;
+    let on_s2 = c.function_handle_init("dgemm", "s2").unwrap();
+    let ones = vec![1.0; k as usize];
+    let kept = c
+        .call_keep(
+            &on_s2,
+            vec![
+                Value::Int(1),
+                Value::Int(k as i64),
+                Value::Int(1),
+                m(1, 1, &[2.0]),
+                m(1, k, &ones),
+            ],
+            &[0],
+        )
+        .unwrap();
+    let anywhere = c.function_handle_default("dgemm").unwrap();
+    let inputs = vec![
+        Value::Int(1),
+        Value::Int(1),
+        Value::Int(k as i64),
+        kept.outputs[0].clone(),
+        m(k, 1, &ones),
+    ];
+    // The ranking charges the pull to every server but the holder…
+    let profile = anywhere.desc.profile(&inputs).unwrap();
+    assert_eq!(profile.remote_in.len(), 1);
+    let cands = c
+        .explain(profile, gridwise_proto::RankOptions::default())
+        .unwrap();
+    let (s1, s2) = (
+        cands.iter().find(|x| x.name == "s1").unwrap(),
+        cands.iter().find(|x| x.name == "s2").unwrap(),
+    );
+    // Whichever direction was measured, the pull takes at least 8 MB at the faster one.
+    let fastest = c
+        .link_matrix()
+        .unwrap()
+        .iter()
+        .map(|l| l.sample.bandwidth_bytes_per_s)
+        .fold(0.0, f64::max);
+    let pull = 8e6 / fastest;
+    assert!(
+        s1.etc.transfer_in_s - s2.etc.transfer_in_s > 0.5 * pull,
+        "s1 {} s2 {} pull {pull}",
+        s1.etc.transfer_in_s,
+        s2.etc.transfer_in_s
+    );
+    // …so the call, with nothing learned yet at this size, goes to the holder.
+    let r = c.call(&anywhere, inputs).unwrap();
+    assert_eq!(r.server, "s2", "the data's holder should win");
+    assert_eq!(
+        r.outputs[0].as_array().unwrap().to_f64().unwrap(),
+        vec![2.0 * k as f64]
+    );
+}

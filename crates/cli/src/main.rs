@@ -53,6 +53,14 @@ enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Network links the servers measured to each other (latency, bandwidth).
+    Links {
+        /// JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Services offered on the grid, with their signatures.
     Services {
         #[command(flatten)]
@@ -287,6 +295,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 conn,
             } => model::export(&client(conn)?, server.as_deref(), service.as_deref()),
         },
+        Command::Links { json, conn } => status::print_links(&client(conn)?, *json),
         Command::Demo => demo::run(),
         Command::Bench { which } => match which {
             BenchCmd::Models { json, no_dgemm } => {

@@ -128,6 +128,43 @@ fn explain_json(cands: &[Candidate]) -> serde_json::Value {
     )
 }
 
+/// Prints the links the servers measured to each other.
+pub fn print_links(client: &Client, as_json: bool) -> anyhow::Result<()> {
+    let links = client.link_matrix()?;
+    if as_json {
+        let rows: Vec<_> = links
+            .iter()
+            .map(|l| {
+                json!({"from": l.from, "to": l.sample.to, "latency_s": l.sample.latency_s,
+                       "bandwidth_bytes_per_s": l.sample.bandwidth_bytes_per_s, "age_s": l.age_s})
+            })
+            .collect();
+        println!("{}", json!(rows));
+        return Ok(());
+    }
+    if links.is_empty() {
+        println!(
+            "no links measured yet: servers probe each other every link_probe_s (default 60 s)"
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<22} {:<22} {:>12} {:>14} {:>8}",
+        "from", "to", "latency µs", "bandwidth MB/s", "age s"
+    );
+    for l in &links {
+        println!(
+            "{:<22} {:<22} {:>12.1} {:>14.1} {:>8.1}",
+            l.from,
+            l.sample.to,
+            l.sample.latency_s * 1e6,
+            l.sample.bandwidth_bytes_per_s / 1e6,
+            l.age_s
+        );
+    }
+    Ok(())
+}
+
 /// Bytes with a binary unit.
 pub fn human_bytes(b: u64) -> String {
     const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

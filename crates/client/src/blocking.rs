@@ -6,8 +6,8 @@ use crate::error::GrpcError;
 use crate::handle::FunctionHandle;
 use crate::session::SessionId;
 use gridwise_proto::{
-    AgentStatus, CallProfile, Candidate, ErrorCode, ModelExport, ModelSummary, RankOptions,
-    RemoteRef, ServiceDesc, ServiceSummary, Value,
+    AgentStatus, CallProfile, Candidate, ErrorCode, LinkInfo, ModelExport, ModelSummary,
+    RankOptions, RemoteRef, ServiceDesc, ServiceSummary, Value,
 };
 use std::future::Future;
 use std::thread::JoinHandle;
@@ -230,6 +230,11 @@ impl Client {
     /// See [`GridClient::free`].
     pub fn free(&self, refs: &[RemoteRef]) -> Result<u32, GrpcError> {
         self.run(self.inner.free(refs))
+    }
+
+    /// See [`GridClient::link_matrix`].
+    pub fn link_matrix(&self) -> Result<Vec<LinkInfo>, GrpcError> {
+        self.run(self.inner.link_matrix())
     }
 
     /// See [`GridClient::models`].

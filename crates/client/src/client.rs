@@ -8,8 +8,8 @@ use crate::session::{CancelFlag, CompletionGuard, SessionId, Sessions};
 use gridwise_proto::wire;
 use gridwise_proto::{
     AgentStatus, CallError, CallId, CallProfile, Candidate, ErrorCode, Etc, ExecuteRequest,
-    ModelExport, ModelSummary, RankOptions, Ranking, RemoteRef, ServiceDesc, ServiceSummary,
-    Ticket, Timing, Value,
+    LinkInfo, ModelExport, ModelSummary, RankOptions, Ranking, RemoteRef, ServiceDesc,
+    ServiceSummary, Ticket, Timing, Value,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -561,6 +561,11 @@ impl GridClient {
     /// The agent's view of the grid.
     pub async fn status(&self) -> Result<AgentStatus, GrpcError> {
         self.inner.conn.status().await
+    }
+
+    /// Every network link the servers measured.
+    pub async fn link_matrix(&self) -> Result<Vec<LinkInfo>, GrpcError> {
+        self.inner.conn.link_matrix().await
     }
 
     /// Every (server, service) performance model the agent holds.

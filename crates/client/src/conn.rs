@@ -5,8 +5,8 @@ use crate::config::ClientConfig;
 use crate::error::GrpcError;
 use gridwise_proto::wire::{self, WireConfig};
 use gridwise_proto::{
-    AgentApiClient, AgentStatus, CallProfile, Candidate, ModelExport, ModelSummary, RankOptions,
-    Ranking, RpcError, ServerApiClient, ServiceDesc, ServiceSummary, Ticket,
+    AgentApiClient, AgentStatus, CallProfile, Candidate, LinkInfo, ModelExport, ModelSummary,
+    RankOptions, Ranking, RpcError, ServerApiClient, ServiceDesc, ServiceSummary, Ticket,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -278,6 +278,12 @@ impl Conn {
     /// `AgentApi::status`.
     pub(crate) async fn status(&self) -> Result<AgentStatus, GrpcError> {
         self.agent_call(|c, ctx| async move { c.status(ctx).await })
+            .await
+    }
+
+    /// `AgentApi::link_matrix`.
+    pub(crate) async fn link_matrix(&self) -> Result<Vec<LinkInfo>, GrpcError> {
+        self.agent_call(|c, ctx| async move { c.link_matrix(ctx).await })
             .await
     }
 

@@ -179,6 +179,14 @@ impl AgentApi for TestAgent {
         Ack::Ok
     }
 
+    async fn links(self, _: Context, _: ServerId, _: Vec<LinkSample>) -> Ack {
+        Ack::Ok
+    }
+
+    async fn link_matrix(self, _: Context) -> Vec<LinkInfo> {
+        Vec::new()
+    }
+
     async fn models(self, _: Context) -> Vec<ModelSummary> {
         Vec::new()
     }
@@ -242,6 +250,10 @@ impl ServerApi for TestServer {
 
     async fn free(self, _: Context, _: Vec<DataHandle>) -> u32 {
         0
+    }
+
+    async fn sink(self, _: Context, data: serde_bytes::ByteBuf) -> u64 {
+        data.len() as u64
     }
 
     async fn hello(self, _: Context) -> ServerInfo {

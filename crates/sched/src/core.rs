@@ -5,13 +5,14 @@ use crate::catalog::{Catalog, CatalogEntry, ServiceIdx};
 use crate::config::CoreConfig;
 use crate::etc::{self, ComputeModel};
 use crate::fpm_model::FpmModel;
+use crate::links::Links;
 use crate::policy::{self, Keyed};
 use crate::queue::{Assignment, TicketIndex};
 use crate::registry::{Registry, ServerEntry};
 use gridwise_proto::{
-    Ack, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, Etc, Heartbeat, Policy,
-    RankOptions, Ranking, RegisterReply, Registration, RpcError, ServerId, ServiceDesc,
-    ServiceSummary, Ticket,
+    Ack, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, Etc, Heartbeat, LinkInfo,
+    LinkSample, Policy, RankOptions, Ranking, RegisterReply, Registration, RpcError, ServerId,
+    ServiceDesc, ServiceSummary, Ticket,
 };
 use std::collections::HashSet;
 use std::time::Duration;
@@ -37,6 +38,7 @@ pub struct AgentCore {
     // Model points changed since the last `take_dirty_points` (server slot, service, sizes), so
     // the shell persists only what changed.
     dirty: HashSet<(usize, ServiceIdx, Vec<i64>)>,
+    links: Links,
 }
 
 /// The servers a call may go to: a service's providers (name-sorted) or the one pinned server.
@@ -77,6 +79,7 @@ impl AgentCore {
             rr_turns: Vec::new(),
             scratch: Vec::new(),
             dirty: HashSet::new(),
+            links: Links::default(),
         }
     }
 
@@ -99,6 +102,28 @@ impl AgentCore {
     /// The known servers.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// Links a server measured to its peers (by address).
+    pub fn record_links(&mut self, server: ServerId, samples: &[LinkSample], now: Duration) -> Ack {
+        let Some(e) = self.registry.get(server) else {
+            return Ack::Reregister;
+        };
+        let (from, up) = (e.addr.clone(), e.is_up());
+        for s in samples {
+            self.links.record(&from, s, now);
+        }
+        if up { Ack::Ok } else { Ack::Reregister }
+    }
+
+    /// Every measured link.
+    pub fn link_matrix(&self, now: Duration) -> Vec<LinkInfo> {
+        self.links.export(now)
+    }
+
+    /// The measured links.
+    pub fn links(&self) -> &Links {
+        &self.links
     }
 
     /// Calls ranked since start.
@@ -499,6 +524,7 @@ impl AgentCore {
         etc::estimate(
             self.model.as_ref(),
             &self.config,
+            &self.links,
             server,
             call.svc,
             call.work,

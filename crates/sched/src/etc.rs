@@ -5,6 +5,7 @@
 
 use crate::catalog::CatalogEntry;
 use crate::config::CoreConfig;
+use crate::links::Links;
 use crate::registry::ServerEntry;
 use gridwise_proto::{CallProfile, ComputeSource, Etc};
 use std::time::Duration;
@@ -70,10 +71,14 @@ fn term(x: f64) -> f64 {
 }
 
 /// The ETC of `profile` on `server` at `now`: queue wait + transfer in + compute + transfer out.
-/// `work` is [`work`] for the call, evaluated once per call rather than once per server.
+/// `work` is [`work`] for the call, evaluated once per call rather than once per server. The
+/// transfer in covers the client's inputs and the pull of every remote input from its holder
+/// over the measured `links` (nothing when `server` holds it).
+#[allow(clippy::too_many_arguments)]
 pub fn estimate(
     model: &dyn ComputeModel,
     config: &CoreConfig,
+    links: &Links,
     server: &ServerEntry,
     service: &CatalogEntry,
     work: Option<f64>,
@@ -85,7 +90,14 @@ pub fn estimate(
     let lat = config.default_latency_s;
     Etc {
         queue_wait_s: term(server.queue.wait_s(now, server.slots)),
-        transfer_in_s: term(lat + profile.in_bytes as f64 / bw),
+        transfer_in_s: term(
+            lat + profile.in_bytes as f64 / bw
+                + profile
+                    .remote_in
+                    .iter()
+                    .map(|(holder, bytes)| links.transfer_s(holder, &server.addr, *bytes, lat, bw))
+                    .sum::<f64>(),
+        ),
         compute_s: term(compute_s),
         transfer_out_s: term(lat + profile.out_bytes as f64 / bw),
         compute_source,
@@ -134,6 +146,7 @@ mod tests {
             sizes: vec![],
             in_bytes: 0,
             out_bytes: 0,
+            remote_in: Vec::new(),
         };
         assert_eq!(work(svc, &p), None);
         let (t, src) = RateModel.compute(r.entry(slot), svc, None, &p);
@@ -174,7 +187,16 @@ mod tests {
             finish_s: 3.0,
         });
         let now = Duration::from_secs(1);
-        let e = estimate(&RateModel, &cfg, r.entry(slot), svc, work(svc, &p), &p, now);
+        let e = estimate(
+            &RateModel,
+            &cfg,
+            &Links::default(),
+            r.entry(slot),
+            svc,
+            work(svc, &p),
+            &p,
+            now,
+        );
         assert_eq!(e.queue_wait_s, 2.0);
         assert!((e.transfer_in_s - (1e-4 + 1e-3)).abs() < 1e-15);
         assert!((e.transfer_out_s - (1e-4 + 2e-3)).abs() < 1e-15);
@@ -202,6 +224,7 @@ mod tests {
         let e = estimate(
             &Broken,
             &CoreConfig::default(),
+            &Links::default(),
             r.entry(slot),
             svc,
             None,

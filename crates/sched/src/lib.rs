@@ -12,6 +12,9 @@
 //! The compute term comes from a [`ComputeModel`]; [`RateModel`] (complexity ÷ calibrated rate,
 //! else past kernel times) is the default.
 //!
+//! [`graph`] maps a whole group of calls with data dependencies at once (a [`TaskGraph`] onto
+//! servers by a [`GraphPolicy`]) and predicts the result by deterministic [`replay()`].
+//!
 //! [`Policy`]: gridwise_proto::Policy
 
 #![warn(missing_docs)]
@@ -21,6 +24,8 @@ pub mod config;
 pub mod core;
 pub mod etc;
 pub mod fpm_model;
+pub mod graph;
+pub mod links;
 pub mod policy;
 pub mod queue;
 pub mod registry;
@@ -33,5 +38,9 @@ pub use crate::config::{ConfigError, CoreConfig};
 pub use crate::core::{AgentCore, DirtyPoint};
 pub use crate::etc::{ComputeModel, RateModel, estimate};
 pub use crate::fpm_model::FpmModel;
+pub use crate::graph::{
+    Bounds, CommModel, EtcMatrix, GraphError, GraphPolicy, MapError, Mapping, PlatformError,
+    Replay, ReplayError, Task, TaskGraph, TaskIdx, replay,
+};
 pub use crate::queue::{Assignment, ServerQueue, TicketIndex, queue_wait};
 pub use crate::registry::{KernelHistory, Offer, Registry, ServerEntry};

@@ -56,5 +56,6 @@ pub fn dgemm_profile(m: i64, n: i64, k: i64) -> CallProfile {
         sizes: vec![("m".into(), m), ("n".into(), n), ("k".into(), k)],
         in_bytes: 0,
         out_bytes: 0,
+        remote_in: Vec::new(),
     }
 }

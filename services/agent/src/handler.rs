@@ -3,9 +3,9 @@
 
 use crate::persist::{points_op, unix_now};
 use gridwise_proto::{
-    Ack, AgentApi, AgentStatus, CallProfile, CallReport, Candidate, Heartbeat, ModelExport,
-    ModelPoint, ModelSummary, RankOptions, Ranking, RegisterReply, Registration, RpcError,
-    ServerId, ServiceDesc, ServiceSummary, Ticket,
+    Ack, AgentApi, AgentStatus, CallProfile, CallReport, Candidate, Heartbeat, LinkInfo,
+    LinkSample, ModelExport, ModelPoint, ModelSummary, RankOptions, Ranking, RegisterReply,
+    Registration, RpcError, ServerId, ServiceDesc, ServiceSummary, Ticket,
 };
 use gridwise_sched::AgentCore;
 use gridwise_store::{Op, Writer};
@@ -150,6 +150,14 @@ impl AgentApi for AgentHandler {
         };
         self.persist(points_op(dirty));
         ack
+    }
+
+    async fn links(self, _: Context, server: ServerId, samples: Vec<LinkSample>) -> Ack {
+        self.core().record_links(server, &samples, self.now())
+    }
+
+    async fn link_matrix(self, _: Context) -> Vec<LinkInfo> {
+        self.core().link_matrix(self.now())
     }
 
     async fn models(self, _: Context) -> Vec<ModelSummary> {

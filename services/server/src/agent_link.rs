@@ -45,6 +45,7 @@ fn push_bounded<T>(q: &mut VecDeque<T>, x: T) {
 }
 
 /// Keeps the server registered and reporting until the process ends.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     agent: String,
     wire_cfg: wire::WireConfig,
@@ -52,7 +53,11 @@ pub async fn run(
     handler: ServerHandler,
     mut inbox: mpsc::UnboundedReceiver<ToAgent>,
     batch_max: usize,
+    link_probe: Option<Duration>,
 ) {
+    // Far in the future when probing is off: the select branch then never fires.
+    let mut probe_tick =
+        tokio::time::interval(link_probe.unwrap_or(Duration::from_secs(365 * 24 * 3600)));
     let batch_max = batch_max.max(1);
     let mut linked: Option<Linked> = None;
     let mut outbox = Outbox::default();
@@ -94,6 +99,23 @@ pub async fn run(
             continue;
         };
         tokio::select! {
+            _ = probe_tick.tick(), if link_probe.is_some() => {
+                // Off the loop: probes take a moment, heartbeats must not wait for them.
+                let (client, id, h) = (link.client.clone(), link.id, handler.clone());
+                tokio::spawn(async move {
+                    let Ok(st) = client.status(wire::context(RPC_TIMEOUT)).await else { return };
+                    let peers: Vec<String> = st
+                        .servers
+                        .into_iter()
+                        .filter(|s| s.state == gridwise_proto::ServerState::Up)
+                        .map(|s| s.addr)
+                        .collect();
+                    let samples = h.probe_links(&peers).await;
+                    if !samples.is_empty() {
+                        let _ = client.links(wire::context(RPC_TIMEOUT), id, samples).await;
+                    }
+                });
+            }
             _ = tick.tick() => {
                 let hb = Heartbeat {
                     server_id: link.id,

@@ -39,6 +39,8 @@ pub struct ServerConfig {
     /// Most payload bytes of kept outputs (remote data) held at once (default: a quarter of
     /// the host's memory, at least 1 GiB).
     pub data_max_bytes: Option<u64>,
+    /// How often to measure the links to the other servers, s (0: never).
+    pub link_probe_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -61,6 +63,7 @@ impl Default for ServerConfig {
             model_dir: None,
             models: Vec::new(),
             data_max_bytes: None,
+            link_probe_s: 60.0,
         }
     }
 }

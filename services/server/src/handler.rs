@@ -6,7 +6,7 @@ use crate::peers::Peers;
 use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
 use gridwise_proto::{
     CallError, CallErrorKind, CallId, CallReport, DataHandle, ExecuteReply, ExecuteRequest,
-    LoadSample, ModelPoint, ModelProgress, Pong, ServerApi, ServerInfo, Timing, Value,
+    LinkSample, LoadSample, ModelPoint, ModelProgress, Pong, ServerApi, ServerInfo, Timing, Value,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -144,6 +144,18 @@ impl ServerHandler {
 
     fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<CallId, CancelFlag>> {
         self.inner.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Measures the links to other servers (their addresses; this server's own is skipped).
+    pub async fn probe_links(&self, peers: &[String]) -> Vec<LinkSample> {
+        let mut out = Vec::new();
+        for addr in peers.iter().filter(|a| **a != self.inner.addr) {
+            match self.inner.peers.probe(addr).await {
+                Ok(s) => out.push(s),
+                Err(e) => tracing::debug!(%addr, "link probe failed: {e}"),
+            }
+        }
+        out
     }
 
     /// Replaces every remote input by its value (from here or from its holder); the time it
@@ -373,6 +385,10 @@ impl ServerApi for ServerHandler {
 
     async fn free(self, _: Context, handles: Vec<DataHandle>) -> u32 {
         self.inner.data.free(&handles)
+    }
+
+    async fn sink(self, _: Context, data: serde_bytes::ByteBuf) -> u64 {
+        data.len() as u64
     }
 
     async fn ping(self, _: Context) -> Pong {

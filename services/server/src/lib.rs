@@ -97,6 +97,7 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
         handler.clone(),
         inbox,
         cfg.report_batch_max,
+        (cfg.link_probe_s > 0.0).then(|| std::time::Duration::from_secs_f64(cfg.link_probe_s)),
     ));
     gridwise_proto::serve_forever!(listener, wire_cfg, name, handler).await;
     Ok(())

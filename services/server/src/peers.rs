@@ -1,9 +1,11 @@
 //! Connections to other servers, for pulling remote inputs straight from their holders.
 
 use crate::data::not_found;
-use gridwise_proto::{CallError, CallErrorKind, RemoteRef, ServerApiClient, Value, wire};
+use gridwise_proto::{
+    CallError, CallErrorKind, LinkSample, RemoteRef, ServerApiClient, Value, wire,
+};
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 /// A pool of connections to other servers, by address.
@@ -15,6 +17,8 @@ pub struct Peers {
 
 /// How long pulling one value may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long one probe message may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Peers {
     /// A pool using the grid's connection settings; `me` names this server in hellos.
@@ -41,6 +45,38 @@ impl Peers {
         let c = ServerApiClient::new(wire::client_config(), wire::client_transport(framed)).spawn();
         self.conns.lock().await.insert(addr.to_string(), c.clone());
         Ok(c)
+    }
+
+    /// Measures the link to `addr`: latency from the best of three pings (half the round
+    /// trip), bandwidth from sending 1 MiB.
+    pub async fn probe(&self, addr: &str) -> Result<LinkSample, CallError> {
+        const PROBE_BYTES: usize = 1 << 20;
+        let c = self.client(addr).await?;
+        let failed = |e: tarpc::client::RpcError| {
+            CallError::new(CallErrorKind::Unavailable, format!("probing {addr}: {e}"))
+        };
+        let mut rtt = f64::INFINITY;
+        for _ in 0..3 {
+            let t = Instant::now();
+            c.ping(wire::context(PROBE_TIMEOUT)).await.map_err(failed)?;
+            rtt = rtt.min(t.elapsed().as_secs_f64());
+        }
+        let t = Instant::now();
+        c.sink(
+            wire::context(PROBE_TIMEOUT),
+            serde_bytes::ByteBuf::from(vec![0u8; PROBE_BYTES]),
+        )
+        .await
+        .map_err(|e| {
+            // A broken pooled connection is replaced at the next use.
+            failed(e)
+        })?;
+        let secs = (t.elapsed().as_secs_f64() - rtt).max(1e-6);
+        Ok(LinkSample {
+            to: addr.to_string(),
+            latency_s: rtt / 2.0,
+            bandwidth_bytes_per_s: PROBE_BYTES as f64 / secs,
+        })
     }
 
     /// Pulls a value from its holder (one retry on a fresh connection if the pooled one broke).

@@ -150,6 +150,7 @@ fn solve_profile(n: i64) -> CallProfile {
         sizes: vec![("n".into(), n)],
         in_bytes: 8,
         out_bytes: 8,
+        remote_in: Vec::new(),
     }
 }
 
@@ -291,4 +292,33 @@ fn restored_servers_start_down_and_keep_their_ids_and_models() {
         )
         .unwrap();
     assert!(matches!(k[0].etc.compute_source, ComputeSource::Fpm { .. }));
+}
+
+#[test]
+fn a_call_goes_where_its_remote_input_already_is() {
+    let (mut c, a, _) = two_servers();
+    let mut p = dgemm_profile(100, 100, 100);
+    // 100 MB held on b: pulling it to a costs 0.1 s at the default 1 GB/s; on b it is free.
+    p.remote_in = vec![("b.example:7000".into(), 100_000_000)];
+    let k = c
+        .explain(&p, &RankOptions::default(), Duration::ZERO)
+        .unwrap();
+    assert_eq!(k[0].name, "b");
+    let on_a = k.iter().find(|x| x.name == "a").unwrap();
+    assert!((on_a.etc.transfer_in_s - k[0].etc.transfer_in_s - 0.1).abs() < 1e-3);
+    // A measured fast link from b to a shrinks the pull.
+    let fast = gridwise_proto::LinkSample {
+        to: "a.example:7000".into(),
+        latency_s: 1e-5,
+        bandwidth_bytes_per_s: 1e11,
+    };
+    let b = c.server_by_name("b").unwrap().id;
+    assert_eq!(c.record_links(b, &[fast], Duration::ZERO), Ack::Ok);
+    let k = c
+        .explain(&p, &RankOptions::default(), Duration::ZERO)
+        .unwrap();
+    let on_a = k.iter().find(|x| x.name == "a").unwrap();
+    assert!(on_a.etc.transfer_in_s < 0.01, "{}", on_a.etc.transfer_in_s);
+    assert_eq!(c.link_matrix(Duration::from_secs(1)).len(), 1);
+    let _ = a;
 }

@@ -618,6 +618,7 @@ fn reports_feed_history_for_services_without_complexity() {
         sizes: vec![],
         in_bytes: 0,
         out_bytes: 0,
+        remote_in: Vec::new(),
     };
     let e = c.explain(&p, &mct(), Duration::ZERO).unwrap();
     assert_eq!(e[0].etc.compute_source, ComputeSource::Unknown);

@@ -1,0 +1,369 @@
+//! What a mapper knows about the servers: each task's time on each server ([`EtcMatrix`]) and
+//! what moving data between servers costs ([`CommModel`]).
+
+use super::dag::{TaskGraph, TaskIdx};
+use thiserror::Error;
+
+/// What was wrong with platform inputs.
+#[derive(Clone, Debug, Error, PartialEq)]
+pub enum PlatformError {
+    /// The number of values is not tasks × servers.
+    #[error("ETC matrix for {tasks} tasks x {servers} servers needs {} values, got {got}", tasks * servers)]
+    EtcShape {
+        /// Rows.
+        tasks: usize,
+        /// Columns.
+        servers: usize,
+        /// Values given.
+        got: usize,
+    },
+    /// An ETC entry that is negative or NaN (infeasible is `f64::INFINITY`, not NaN).
+    #[error(
+        "ETC of task {task} on server {server} is {value}; times must be >= 0 (infinity = cannot run)"
+    )]
+    EtcValue {
+        /// Row.
+        task: TaskIdx,
+        /// Column.
+        server: usize,
+        /// The bad value.
+        value: f64,
+    },
+    /// Slot counts given for the wrong number of servers, or a server with no slot.
+    #[error("slots: {reason}")]
+    Slots {
+        /// What was wrong.
+        reason: String,
+    },
+    /// Memory capacities or graph that do not match the matrix.
+    #[error("memory exclusion: {reason}")]
+    Memory {
+        /// What did not match.
+        reason: String,
+    },
+    /// A link with a negative/NaN latency or a non-positive/NaN bandwidth.
+    #[error(
+        "link {from} -> {to}: latency {latency_s} s and bandwidth {bandwidth} B/s; latency must be >= 0 and bandwidth > 0"
+    )]
+    Link {
+        /// Sending server.
+        from: usize,
+        /// Receiving server.
+        to: usize,
+        /// Latency given.
+        latency_s: f64,
+        /// Bandwidth given.
+        bandwidth: f64,
+    },
+    /// A server index beyond the model's servers.
+    #[error("server {server} does not exist; the model has {servers} servers")]
+    UnknownServer {
+        /// The bad index.
+        server: usize,
+        /// How many servers there are.
+        servers: usize,
+    },
+}
+
+/// Estimated time to compute every task on every server, in seconds; `f64::INFINITY` marks a
+/// server that cannot run the task (say its memory does not fit). Also how many tasks each server
+/// runs at once ("slots", 1 unless set), because the ETC is per task, not per server share.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EtcMatrix {
+    tasks: usize,
+    servers: usize,
+    values: Vec<f64>,
+    slots: Vec<usize>,
+}
+
+impl EtcMatrix {
+    /// A matrix from row-major values (`values[task * servers + server]`).
+    pub fn new(tasks: usize, servers: usize, values: Vec<f64>) -> Result<Self, PlatformError> {
+        if values.len() != tasks * servers {
+            return Err(PlatformError::EtcShape {
+                tasks,
+                servers,
+                got: values.len(),
+            });
+        }
+        if let Some(i) = values.iter().position(|v| v.is_nan() || *v < 0.0) {
+            return Err(PlatformError::EtcValue {
+                task: i / servers,
+                server: i % servers,
+                value: values[i],
+            });
+        }
+        Ok(EtcMatrix {
+            tasks,
+            servers,
+            values,
+            slots: vec![1; servers],
+        })
+    }
+
+    /// A matrix whose entry (task, server) is `f(task, server)`.
+    pub fn from_fn(
+        tasks: usize,
+        servers: usize,
+        mut f: impl FnMut(TaskIdx, usize) -> f64,
+    ) -> Result<Self, PlatformError> {
+        let mut values = Vec::with_capacity(tasks * servers);
+        for t in 0..tasks {
+            for s in 0..servers {
+                values.push(f(t, s));
+            }
+        }
+        Self::new(tasks, servers, values)
+    }
+
+    /// The same matrix with `slots[s]` tasks running at once on server `s`.
+    pub fn with_slots(mut self, slots: Vec<usize>) -> Result<Self, PlatformError> {
+        if slots.len() != self.servers {
+            return Err(PlatformError::Slots {
+                reason: format!(
+                    "{} slot counts given for {} servers",
+                    slots.len(),
+                    self.servers
+                ),
+            });
+        }
+        if let Some(s) = slots.iter().position(|&k| k == 0) {
+            return Err(PlatformError::Slots {
+                reason: format!("server {s} has 0 slots; every server runs at least one task"),
+            });
+        }
+        self.slots = slots;
+        Ok(self)
+    }
+
+    /// Marks every server whose `mem_capacity` (bytes) is below a task's `mem_bytes` as unable to
+    /// run it: a call that pages or dies is never a good placement (the Hydropad lesson).
+    pub fn exclude_by_memory(
+        &mut self,
+        graph: &TaskGraph,
+        mem_capacity: &[u64],
+    ) -> Result<(), PlatformError> {
+        if mem_capacity.len() != self.servers || graph.len() != self.tasks {
+            return Err(PlatformError::Memory {
+                reason: format!(
+                    "{} capacities for {} servers and a graph of {} tasks for {} rows",
+                    mem_capacity.len(),
+                    self.servers,
+                    graph.len(),
+                    self.tasks
+                ),
+            });
+        }
+        for (t, task) in graph.tasks().enumerate() {
+            for (s, &cap) in mem_capacity.iter().enumerate() {
+                if task.mem_bytes > cap {
+                    self.values[t * self.servers + s] = f64::INFINITY;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of tasks (rows).
+    pub fn tasks(&self) -> usize {
+        self.tasks
+    }
+
+    /// Number of servers (columns).
+    pub fn servers(&self) -> usize {
+        self.servers
+    }
+
+    /// Seconds for `task` on `server` (infinite if it cannot run there).
+    #[inline]
+    pub fn get(&self, task: TaskIdx, server: usize) -> f64 {
+        self.values[task * self.servers + server]
+    }
+
+    /// All servers' times for `task`.
+    #[inline]
+    pub fn row(&self, task: TaskIdx) -> &[f64] {
+        &self.values[task * self.servers..(task + 1) * self.servers]
+    }
+
+    /// Whether `server` can run `task`.
+    #[inline]
+    pub fn feasible(&self, task: TaskIdx, server: usize) -> bool {
+        self.get(task, server).is_finite()
+    }
+
+    /// How many tasks `server` runs at once.
+    #[inline]
+    pub fn slots(&self, server: usize) -> usize {
+        self.slots[server]
+    }
+
+    /// Every server's slot count.
+    pub fn all_slots(&self) -> &[usize] {
+        &self.slots
+    }
+
+    /// Slots summed over servers: how many tasks the platform runs at once.
+    pub fn total_slots(&self) -> usize {
+        self.slots.iter().sum()
+    }
+
+    /// Each task's best time over all servers (infinite for a task no server can run).
+    pub fn min_per_task(&self) -> Vec<f64> {
+        (0..self.tasks)
+            .map(|t| self.row(t).iter().copied().fold(f64::INFINITY, f64::min))
+            .collect()
+    }
+}
+
+/// Latency and bandwidth between every ordered pair of servers; a transfer between two tasks on
+/// the same server is free (the output is already there).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommModel {
+    servers: usize,
+    latency_s: Vec<f64>,
+    /// Seconds per byte; kept inverted so a transfer is a multiply and infinite bandwidth is 0.
+    s_per_byte: Vec<f64>,
+}
+
+impl CommModel {
+    /// Every transfer is free (zero latency, infinite bandwidth).
+    pub fn free(servers: usize) -> Self {
+        CommModel {
+            servers,
+            latency_s: vec![0.0; servers * servers],
+            s_per_byte: vec![0.0; servers * servers],
+        }
+    }
+
+    /// The same latency (s) and bandwidth (bytes/s) between every pair of distinct servers.
+    pub fn uniform(servers: usize, latency_s: f64, bandwidth: f64) -> Result<Self, PlatformError> {
+        let mut c = Self::free(servers);
+        for a in 0..servers {
+            for b in 0..servers {
+                if a != b {
+                    c.set_link(a, b, latency_s, bandwidth)?;
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// Sets the link `from -> to` (one direction; links may be asymmetric). `f64::INFINITY`
+    /// bandwidth means bytes cost nothing, only latency.
+    pub fn set_link(
+        &mut self,
+        from: usize,
+        to: usize,
+        latency_s: f64,
+        bandwidth: f64,
+    ) -> Result<(), PlatformError> {
+        for server in [from, to] {
+            if server >= self.servers {
+                return Err(PlatformError::UnknownServer {
+                    server,
+                    servers: self.servers,
+                });
+            }
+        }
+        // Written positively so NaN (which fails every comparison) is rejected too.
+        let valid = latency_s >= 0.0 && latency_s.is_finite() && bandwidth > 0.0;
+        if !valid {
+            return Err(PlatformError::Link {
+                from,
+                to,
+                latency_s,
+                bandwidth,
+            });
+        }
+        let i = from * self.servers + to;
+        self.latency_s[i] = latency_s;
+        self.s_per_byte[i] = 1.0 / bandwidth;
+        Ok(())
+    }
+
+    /// Number of servers.
+    pub fn servers(&self) -> usize {
+        self.servers
+    }
+
+    /// Seconds to move `bytes` from a task on `from` to a task on `to`: latency + bytes ÷
+    /// bandwidth, and nothing on the same server.
+    #[inline]
+    pub fn transfer_s(&self, from: usize, to: usize, bytes: u64) -> f64 {
+        if from == to {
+            return 0.0;
+        }
+        let i = from * self.servers + to;
+        self.latency_s[i] + bytes as f64 * self.s_per_byte[i]
+    }
+
+    /// Latency and seconds-per-byte averaged over ordered pairs of distinct servers: HEFT ranks
+    /// with the mean transfer because placements are not known yet.
+    pub fn mean_link(&self) -> (f64, f64) {
+        let m = self.servers;
+        if m < 2 {
+            return (0.0, 0.0);
+        }
+        let (mut lat, mut spb) = (0.0, 0.0);
+        for a in 0..m {
+            for b in 0..m {
+                if a != b {
+                    lat += self.latency_s[a * m + b];
+                    spb += self.s_per_byte[a * m + b];
+                }
+            }
+        }
+        let pairs = (m * (m - 1)) as f64;
+        (lat / pairs, spb / pairs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::dag::Task;
+
+    #[test]
+    fn etc_rejects_bad_shapes_and_values() {
+        assert!(matches!(
+            EtcMatrix::new(2, 2, vec![1.0; 3]),
+            Err(PlatformError::EtcShape { got: 3, .. })
+        ));
+        let err = EtcMatrix::new(2, 2, vec![1.0, 1.0, f64::NAN, 1.0]).unwrap_err();
+        assert_eq!(
+            err.to_string().split(';').next().unwrap(),
+            "ETC of task 1 on server 0 is NaN"
+        );
+        assert!(EtcMatrix::new(1, 2, vec![1.0, f64::INFINITY]).is_ok());
+        let e = EtcMatrix::new(1, 2, vec![1.0, 2.0]).unwrap();
+        assert!(e.clone().with_slots(vec![1]).is_err());
+        assert!(e.clone().with_slots(vec![1, 0]).is_err());
+        assert_eq!(e.with_slots(vec![2, 3]).unwrap().total_slots(), 5);
+    }
+
+    #[test]
+    fn memory_that_does_not_fit_is_infeasible() {
+        let mut g = TaskGraph::new();
+        g.add_task(Task::new("dark", "darkmatter", 1.0).with_mem(800));
+        g.add_task(Task::new("bar", "barmatter", 1.0).with_mem(300));
+        let mut e = EtcMatrix::new(2, 2, vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+        e.exclude_by_memory(&g, &[1000, 500]).unwrap();
+        assert!(e.feasible(0, 0) && !e.feasible(0, 1));
+        assert!(e.feasible(1, 0) && e.feasible(1, 1));
+        assert_eq!(e.min_per_task(), [1.0, 3.0]);
+    }
+
+    #[test]
+    fn transfers_cost_latency_plus_bytes_over_bandwidth_except_locally() {
+        let mut c = CommModel::uniform(3, 0.01, 1e6).unwrap();
+        assert_eq!(c.transfer_s(0, 0, 1_000_000), 0.0);
+        assert!((c.transfer_s(0, 1, 1_000_000) - 1.01).abs() < 1e-12);
+        c.set_link(1, 2, 0.5, f64::INFINITY).unwrap();
+        assert_eq!(c.transfer_s(1, 2, 123), 0.5);
+        assert!(c.set_link(0, 1, -1.0, 1.0).is_err());
+        assert!(c.set_link(0, 1, 0.0, 0.0).is_err());
+        assert!(c.set_link(0, 3, 0.0, 1.0).is_err());
+        assert_eq!(CommModel::free(1).mean_link(), (0.0, 0.0));
+    }
+}

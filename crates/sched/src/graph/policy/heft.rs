@@ -1,0 +1,164 @@
+//! HEFT (Topcuoglu, Hariri & Wu 2002): tasks in decreasing upward rank, each to the server
+//! where it finishes earliest, allowed to slip into an idle gap left earlier on a server.
+//!
+//! Cost: ranks O(N·M + E); placement O(E·M) for input arrival plus, per (task, server), a binary
+//! search and a short forward scan over that server's busy intervals. Intervals sit in sorted
+//! vectors per slot, so gaps are the spaces between neighbours and need no separate structure.
+
+use super::schedule::{Plan, Problem};
+use crate::graph::dag::{TaskGraph, TaskIdx};
+use crate::graph::platform::{CommModel, EtcMatrix};
+use crate::graph::{MapError, Mapping};
+
+/// Maps `graph` by HEFT with insertion.
+pub fn map(graph: &TaskGraph, etc: &EtcMatrix, comm: &CommModel) -> Result<Mapping, MapError> {
+    let p = Problem::new(graph, etc, comm)?;
+    let (n, m) = (p.tasks(), p.servers());
+    let order = priority_order(&p);
+
+    // busy[s][lane] = sorted, disjoint (start, end) intervals.
+    let mut busy: Vec<Vec<Vec<(f64, f64)>>> =
+        (0..m).map(|s| vec![Vec::new(); etc.slots(s)]).collect();
+    let mut plan = Plan::new(n, m);
+    let mut ready = vec![0.0; m];
+    for t in order {
+        plan.data_ready_all(&p, t, &mut ready);
+        // (finish, start, server, lane, insert position)
+        let mut best: Option<(f64, f64, usize, usize, usize)> = None;
+        for s in 0..m {
+            let d = etc.get(t, s);
+            if !d.is_finite() {
+                continue;
+            }
+            for (lane, intervals) in busy[s].iter().enumerate() {
+                let (start, at) = earliest_gap(intervals, ready[s], d);
+                let finish = start + d;
+                if best.is_none_or(|b| finish < b.0) {
+                    best = Some((finish, start, s, lane, at));
+                }
+            }
+        }
+        // Problem::new guarantees a feasible server for every task.
+        let Some((finish, start, s, lane, at)) = best else {
+            unreachable!("task {t} has a feasible server")
+        };
+        busy[s][lane].insert(at, (start, finish));
+        plan.place(t, s, start, finish);
+    }
+    Ok(plan.into_mapping())
+}
+
+/// Tasks by decreasing upward rank; ties by topological position, so (ranks never increasing
+/// along an edge) every task comes after its predecessors.
+fn priority_order(p: &Problem) -> Vec<TaskIdx> {
+    let rank = upward_ranks(p);
+    let mut topo_pos = vec![0usize; p.tasks()];
+    for (i, &t) in p.adj.topo.iter().enumerate() {
+        topo_pos[t] = i;
+    }
+    let mut order = p.adj.topo.clone();
+    order.sort_by(|&a, &b| {
+        rank[b]
+            .total_cmp(&rank[a])
+            .then(topo_pos[a].cmp(&topo_pos[b]))
+    });
+    order
+}
+
+/// rank_u(t) = mean ETC of t over the servers that can run it + max over successors of
+/// (mean transfer of the edge + rank_u(successor)).
+pub(crate) fn upward_ranks(p: &Problem) -> Vec<f64> {
+    let (lat, spb) = p.comm.mean_link();
+    let mut rank = vec![0.0; p.tasks()];
+    for &t in p.adj.topo.iter().rev() {
+        let (sum, count) = p
+            .etc
+            .row(t)
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold((0.0, 0usize), |(s, c), v| (s + v, c + 1));
+        let mean = if count > 0 { sum / count as f64 } else { 0.0 };
+        let tail = p
+            .adj
+            .succs(t)
+            .iter()
+            .map(|&(c, bytes)| lat + bytes as f64 * spb + rank[c])
+            .fold(0.0, f64::max);
+        rank[t] = mean + tail;
+    }
+    rank
+}
+
+/// The earliest start at or after `ready` where `dur` fits between the intervals of one slot,
+/// and the position to insert the new interval at.
+#[inline]
+fn earliest_gap(intervals: &[(f64, f64)], ready: f64, dur: f64) -> (f64, usize) {
+    // Intervals ending by `ready` cannot be in the way; ends are sorted because intervals are.
+    let mut i = intervals.partition_point(|iv| iv.1 <= ready);
+    let mut start = ready;
+    while i < intervals.len() {
+        let (a, b) = intervals[i];
+        if start + dur <= a {
+            break;
+        }
+        start = start.max(b);
+        i += 1;
+    }
+    (start, i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::dag::Task;
+    use crate::graph::replay::replay;
+
+    #[test]
+    fn gap_search() {
+        let iv = [(0.0, 2.0), (5.0, 6.0), (6.5, 9.0)];
+        assert_eq!(earliest_gap(&iv, 0.0, 3.0), (2.0, 1));
+        assert_eq!(earliest_gap(&iv, 0.0, 3.5), (9.0, 3));
+        assert_eq!(earliest_gap(&iv, 3.0, 0.5), (3.0, 1));
+        assert_eq!(earliest_gap(&iv, 5.5, 0.5), (6.0, 2));
+        assert_eq!(earliest_gap(&[], 1.0, 1.0), (1.0, 0));
+    }
+
+    #[test]
+    fn insertion_fills_a_gap_before_an_already_placed_task() {
+        // a -> b across servers forces b late on s0; c ranks below b, so it is placed after b,
+        // and goes into the idle time before it rather than after it.
+        let mut g = TaskGraph::new();
+        let a = g.add_task(Task::new("a", "x", 1.0));
+        let b = g.add_task(Task::new("b", "x", 1.0));
+        let c = g.add_task(Task::new("c", "x", 1.0));
+        g.add_edge(a, b, 0).unwrap();
+        let inf = f64::INFINITY;
+        #[rustfmt::skip]
+        let etc = EtcMatrix::new(3, 2, vec![
+            inf, 10.0, // a only on s1: 0..10
+            5.0, inf,  // b only on s0: after a's output arrives at 10 + 1
+            3.0, inf,  // c only on s0, rank 3 < b's 5: placed after b, inserted before it
+        ]).unwrap();
+        let comm = CommModel::uniform(2, 1.0, f64::INFINITY).unwrap();
+        let map = map(&g, &etc, &comm).unwrap();
+        assert_eq!(map.order[0], [c, b]);
+        let r = replay(&g, &etc, &comm, &map).unwrap();
+        assert_eq!(r.task_finish, [10.0, 16.0, 3.0]);
+    }
+
+    #[test]
+    fn never_picks_an_infeasible_server_even_if_fastest_elsewhere() {
+        let mut g = TaskGraph::new();
+        g.add_task(Task::new("dark", "darkmatter", 1.0));
+        let etc = EtcMatrix::new(1, 3, vec![f64::INFINITY, 9.0, 5.0]).unwrap();
+        let m = map(&g, &etc, &CommModel::free(3)).unwrap();
+        assert_eq!(m.server_of, [2]);
+        let etc = EtcMatrix::new(1, 2, vec![f64::INFINITY; 2]).unwrap();
+        assert_eq!(
+            map(&g, &etc, &CommModel::free(2)),
+            Err(MapError::Infeasible {
+                task: "dark".into()
+            })
+        );
+    }
+}

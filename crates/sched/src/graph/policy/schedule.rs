@@ -1,0 +1,169 @@
+//! What every list-scheduling policy shares: input checks, the partial schedule being built,
+//! when a task's inputs can arrive on each server, and server timelines (append-only for the
+//! batch and online heuristics, with insertion into idle gaps for HEFT).
+
+use crate::graph::dag::{Adjacency, TaskGraph, TaskIdx};
+use crate::graph::platform::{CommModel, EtcMatrix};
+use crate::graph::{MapError, Mapping};
+
+/// Checked inputs of one mapping.
+pub(crate) struct Problem<'a> {
+    pub graph: &'a TaskGraph,
+    pub etc: &'a EtcMatrix,
+    pub comm: &'a CommModel,
+    pub adj: Adjacency,
+}
+
+impl<'a> Problem<'a> {
+    /// Checks shapes and acyclicity, and that every task has a server that can run it.
+    pub fn new(
+        graph: &'a TaskGraph,
+        etc: &'a EtcMatrix,
+        comm: &'a CommModel,
+    ) -> Result<Self, MapError> {
+        if etc.tasks() != graph.len() || comm.servers() != etc.servers() {
+            return Err(MapError::Shape {
+                graph_tasks: graph.len(),
+                etc_tasks: etc.tasks(),
+                etc_servers: etc.servers(),
+                comm_servers: comm.servers(),
+            });
+        }
+        let adj = graph.adjacency()?;
+        if let Some(t) = (0..graph.len()).find(|&t| !etc.row(t).iter().any(|v| v.is_finite())) {
+            return Err(MapError::Infeasible {
+                task: graph.task(t).name.clone(),
+            });
+        }
+        Ok(Problem {
+            graph,
+            etc,
+            comm,
+            adj,
+        })
+    }
+
+    /// Number of servers.
+    pub fn servers(&self) -> usize {
+        self.etc.servers()
+    }
+
+    /// Number of tasks.
+    pub fn tasks(&self) -> usize {
+        self.graph.len()
+    }
+}
+
+/// A schedule under construction: where and when each placed task runs.
+pub(crate) struct Plan {
+    pub server_of: Vec<usize>,
+    pub start: Vec<f64>,
+    pub finish: Vec<f64>,
+    /// Placement sequence: policies place a task only after its predecessors, so this is a
+    /// topological order and breaks start-time ties safely.
+    pub seq: Vec<usize>,
+    placed: usize,
+    servers: usize,
+}
+
+impl Plan {
+    /// Nothing placed yet.
+    pub fn new(tasks: usize, servers: usize) -> Self {
+        Plan {
+            server_of: vec![usize::MAX; tasks],
+            start: vec![0.0; tasks],
+            finish: vec![0.0; tasks],
+            seq: vec![usize::MAX; tasks],
+            placed: 0,
+            servers,
+        }
+    }
+
+    /// Records `t` on server `s` over `[start, end]`.
+    pub fn place(&mut self, t: TaskIdx, s: usize, start: f64, end: f64) {
+        self.server_of[t] = s;
+        self.start[t] = start;
+        self.finish[t] = end;
+        self.seq[t] = self.placed;
+        self.placed += 1;
+    }
+
+    /// When all of `t`'s inputs can be on server `s`, given where and when its (placed)
+    /// predecessors finish.
+    #[inline]
+    pub fn data_ready(&self, p: &Problem, t: TaskIdx, s: usize) -> f64 {
+        p.adj
+            .preds(t)
+            .iter()
+            .map(|&(q, bytes)| self.finish[q] + p.comm.transfer_s(self.server_of[q], s, bytes))
+            .fold(0.0, f64::max)
+    }
+
+    /// [`Plan::data_ready`] for every server at once, into `out` (one entry per server).
+    pub fn data_ready_all(&self, p: &Problem, t: TaskIdx, out: &mut [f64]) {
+        out.fill(0.0);
+        for &(q, bytes) in p.adj.preds(t) {
+            let (sq, fq) = (self.server_of[q], self.finish[q]);
+            for (s, r) in out.iter_mut().enumerate() {
+                *r = r.max(fq + p.comm.transfer_s(sq, s, bytes));
+            }
+        }
+    }
+
+    /// The mapping, each server's tasks ordered by planned start.
+    pub fn into_mapping(self) -> Mapping {
+        Mapping::ordered_by(self.server_of, self.servers, &self.start, &self.seq)
+    }
+}
+
+/// Append-only server timelines: each slot is free from the end of its last task on.
+pub(crate) struct Lanes {
+    free: Vec<Vec<f64>>,
+}
+
+impl Lanes {
+    /// Every slot of every server free from time 0.
+    pub fn new(etc: &EtcMatrix) -> Self {
+        Lanes {
+            free: (0..etc.servers())
+                .map(|s| vec![0.0; etc.slots(s)])
+                .collect(),
+        }
+    }
+
+    /// When server `s` can next start a task.
+    #[inline]
+    pub fn available(&self, s: usize) -> f64 {
+        self.free[s].iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    /// Occupies `s`'s earliest-free slot until `end`.
+    pub fn occupy(&mut self, s: usize, end: f64) {
+        let lanes = &mut self.free[s];
+        let mut best = 0;
+        for i in 1..lanes.len() {
+            if lanes[i] < lanes[best] {
+                best = i;
+            }
+        }
+        lanes[best] = end;
+    }
+}
+
+/// The completion time of `t` on every feasible server under append-only timelines:
+/// `(finish, start)` per server, `None` where `t` cannot run.
+#[inline]
+pub(crate) fn append_finish(
+    etc: &EtcMatrix,
+    lanes: &Lanes,
+    t: TaskIdx,
+    s: usize,
+    data_ready: f64,
+) -> Option<(f64, f64)> {
+    let d = etc.get(t, s);
+    if !d.is_finite() {
+        return None;
+    }
+    let start = data_ready.max(lanes.available(s));
+    Some((start + d, start))
+}

@@ -1,0 +1,362 @@
+//! Deterministic replay of a mapping (seed 002 §1.4, Fig. 4.1): with known task times and a
+//! fixed per-server order there is exactly one execution, and walking it predicts the makespan
+//! and every server's timeline.
+//!
+//! Adve's event loop advances time from completion to completion; with a fixed order per server
+//! the same execution falls out of one pass in dependency order, because a task's start depends
+//! only on its inputs' arrival and on the tasks before it on its server:
+//! `start = max(inputs arrived, a slot free, previous task on the server started)`. That is
+//! O(N + E) (plus O(log slots) per task), and an order that cannot run shows up as tasks the
+//! pass never reaches: a deadlock.
+
+use super::Mapping;
+use super::dag::{GraphError, TaskGraph, TaskIdx};
+use super::platform::{CommModel, EtcMatrix};
+use thiserror::Error;
+
+/// One task on a server's timeline.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Slot {
+    /// The task.
+    pub task: TaskIdx,
+    /// Which of the server's concurrent slots ran it (always 0 on a one-slot server).
+    pub lane: usize,
+    /// When it starts, seconds from the start of the graph.
+    pub start_s: f64,
+    /// When it ends.
+    pub end_s: f64,
+}
+
+/// The predicted execution of a mapping.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replay {
+    /// When the last task ends (0 for an empty graph).
+    pub makespan_s: f64,
+    /// Every server's tasks in the order it runs them.
+    pub per_server: Vec<Vec<Slot>>,
+    /// When each task ends, by task index.
+    pub task_finish: Vec<f64>,
+}
+
+/// Why a mapping cannot be replayed.
+#[derive(Clone, Debug, Error, PartialEq)]
+pub enum ReplayError {
+    /// The graph itself is invalid.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// The inputs disagree on how many tasks or servers there are.
+    #[error(
+        "shape mismatch: graph has {graph_tasks} tasks, ETC matrix {etc_tasks} x {etc_servers}, communication model {comm_servers} servers"
+    )]
+    Shape {
+        /// Tasks in the graph.
+        graph_tasks: usize,
+        /// Rows of the ETC matrix.
+        etc_tasks: usize,
+        /// Columns of the ETC matrix.
+        etc_servers: usize,
+        /// Servers in the communication model.
+        comm_servers: usize,
+    },
+    /// The mapping does not place every task exactly once, on the server its order lists it.
+    #[error("invalid mapping: {reason}")]
+    Mapping {
+        /// What was wrong.
+        reason: String,
+    },
+    /// A task placed on a server that cannot run it.
+    #[error("task {task:?} is mapped to server {server}, which cannot run it (infinite ETC)")]
+    Infeasible {
+        /// Name of the task.
+        task: String,
+        /// The server.
+        server: usize,
+    },
+    /// The per-server orders wait on each other in a circle.
+    #[error(
+        "deadlock: server {server} runs {task:?} next, but it needs {waits_for:?}, which can never finish under these server orders"
+    )]
+    Deadlock {
+        /// Server whose next task cannot start.
+        server: usize,
+        /// That task.
+        task: String,
+        /// A predecessor it waits for.
+        waits_for: String,
+    },
+}
+
+/// Checks that `mapping` is a placement of every task of `graph` on `servers` servers.
+pub(crate) fn validate_mapping(
+    graph: &TaskGraph,
+    mapping: &Mapping,
+    servers: usize,
+) -> Result<(), ReplayError> {
+    let n = graph.len();
+    let bad = |reason: String| Err(ReplayError::Mapping { reason });
+    if mapping.server_of.len() != n {
+        return bad(format!(
+            "server_of has {} entries for {n} tasks",
+            mapping.server_of.len()
+        ));
+    }
+    if mapping.order.len() != servers {
+        return bad(format!(
+            "order has {} server lists for {servers} servers",
+            mapping.order.len()
+        ));
+    }
+    let mut listed = vec![false; n];
+    for (s, list) in mapping.order.iter().enumerate() {
+        for &t in list {
+            if t >= n {
+                return bad(format!("server {s} lists task {t}; there are {n} tasks"));
+            }
+            if mapping.server_of[t] != s {
+                return bad(format!(
+                    "task {:?} is listed on server {s} but server_of says {}",
+                    graph.task(t).name,
+                    mapping.server_of[t]
+                ));
+            }
+            if std::mem::replace(&mut listed[t], true) {
+                return bad(format!("task {:?} is listed twice", graph.task(t).name));
+            }
+        }
+    }
+    if let Some(t) = listed.iter().position(|l| !l) {
+        return bad(format!(
+            "task {:?} is on no server's order",
+            graph.task(t).name
+        ));
+    }
+    Ok(())
+}
+
+/// Replays `mapping` of `graph` with task times from `etc` and transfer times from `comm`.
+pub fn replay(
+    graph: &TaskGraph,
+    etc: &EtcMatrix,
+    comm: &CommModel,
+    mapping: &Mapping,
+) -> Result<Replay, ReplayError> {
+    let n = graph.len();
+    let m = etc.servers();
+    if etc.tasks() != n || comm.servers() != m {
+        return Err(ReplayError::Shape {
+            graph_tasks: n,
+            etc_tasks: etc.tasks(),
+            etc_servers: m,
+            comm_servers: comm.servers(),
+        });
+    }
+    validate_mapping(graph, mapping, m)?;
+    let adj = graph.adjacency()?;
+    for (t, &s) in mapping.server_of.iter().enumerate() {
+        if !etc.feasible(t, s) {
+            return Err(ReplayError::Infeasible {
+                task: graph.task(t).name.clone(),
+                server: s,
+            });
+        }
+    }
+
+    // A task can start once its inputs are done and the task before it on its server started.
+    let mut waiting: Vec<usize> = (0..n).map(|t| adj.preds(t).len()).collect();
+    let mut pos = vec![0usize; n];
+    for list in &mapping.order {
+        for (i, &t) in list.iter().enumerate() {
+            pos[t] = i;
+            if i > 0 {
+                waiting[t] += 1;
+            }
+        }
+    }
+    let mut lanes: Vec<Vec<f64>> = (0..m).map(|s| vec![0.0; etc.slots(s)]).collect();
+    let mut last_start = vec![0.0f64; m];
+    let mut per_server: Vec<Vec<Slot>> = mapping
+        .order
+        .iter()
+        .map(|l| Vec::with_capacity(l.len()))
+        .collect();
+    let mut finish = vec![f64::NAN; n];
+    let mut stack: Vec<TaskIdx> = (0..n).filter(|&t| waiting[t] == 0).collect();
+    let mut done = 0usize;
+    let release = |t: TaskIdx, waiting: &mut Vec<usize>, stack: &mut Vec<TaskIdx>| {
+        waiting[t] -= 1;
+        if waiting[t] == 0 {
+            stack.push(t);
+        }
+    };
+    while let Some(t) = stack.pop() {
+        let s = mapping.server_of[t];
+        let mut start = last_start[s];
+        for &(p, bytes) in adj.preds(t) {
+            start = start.max(finish[p] + comm.transfer_s(mapping.server_of[p], s, bytes));
+        }
+        // Slots are identical and starts on a server never decrease, so the earliest-free slot
+        // is as good as any free one.
+        let (lane, free) =
+            lanes[s]
+                .iter()
+                .copied()
+                .enumerate()
+                .fold(
+                    (0, f64::INFINITY),
+                    |b, (i, f)| if f < b.1 { (i, f) } else { b },
+                );
+        start = start.max(free);
+        let end = start + etc.get(t, s);
+        lanes[s][lane] = end;
+        last_start[s] = start;
+        finish[t] = end;
+        per_server[s].push(Slot {
+            task: t,
+            lane,
+            start_s: start,
+            end_s: end,
+        });
+        done += 1;
+        for &(c, _) in adj.succs(t) {
+            release(c, &mut waiting, &mut stack);
+        }
+        if let Some(&next) = mapping.order[s].get(pos[t] + 1) {
+            release(next, &mut waiting, &mut stack);
+        }
+    }
+    if done < n {
+        return Err(deadlock(graph, &adj, mapping, &per_server, &finish));
+    }
+    let makespan_s = finish.iter().copied().fold(0.0, f64::max);
+    Ok(Replay {
+        makespan_s,
+        per_server,
+        task_finish: finish,
+    })
+}
+
+/// Names a server whose next task waits for an input that never comes.
+fn deadlock(
+    graph: &TaskGraph,
+    adj: &super::dag::Adjacency,
+    mapping: &Mapping,
+    per_server: &[Vec<Slot>],
+    finish: &[f64],
+) -> ReplayError {
+    for (s, list) in mapping.order.iter().enumerate() {
+        let Some(&next) = list.get(per_server[s].len()) else {
+            continue;
+        };
+        if let Some(&(p, _)) = adj.preds(next).iter().find(|(p, _)| finish[*p].is_nan()) {
+            return ReplayError::Deadlock {
+                server: s,
+                task: graph.task(next).name.clone(),
+                waits_for: graph.task(p).name.clone(),
+            };
+        }
+    }
+    ReplayError::Mapping {
+        reason: "the server orders never let some task start".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::dag::Task;
+
+    /// a -> c, b -> c with 1e6 bytes each.
+    fn join() -> TaskGraph {
+        let mut g = TaskGraph::new();
+        for n in ["a", "b", "c"] {
+            g.add_task(Task::new(n, "svc", 1.0));
+        }
+        g.add_edge(0, 2, 1_000_000).unwrap();
+        g.add_edge(1, 2, 1_000_000).unwrap();
+        g
+    }
+
+    #[test]
+    fn join_waits_for_remote_input_transfer() {
+        let g = join();
+        let etc = EtcMatrix::new(3, 2, vec![2.0, 3.0, 4.0, 1.0, 1.0, 1.0]).unwrap();
+        let comm = CommModel::uniform(2, 0.5, 1e6).unwrap();
+        let map = Mapping {
+            server_of: vec![0, 1, 0],
+            order: vec![vec![0, 2], vec![1]],
+        };
+        let r = replay(&g, &etc, &comm, &map).unwrap();
+        // a: 0..2 on s0; b: 0..1 on s1; c waits for b's 1 MB (0.5 + 1 s) => starts 2.5.
+        assert_eq!(r.task_finish, [2.0, 1.0, 3.5]);
+        assert_eq!(r.makespan_s, 3.5);
+        assert_eq!(
+            r.per_server[0][1],
+            Slot {
+                task: 2,
+                lane: 0,
+                start_s: 2.5,
+                end_s: 3.5
+            }
+        );
+    }
+
+    #[test]
+    fn slots_run_tasks_side_by_side_in_order() {
+        let mut g = TaskGraph::new();
+        for n in ["a", "b", "c"] {
+            g.add_task(Task::new(n, "svc", 1.0));
+        }
+        let etc = EtcMatrix::new(3, 1, vec![3.0, 1.0, 1.0])
+            .unwrap()
+            .with_slots(vec![2])
+            .unwrap();
+        let map = Mapping {
+            server_of: vec![0; 3],
+            order: vec![vec![0, 1, 2]],
+        };
+        let r = replay(&g, &etc, &CommModel::free(1), &map).unwrap();
+        assert_eq!(r.task_finish, [3.0, 1.0, 2.0]);
+        assert_eq!(r.per_server[0][2].lane, 1);
+    }
+
+    #[test]
+    fn order_against_dependencies_is_a_deadlock() {
+        let g = join();
+        let etc = EtcMatrix::new(3, 1, vec![1.0; 3]).unwrap();
+        let map = Mapping {
+            server_of: vec![0; 3],
+            order: vec![vec![2, 0, 1]],
+        };
+        let err = replay(&g, &etc, &CommModel::free(1), &map).unwrap_err();
+        assert_eq!(
+            err,
+            ReplayError::Deadlock {
+                server: 0,
+                task: "c".into(),
+                waits_for: "a".into()
+            }
+        );
+    }
+
+    #[test]
+    fn malformed_mappings_are_rejected() {
+        let g = join();
+        let etc = EtcMatrix::new(3, 2, vec![1.0, f64::INFINITY, 1.0, 1.0, 1.0, 1.0]).unwrap();
+        let comm = CommModel::free(2);
+        let cases = [
+            (vec![0, 0], vec![vec![0, 1], vec![]], "server_of has 2"),
+            (vec![0, 0, 0], vec![vec![0, 1], vec![]], "on no server"),
+            (vec![0, 0, 0], vec![vec![0, 1, 2, 2], vec![]], "twice"),
+            (
+                vec![0, 0, 1],
+                vec![vec![0, 1, 2], vec![]],
+                "server_of says 1",
+            ),
+            (vec![1, 0, 0], vec![vec![1, 2], vec![0]], "cannot run"),
+        ];
+        for (server_of, order, msg) in cases {
+            let err = replay(&g, &etc, &comm, &Mapping { server_of, order }).unwrap_err();
+            assert!(err.to_string().contains(msg), "{err} / {msg}");
+        }
+    }
+}
