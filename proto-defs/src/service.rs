@@ -599,6 +599,35 @@ impl ServiceDesc {
         })
     }
 
+    /// The payload bytes of each output (OUT and INOUT arguments, in order) when the int
+    /// inputs named in `sizes` take those values: what each output puts on the wire, e.g. the
+    /// bytes a later call pulls when it uses that output. Dimensions resolve like
+    /// [`profile_for_sizes`](Self::profile_for_sizes) does, except that `sizes` may name any int
+    /// input (not only size parameters); a dimension named by nothing in `sizes` counts as 0, a
+    /// negative one as 0, scalars as 8 bytes, strings and bytes (unknown length) as 0.
+    pub fn output_bytes_for_sizes(&self, sizes: &[(String, i64)]) -> Vec<u64> {
+        let dim = |d: &Dim| -> u64 {
+            match d {
+                Dim::Fixed(n) => *n,
+                Dim::Arg(a) => sizes
+                    .iter()
+                    .find(|(k, _)| k == a)
+                    .map(|(_, v)| (*v).max(0) as u64)
+                    .unwrap_or(0),
+            }
+        };
+        self.outputs()
+            .map(|a| match &a.ty {
+                ArgType::Int | ArgType::Double => 8,
+                ArgType::Str | ArgType::Bytes => 0,
+                ArgType::Vector { elem, len } => dim(len).saturating_mul(elem.size() as u64),
+                ArgType::Matrix { elem, rows, cols } => dim(rows)
+                    .saturating_mul(dim(cols))
+                    .saturating_mul(elem.size() as u64),
+            })
+            .collect()
+    }
+
     /// A one-line signature, e.g. `dgemm(in m: int, in A: matrix<f64>[m,k], out C: …)`.
     pub fn signature(&self) -> String {
         let args: Vec<String> = self
@@ -773,6 +802,31 @@ mod tests {
                 .contains("`n`")
         );
         assert!(d.profile_for_sizes(&[("q".into(), 2)]).is_err());
+    }
+
+    #[test]
+    fn output_bytes_per_output_from_sizes() {
+        let d = dgemm();
+        let sizes = [("m".into(), 2), ("n".into(), 4), ("k".into(), 3)];
+        assert_eq!(d.output_bytes_for_sizes(&sizes), vec![64]);
+        assert_eq!(
+            d.output_bytes_for_sizes(&sizes).iter().sum::<u64>(),
+            d.profile_for_sizes(&sizes).unwrap().out_bytes
+        );
+        // Several outputs, in order: an inout vector, a scalar, a fixed-size f32 matrix.
+        let mut s = dgemm();
+        s.args
+            .push(ArgDesc::new("x", ArgMode::InOut, "vector<f64>[n]"));
+        s.args.push(ArgDesc::new("norm", ArgMode::Out, "double"));
+        s.args
+            .push(ArgDesc::new("t", ArgMode::Out, "matrix<f32>[2,3]"));
+        s.args.push(ArgDesc::new("log", ArgMode::Out, "string"));
+        assert_eq!(s.output_bytes_for_sizes(&sizes), vec![64, 32, 8, 24, 0]);
+        // Unknown and negative dimensions count as empty.
+        assert_eq!(
+            s.output_bytes_for_sizes(&[("m".into(), -1)]),
+            vec![0, 0, 8, 24, 0]
+        );
     }
 
     #[test]

@@ -4,9 +4,11 @@
 
 pub mod args;
 pub mod bench;
+pub mod bench_mapping;
 pub mod bench_models;
 pub mod call;
 pub mod demo;
+pub mod graph;
 pub mod local;
 pub mod model;
 pub mod plot;

@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use gridwise_agent::cli::AgentArgs;
-use gridwise_cli::{args, bench, call, demo, model, status};
+use gridwise_cli::{args, bench, call, demo, graph, model, status};
 use gridwise_client::{Client, ClientConfig};
 use gridwise_proto::RankOptions;
 use gridwise_server::cli::ServerArgs;
@@ -89,6 +89,11 @@ enum Command {
         #[command(subcommand)]
         which: BenchCmd,
     },
+    /// Groups of calls with data dependencies, from a JSON graph file.
+    Graph {
+        #[command(subcommand)]
+        which: GraphCmd,
+    },
     /// Performance models: build progress, points, export, plots.
     Model {
         #[command(subcommand)]
@@ -98,6 +103,33 @@ enum Command {
     Agent(AgentArgs),
     /// Run a server daemon (same as gridwise-server).
     Server(ServerArgs),
+}
+
+#[derive(Subcommand)]
+enum GraphCmd {
+    /// Predicts a graph file's makespan on the live grid: maps it with the agent's estimates,
+    /// replays the mapping, prints the makespan, bounds and per-server timeline.
+    ///
+    /// The file: {"policy": "heft", "tasks": [{"name": "a", "service": "dgemm", "args": [500,
+    /// 500, 500, "rand", "rand"]}, {"name": "b", "service": "dgemm", "args": [500, 500, 500,
+    /// {"from": "a", "output": 0}, "rand"]}], "outputs": ["b"]}. Arguments are the words
+    /// `gridwise call` takes; {"from": TASK, "output": K} is the K-th output of an earlier task.
+    Predict {
+        /// The graph file (JSON).
+        file: PathBuf,
+        /// Mapping policy: heft, min-min, mct, sufferage, lp, round-robin, constant-speed
+        /// [default: the file's, else lp for independent calls and heft otherwise].
+        #[arg(long)]
+        policy: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Also draw the timeline as a Gantt chart (.svg or .png).
+        #[arg(long, value_name = "OUT")]
+        gantt: Option<PathBuf>,
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 #[derive(Subcommand)]
@@ -156,6 +188,12 @@ enum ModelCmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Decision speed in-process: HEFT on 10,000 tasks × 100 servers, MCT ranking over 1,000.
+    Mapping {
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Model construction: cost and accuracy of GBBP, uniform-20 and naive builds.
     Models {
         /// One JSON object per line.
@@ -274,6 +312,17 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             let c = client(conn)?;
             call::run(&c, service, args, server.as_deref(), *json)
         }
+        Command::Graph { which } => match which {
+            GraphCmd::Predict {
+                file,
+                policy,
+                json,
+                gantt,
+                conn,
+            } => graph::predict::run(file, policy.as_deref(), *json, gantt.as_deref(), || {
+                client(conn)
+            }),
+        },
         Command::Model { which } => match which {
             ModelCmd::Status { json, conn } => model::print_status(&client(conn)?, *json),
             ModelCmd::Show {
@@ -298,6 +347,15 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Links { json, conn } => status::print_links(&client(conn)?, *json),
         Command::Demo => demo::run(),
         Command::Bench { which } => match which {
+            BenchCmd::Mapping { json } => {
+                let out = gridwise_cli::bench_mapping::run()?;
+                if *json {
+                    println!("{out}");
+                } else {
+                    println!("{}", serde_json::to_string_pretty(&out)?);
+                }
+                Ok(())
+            }
             BenchCmd::Models { json, no_dgemm } => {
                 gridwise_cli::bench_models::run(!*no_dgemm, &mut |line| {
                     if *json {

@@ -358,7 +358,7 @@ fn default_title(curves: &[Curve]) -> String {
 }
 
 /// Registers the embedded DejaVu Sans as plotters' sans-serif font (once per process).
-fn register_fonts() -> Result<()> {
+pub(crate) fn register_fonts() -> Result<()> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED.get_or_init(|| {
         let regular = plotters::style::register_font(
