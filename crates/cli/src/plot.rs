@@ -80,8 +80,8 @@ const GIGA: f64 = 1e9;
 /// Sizes at which each model's line is evaluated (besides its vertices).
 const DENSE_SAMPLES: usize = 400;
 
-/// Distinct colours for overlaid models (Tableau 10).
-const PALETTE: [RGBColor; 10] = [
+/// Distinct colours for overlaid models and Gantt bars (Tableau 10).
+pub(crate) const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),

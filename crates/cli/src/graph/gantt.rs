@@ -37,19 +37,8 @@ pub fn check_format(path: &Path) -> Result<Format> {
     }
 }
 
-/// Fill colours by service, in order of first appearance (Tableau 10, lightened for black text).
-const PALETTE: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-];
+// Fill colours by service, in order of first appearance: the model plots' palette.
+use crate::plot::PALETTE;
 
 /// Lighter version of a palette colour (mixed with white), for bars with black labels.
 fn light(c: RGBColor) -> RGBColor {
