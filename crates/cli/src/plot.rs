@@ -49,13 +49,17 @@ impl PlotOptions {
 }
 
 /// Output formats.
+/// Image formats charts are written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
+pub enum Format {
+    /// `.svg`
     Svg,
+    /// `.png`
     Png,
 }
 
-fn format_of(path: &Path) -> Result<Format> {
+/// The format `path`'s extension asks for; `what` names the chart in the error.
+pub fn format_of(path: &Path, what: &str) -> Result<Format> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -64,11 +68,11 @@ fn format_of(path: &Path) -> Result<Format> {
         Some("svg") => Ok(Format::Svg),
         Some("png") => Ok(Format::Png),
         Some(e) => bail!(
-            "cannot write a plot to {}: unsupported format .{e}; supported formats are .svg and .png",
+            "cannot write {what} to {}: .{e} is not supported; supported formats are .svg and .png (the file name must end in .svg or .png)",
             path.display()
         ),
         None => bail!(
-            "cannot write a plot to {}: no file extension; supported formats are .svg and .png",
+            "cannot write {what} to {}: no file extension; supported formats are .svg and .png (the file name must end in .svg or .png)",
             path.display()
         ),
     }
@@ -131,7 +135,7 @@ pub fn plot_models(models: &[ModelExport], opts: &PlotOptions) -> Result<()> {
     if models.is_empty() {
         bail!("no models to plot");
     }
-    let format = format_of(&opts.output)?;
+    let format = format_of(&opts.output, "a plot")?;
     if opts.width < 200 || opts.height < 150 {
         bail!(
             "a plot of {}×{} pixels is too small to draw (at least 200×150)",

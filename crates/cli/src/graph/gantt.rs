@@ -5,36 +5,18 @@
 
 use super::predict::Prediction;
 use crate::plot::register_fonts;
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use gridwise_sched::graph::Slot;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 
-/// Image formats the chart can be written in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// `.svg`
-    Svg,
-    /// `.png`
-    Png,
-}
+pub use crate::plot::Format;
 
 /// The format `path`'s extension asks for, or an error naming the supported ones.
 pub fn check_format(path: &Path) -> Result<Format> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    match ext.as_deref() {
-        Some("svg") => Ok(Format::Svg),
-        Some("png") => Ok(Format::Png),
-        _ => bail!(
-            "cannot write a Gantt chart to {}: the file name must end in .svg or .png",
-            path.display()
-        ),
-    }
+    crate::plot::format_of(path, "a Gantt chart")
 }
 
 // Fill colours by service, in order of first appearance: the model plots' palette.
