@@ -20,7 +20,7 @@ mod tests;
 
 pub use bounds::{Bounds, average_parallelism, critical_path_s};
 pub use dag::{Adjacency, GraphError, Task, TaskGraph, TaskIdx};
-pub use platform::{CommModel, EtcMatrix, PlatformError};
+pub use platform::{CommModel, EtcMatrix, PlatformError, ShapeMismatch, check_shapes};
 pub use policy::lp::{LpOutcome, lp_lower_bound};
 pub use policy::{GraphPolicy, ParsePolicyError};
 pub use replay::{Replay, ReplayError, Slot, replay};
@@ -69,19 +69,8 @@ pub enum MapError {
     #[error(transparent)]
     Graph(#[from] GraphError),
     /// The inputs disagree on how many tasks or servers there are.
-    #[error(
-        "shape mismatch: graph has {graph_tasks} tasks, ETC matrix {etc_tasks} x {etc_servers}, communication model {comm_servers} servers"
-    )]
-    Shape {
-        /// Tasks in the graph.
-        graph_tasks: usize,
-        /// Rows of the ETC matrix.
-        etc_tasks: usize,
-        /// Columns of the ETC matrix.
-        etc_servers: usize,
-        /// Servers in the communication model.
-        comm_servers: usize,
-    },
+    #[error(transparent)]
+    Shape(#[from] ShapeMismatch),
     /// No server can run this task (every ETC is infinite, e.g. its memory fits nowhere).
     #[error(
         "no server can run task {task:?} (infinite ETC everywhere; does its memory fit anywhere?)"

@@ -4,6 +4,40 @@
 use super::dag::{TaskGraph, TaskIdx};
 use thiserror::Error;
 
+/// A graph, ETC matrix and communication model that disagree on how many tasks or servers
+/// there are.
+#[derive(Clone, Debug, Error, PartialEq)]
+#[error(
+    "shape mismatch: graph has {graph_tasks} tasks, ETC matrix {etc_tasks} x {etc_servers}, communication model {comm_servers} servers"
+)]
+pub struct ShapeMismatch {
+    /// Tasks in the graph.
+    pub graph_tasks: usize,
+    /// Rows of the ETC matrix.
+    pub etc_tasks: usize,
+    /// Columns of the ETC matrix.
+    pub etc_servers: usize,
+    /// Servers in the communication model.
+    pub comm_servers: usize,
+}
+
+/// Checks that the graph, the ETC matrix and the communication model agree.
+pub fn check_shapes(
+    graph: &TaskGraph,
+    etc: &EtcMatrix,
+    comm: &CommModel,
+) -> Result<(), ShapeMismatch> {
+    if etc.tasks() != graph.len() || comm.servers() != etc.servers() {
+        return Err(ShapeMismatch {
+            graph_tasks: graph.len(),
+            etc_tasks: etc.tasks(),
+            etc_servers: etc.servers(),
+            comm_servers: comm.servers(),
+        });
+    }
+    Ok(())
+}
+
 /// What was wrong with platform inputs.
 #[derive(Clone, Debug, Error, PartialEq)]
 pub enum PlatformError {

@@ -11,7 +11,7 @@
 
 use super::Mapping;
 use super::dag::{GraphError, TaskGraph, TaskIdx};
-use super::platform::{CommModel, EtcMatrix};
+use super::platform::{CommModel, EtcMatrix, ShapeMismatch, check_shapes};
 use thiserror::Error;
 
 /// One task on a server's timeline.
@@ -45,19 +45,8 @@ pub enum ReplayError {
     #[error(transparent)]
     Graph(#[from] GraphError),
     /// The inputs disagree on how many tasks or servers there are.
-    #[error(
-        "shape mismatch: graph has {graph_tasks} tasks, ETC matrix {etc_tasks} x {etc_servers}, communication model {comm_servers} servers"
-    )]
-    Shape {
-        /// Tasks in the graph.
-        graph_tasks: usize,
-        /// Rows of the ETC matrix.
-        etc_tasks: usize,
-        /// Columns of the ETC matrix.
-        etc_servers: usize,
-        /// Servers in the communication model.
-        comm_servers: usize,
-    },
+    #[error(transparent)]
+    Shape(#[from] ShapeMismatch),
     /// The mapping does not place every task exactly once, on the server its order lists it.
     #[error("invalid mapping: {reason}")]
     Mapping {
@@ -142,14 +131,7 @@ pub fn replay(
 ) -> Result<Replay, ReplayError> {
     let n = graph.len();
     let m = etc.servers();
-    if etc.tasks() != n || comm.servers() != m {
-        return Err(ReplayError::Shape {
-            graph_tasks: n,
-            etc_tasks: etc.tasks(),
-            etc_servers: m,
-            comm_servers: comm.servers(),
-        });
-    }
+    check_shapes(graph, etc, comm)?;
     validate_mapping(graph, mapping, m)?;
     let adj = graph.adjacency()?;
     for (t, &s) in mapping.server_of.iter().enumerate() {

@@ -3,7 +3,7 @@
 //! batch and online heuristics, with insertion into idle gaps for HEFT).
 
 use crate::graph::dag::{Adjacency, TaskGraph, TaskIdx};
-use crate::graph::platform::{CommModel, EtcMatrix};
+use crate::graph::platform::{CommModel, EtcMatrix, check_shapes};
 use crate::graph::{MapError, Mapping};
 
 /// Checked inputs of one mapping.
@@ -21,14 +21,7 @@ impl<'a> Problem<'a> {
         etc: &'a EtcMatrix,
         comm: &'a CommModel,
     ) -> Result<Self, MapError> {
-        if etc.tasks() != graph.len() || comm.servers() != etc.servers() {
-            return Err(MapError::Shape {
-                graph_tasks: graph.len(),
-                etc_tasks: etc.tasks(),
-                etc_servers: etc.servers(),
-                comm_servers: comm.servers(),
-            });
-        }
+        check_shapes(graph, etc, comm)?;
         let adj = graph.adjacency()?;
         if let Some(t) = (0..graph.len()).find(|&t| !etc.row(t).iter().any(|v| v.is_finite())) {
             return Err(MapError::Infeasible {
