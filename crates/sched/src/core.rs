@@ -18,6 +18,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 mod models;
+mod prune;
 
 pub use models::DirtyPoint;
 
@@ -39,6 +40,10 @@ pub struct AgentCore {
     // the shell persists only what changed.
     dirty: HashSet<(usize, ServiceIdx, Vec<i64>)>,
     links: Links,
+    // Per service, providers ordered by calibrated rate for exact MCT pruning (see `prune`).
+    rate_orders: Vec<prune::RateOrder>,
+    // Whether the compute model is the built-in `FpmModel`, whose terms pruning bounds.
+    prunable: bool,
 }
 
 /// The servers a call may go to: a service's providers (name-sorted) or the one pinned server.
@@ -80,12 +85,15 @@ impl AgentCore {
             scratch: Vec::new(),
             dirty: HashSet::new(),
             links: Links::default(),
+            rate_orders: Vec::new(),
+            prunable: true,
         }
     }
 
     /// The same core estimating compute time with `model` instead.
     pub fn with_compute_model(mut self, model: Box<dyn ComputeModel>) -> Self {
         self.model = model;
+        self.prunable = false;
         self
     }
 
@@ -196,6 +204,7 @@ impl AgentCore {
             .map(|(d, c)| self.catalog.upsert(d, c))
             .collect();
         self.rr_turns.resize(self.catalog.len(), 0);
+        self.invalidate_rate_orders();
         let tickets = &mut self.tickets;
         let (_, server_id) = self.registry.register(reg, &services, now, |t| {
             tickets.remove(t);
@@ -290,6 +299,11 @@ impl AgentCore {
         now: Duration,
     ) -> Result<Ranking, RpcError> {
         let policy = opts.policy.unwrap_or(self.config.policy);
+        if policy == Policy::Mct
+            && let Some(svc) = self.catalog.get(&profile.service)
+        {
+            self.ensure_rate_order(svc.idx);
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = self.decide(profile, opts, policy, now, &mut scratch);
         self.scratch = scratch;
@@ -393,8 +407,18 @@ impl AgentCore {
             profile,
             now,
         };
-        self.collect(keyed, policy, &call, &source)?;
         let limit = self.config.max_candidates;
+        if policy == Policy::Mct
+            && let Some((candidates, first)) = self.pruned_mct(&call, &source, limit)
+        {
+            return Ok((
+                candidates,
+                first,
+                service,
+                matches!(source, Source::Pinned(_)),
+            ));
+        }
+        self.collect(keyed, policy, &call, &source)?;
         policy::order(policy, keyed, limit, self.turn(service));
         let candidates = self.candidates(keyed, &call, &source);
         let first = source.slots()[keyed[0].pos];
@@ -587,5 +611,7 @@ fn list_or_none(names: &[String]) -> String {
 
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod prune_tests;
 #[cfg(test)]
 mod tests;
