@@ -8,6 +8,11 @@ fn m(rows: u64, cols: u64, v: &[f64]) -> Value {
     Value::matrix_f64(rows, cols, v)
 }
 
+/// dgemm's inputs: m, n, k, A, B.
+fn dgemm_args(m: i64, n: i64, k: i64, a: Value, b: Value) -> Vec<Value> {
+    vec![Value::Int(m), Value::Int(n), Value::Int(k), a, b]
+}
+
 #[test]
 fn kept_outputs_move_server_to_server_and_can_be_fetched_and_freed() {
     let g = Grid::two_servers();
@@ -18,11 +23,7 @@ fn kept_outputs_move_server_to_server_and_can_be_fetched_and_freed() {
 
     // C = A·B stays on s1.
     let r = c
-        .call_keep(
-            &on_s1,
-            vec![Value::Int(2), Value::Int(2), Value::Int(2), a, b],
-            &[0],
-        )
+        .call_keep(&on_s1, dgemm_args(2, 2, 2, a, b), &[0])
         .unwrap();
     let Value::Ref(c_ref) = r.outputs[0].clone() else {
         panic!(
@@ -36,16 +37,7 @@ fn kept_outputs_move_server_to_server_and_can_be_fetched_and_freed() {
     // D = C·A on s2: s2 pulls C from s1.
     let a2 = m(2, 2, &[1., 2., 3., 4.]);
     let d = c
-        .call(
-            &on_s2,
-            vec![
-                Value::Int(2),
-                Value::Int(2),
-                Value::Int(2),
-                Value::Ref(c_ref.clone()),
-                a2,
-            ],
-        )
+        .call(&on_s2, dgemm_args(2, 2, 2, Value::Ref(c_ref.clone()), a2))
         .unwrap();
     assert_eq!(d.server, "s2");
     // A·B = [[2,1],[4,3]]; (A·B)·A = [[5,8],[13,20]].
@@ -61,13 +53,7 @@ fn kept_outputs_move_server_to_server_and_can_be_fetched_and_freed() {
     let e = c
         .call(
             &on_s2,
-            vec![
-                Value::Int(2),
-                Value::Int(2),
-                Value::Int(2),
-                Value::Ref(c_ref),
-                m(2, 2, &[0.; 4]),
-            ],
+            dgemm_args(2, 2, 2, Value::Ref(c_ref), m(2, 2, &[0.; 4])),
         )
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::SessionFailed);
@@ -77,13 +63,7 @@ fn kept_outputs_move_server_to_server_and_can_be_fetched_and_freed() {
     let e = c
         .call_keep(
             &on_s1,
-            vec![
-                Value::Int(1),
-                Value::Int(1),
-                Value::Int(1),
-                m(1, 1, &[1.]),
-                m(1, 1, &[1.]),
-            ],
+            dgemm_args(1, 1, 1, m(1, 1, &[1.]), m(1, 1, &[1.])),
             &[3],
         )
         .unwrap_err();
@@ -121,24 +101,12 @@ fn servers_measure_links_and_calls_follow_their_data() {
     let kept = c
         .call_keep(
             &on_s2,
-            vec![
-                Value::Int(1),
-                Value::Int(k as i64),
-                Value::Int(1),
-                m(1, 1, &[2.0]),
-                m(1, k, &ones),
-            ],
+            dgemm_args(1, k as i64, 1, m(1, 1, &[2.0]), m(1, k, &ones)),
             &[0],
         )
         .unwrap();
     let anywhere = c.function_handle_default("dgemm").unwrap();
-    let inputs = vec![
-        Value::Int(1),
-        Value::Int(1),
-        Value::Int(k as i64),
-        kept.outputs[0].clone(),
-        m(k, 1, &ones),
-    ];
+    let inputs = dgemm_args(1, 1, k as i64, kept.outputs[0].clone(), m(k, 1, &ones));
     // The ranking charges the pull to every server but the holder…
     let profile = anywhere.desc.profile(&inputs).unwrap();
     assert_eq!(profile.remote_in.len(), 1);

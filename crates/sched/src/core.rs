@@ -339,13 +339,7 @@ impl AgentCore {
         now: Duration,
     ) -> Result<Vec<Candidate>, RpcError> {
         let policy = opts.policy.unwrap_or(self.config.policy);
-        let (service, source) = self.resolve(profile, opts)?;
-        let call = Call {
-            svc: self.catalog.entry(service),
-            work: etc::work(self.catalog.entry(service), profile),
-            profile,
-            now,
-        };
+        let (service, source, call) = self.call(profile, opts, now)?;
         let mut keyed = Vec::new();
         self.collect(&mut keyed, policy, &call, &source)?;
         policy::order(policy, &mut keyed, usize::MAX, self.turn(service));
@@ -392,6 +386,24 @@ impl AgentCore {
 
     /// Ranks without recording: the ordered candidates, the first one's server slot, the
     /// service, and whether the call was pinned.
+    /// The call being decided: its service, where it may go, and its work evaluated once.
+    fn call<'a>(
+        &'a self,
+        profile: &'a CallProfile,
+        opts: &RankOptions,
+        now: Duration,
+    ) -> Result<(ServiceIdx, Source<'a>, Call<'a>), RpcError> {
+        let (service, source) = self.resolve(profile, opts)?;
+        let svc = self.catalog.entry(service);
+        let call = Call {
+            svc,
+            work: etc::work(svc, profile),
+            profile,
+            now,
+        };
+        Ok((service, source, call))
+    }
+
     fn decide(
         &self,
         profile: &CallProfile,
@@ -400,13 +412,7 @@ impl AgentCore {
         now: Duration,
         keyed: &mut Vec<Keyed>,
     ) -> Result<(Vec<Candidate>, usize, ServiceIdx, bool), RpcError> {
-        let (service, source) = self.resolve(profile, opts)?;
-        let call = Call {
-            svc: self.catalog.entry(service),
-            work: etc::work(self.catalog.entry(service), profile),
-            profile,
-            now,
-        };
+        let (service, source, call) = self.call(profile, opts, now)?;
         let limit = self.config.max_candidates;
         if policy == Policy::Mct
             && let Some((candidates, first)) = self.pruned_mct(&call, &source, limit)
