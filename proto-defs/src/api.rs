@@ -1,6 +1,7 @@
 //! The tarpc services: what the agent and the servers answer.
 
 use crate::error::{CallError, RpcError};
+use crate::graph::{GraphPlan, GraphRequest};
 use crate::ids::{CallId, DataHandle, ServerId, Ticket};
 use crate::messages::*;
 use crate::service::ServiceDesc;
@@ -40,6 +41,8 @@ pub trait AgentApi {
     async fn links(server: ServerId, samples: Vec<LinkSample>) -> Ack;
     /// Every measured link.
     async fn link_matrix() -> Vec<LinkInfo>;
+    /// Maps a whole task graph at once; with `reserve`, records every call as an assignment.
+    async fn map_graph(request: GraphRequest) -> Result<GraphPlan, RpcError>;
 }
 
 /// A compute server: runs calls.

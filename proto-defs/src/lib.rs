@@ -6,6 +6,7 @@
 
 pub mod complexity;
 pub mod error;
+pub mod graph;
 pub mod ids;
 pub mod messages;
 pub mod service;
@@ -20,6 +21,7 @@ pub mod wire;
 
 pub use complexity::{Complexity, ComplexityError};
 pub use error::{CallError, CallErrorKind, ErrorCode, RpcError};
+pub use graph::{GraphCall, GraphEdge, GraphPlan, GraphRequest, PlannedLink, PlannedServer};
 pub use ids::{CallId, DataHandle, ServerId, Ticket};
 pub use messages::*;
 pub use service::{ArgDesc, ArgError, ArgMode, ArgType, Dim, ServiceDesc, ServiceError};

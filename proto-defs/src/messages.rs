@@ -523,6 +523,10 @@ pub struct Pong {
     pub name: String,
     /// Load now.
     pub load: LoadSample,
+    /// Values kept on the server (outputs not sent back) and not freed yet.
+    pub held_values: u64,
+    /// Their payload bytes.
+    pub held_bytes: u64,
 }
 
 #[cfg(test)]

@@ -130,6 +130,25 @@ enum GraphCmd {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Runs a graph file on the live grid: the agent maps the whole graph, outputs move server
+    /// to server, only the file's `outputs` (else the calls nothing uses) come back; prints
+    /// them with the predicted and actual timelines. Same file format as `graph predict`.
+    Run {
+        /// The graph file (JSON).
+        file: PathBuf,
+        /// Mapping policy (as for `graph predict`) [default: the file's, else the best for
+        /// the graph's shape].
+        #[arg(long)]
+        policy: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Also draw the predicted and the actual timelines, one above the other (.svg or .png).
+        #[arg(long, value_name = "OUT")]
+        gantt: Option<PathBuf>,
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 #[derive(Subcommand)]
@@ -320,6 +339,15 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 gantt,
                 conn,
             } => graph::predict::run(file, policy.as_deref(), *json, gantt.as_deref(), || {
+                client(conn)
+            }),
+            GraphCmd::Run {
+                file,
+                policy,
+                json,
+                gantt,
+                conn,
+            } => graph::run::run(file, policy.as_deref(), *json, gantt.as_deref(), || {
                 client(conn)
             }),
         },

@@ -3,10 +3,11 @@
 use crate::client::{CallResult, GridClient};
 use crate::config::ClientConfig;
 use crate::error::GrpcError;
+use crate::graph::{Graph, GraphRun};
 use crate::handle::FunctionHandle;
 use crate::session::SessionId;
 use gridwise_proto::{
-    AgentStatus, CallProfile, Candidate, ErrorCode, LinkInfo, ModelExport, ModelSummary,
+    AgentStatus, CallProfile, Candidate, ErrorCode, GraphPlan, LinkInfo, ModelExport, ModelSummary,
     RankOptions, RemoteRef, ServiceDesc, ServiceSummary, Value,
 };
 use std::future::Future;
@@ -112,6 +113,14 @@ impl Client {
             return Err(inside_runtime());
         }
         self.rt.block_on(fut)
+    }
+
+    /// A new, empty task graph (see [`crate::graph`]); [`BlockingGraph::run`] blocks.
+    pub fn graph(&self) -> BlockingGraph<'_> {
+        BlockingGraph {
+            client: self,
+            graph: self.inner.graph(),
+        }
     }
 
     /// See [`GridClient::function_handle_default`].
@@ -227,6 +236,11 @@ impl Client {
         self.run(self.inner.fetch(r))
     }
 
+    /// See [`GridClient::ping`].
+    pub fn ping(&self, addr: &str) -> Result<gridwise_proto::Pong, GrpcError> {
+        self.run(self.inner.ping(addr))
+    }
+
     /// See [`GridClient::free`].
     pub fn free(&self, refs: &[RemoteRef]) -> Result<u32, GrpcError> {
         self.run(self.inner.free(refs))
@@ -279,5 +293,37 @@ fn shut_down(stop: &mut Option<oneshot::Sender<()>>, thread: &mut Option<JoinHan
 impl Drop for Client {
     fn drop(&mut self) {
         shut_down(&mut self.stop, &mut self.thread);
+    }
+}
+
+/// A [`Graph`] recorded through the blocking [`Client`]: the same recording methods (through
+/// `Deref`), with [`plan`](Self::plan) and [`run`](Self::run) blocking.
+pub struct BlockingGraph<'a> {
+    client: &'a Client,
+    graph: Graph,
+}
+
+impl BlockingGraph<'_> {
+    /// See [`Graph::plan`].
+    pub fn plan(&self) -> Result<GraphPlan, GrpcError> {
+        self.client.run(self.graph.plan())
+    }
+
+    /// See [`Graph::run`].
+    pub fn run(self) -> Result<GraphRun, GrpcError> {
+        self.client.run(self.graph.run())
+    }
+}
+
+impl std::ops::Deref for BlockingGraph<'_> {
+    type Target = Graph;
+    fn deref(&self) -> &Graph {
+        &self.graph
+    }
+}
+
+impl std::ops::DerefMut for BlockingGraph<'_> {
+    fn deref_mut(&mut self) -> &mut Graph {
+        &mut self.graph
     }
 }

@@ -3,12 +3,13 @@
 use crate::config::ClientConfig;
 use crate::conn::{Conn, connection_lost};
 use crate::error::{GrpcError, transport_text};
+use crate::graph::Graph;
 use crate::handle::{Binding, FunctionHandle};
 use crate::session::{CancelFlag, CompletionGuard, SessionId, Sessions};
 use gridwise_proto::wire;
 use gridwise_proto::{
     AgentStatus, CallError, CallId, CallProfile, Candidate, ErrorCode, Etc, ExecuteRequest,
-    LinkInfo, ModelExport, ModelSummary, RankOptions, Ranking, RemoteRef, ServiceDesc,
+    LinkInfo, ModelExport, ModelSummary, Pong, RankOptions, Ranking, RemoteRef, ServiceDesc,
     ServiceSummary, Ticket, Timing, Value,
 };
 use std::future::Future;
@@ -37,20 +38,20 @@ pub struct CallResult {
     pub attempts: u32,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     cfg: ClientConfig,
-    conn: Conn,
+    pub(crate) conn: Conn,
     sessions: Arc<Sessions>,
-    rt: Handle,
+    pub(crate) rt: Handle,
     next_handle: AtomicU64,
-    call_timeout: Duration,
+    pub(crate) call_timeout: Duration,
 }
 
 /// A connection to a gridwise grid with GridRPC semantics (async). Cheap to clone; clones
 /// share connections and sessions.
 #[derive(Clone)]
 pub struct GridClient {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for GridClient {
@@ -61,7 +62,7 @@ impl std::fmt::Debug for GridClient {
     }
 }
 
-fn unix_ns() -> u64 {
+pub(crate) fn unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
@@ -84,7 +85,7 @@ async fn unless_cancelled<F: Future>(cancel: Option<&CancelFlag>, fut: F) -> Opt
 
 impl Inner {
     /// Gives up an assignment in the background.
-    fn release_later(self: &Arc<Self>, ticket: Ticket) {
+    pub(crate) fn release_later(self: &Arc<Self>, ticket: Ticket) {
         let inner = self.clone();
         self.rt.spawn(async move {
             if let Err(e) = inner.conn.release(ticket).await {
@@ -94,7 +95,7 @@ impl Inner {
     }
 
     /// The call path: rank, then try the candidates in order.
-    async fn run_call(
+    pub(crate) async fn run_call(
         self: &Arc<Self>,
         service: &str,
         binding: &Binding,
@@ -257,7 +258,7 @@ impl Inner {
     }
 }
 
-fn call_failed(who: &str, e: CallError) -> GrpcError {
+pub(crate) fn call_failed(who: &str, e: CallError) -> GrpcError {
     let code = e.code();
     GrpcError::new(code, format!("{who}: {e}"))
 }
@@ -416,6 +417,21 @@ impl GridClient {
                 }
             })
             .collect()
+    }
+
+    /// A new, empty task graph on this grid: record calls with [`Graph::call`], then
+    /// [`Graph::run`] maps them as a whole and runs them (see [`crate::graph`]).
+    pub fn graph(&self) -> Graph {
+        Graph::new(self.clone())
+    }
+
+    /// Asks a server (by address) for its name, load and the values it keeps.
+    pub async fn ping(&self, addr: &str) -> Result<Pong, GrpcError> {
+        let conn = self.inner.conn.server(addr).await?;
+        conn.client
+            .ping(wire::context(self.inner.cfg.agent_timeout()))
+            .await
+            .map_err(|e| GrpcError::transport(addr, &e))
     }
 
     /// A value kept on a server, brought back.

@@ -5,8 +5,9 @@ use crate::config::ClientConfig;
 use crate::error::GrpcError;
 use gridwise_proto::wire::{self, WireConfig};
 use gridwise_proto::{
-    AgentApiClient, AgentStatus, CallProfile, Candidate, LinkInfo, ModelExport, ModelSummary,
-    RankOptions, Ranking, RpcError, ServerApiClient, ServiceDesc, ServiceSummary, Ticket,
+    AgentApiClient, AgentStatus, CallProfile, Candidate, GraphPlan, GraphRequest, LinkInfo,
+    ModelExport, ModelSummary, RankOptions, Ranking, RpcError, ServerApiClient, ServiceDesc,
+    ServiceSummary, Ticket,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -279,6 +280,16 @@ impl Conn {
     pub(crate) async fn status(&self) -> Result<AgentStatus, GrpcError> {
         self.agent_call(|c, ctx| async move { c.status(ctx).await })
             .await
+    }
+
+    /// `AgentApi::map_graph`.
+    pub(crate) async fn map_graph(&self, req: &GraphRequest) -> Result<GraphPlan, GrpcError> {
+        self.agent_call(|c, ctx| {
+            let r = req.clone();
+            async move { c.map_graph(ctx, r).await }
+        })
+        .await?
+        .map_err(GrpcError::from)
     }
 
     /// `AgentApi::link_matrix`.

@@ -40,6 +40,7 @@ pub mod client;
 pub mod config;
 mod conn;
 pub mod error;
+pub mod graph;
 pub mod grpc;
 pub mod handle;
 pub mod session;
@@ -49,14 +50,15 @@ mod tests;
 #[cfg(test)]
 mod testutil;
 
-pub use blocking::Client;
+pub use blocking::{BlockingGraph, Client};
 pub use client::{CallResult, GridClient};
 pub use config::ClientConfig;
 pub use error::GrpcError;
+pub use graph::{CallRecord, CallRef, Graph, GraphArg, GraphRun};
 pub use handle::{Binding, FunctionHandle};
 pub use session::SessionId;
 
 pub use gridwise_proto::{
-    AgentStatus, CallProfile, Candidate, ErrorCode, Etc, Policy, RankOptions, ServiceDesc,
-    ServiceSummary, Timing, Value,
+    AgentStatus, CallProfile, Candidate, ErrorCode, Etc, GraphPlan, Policy, RankOptions,
+    ServiceDesc, ServiceSummary, Timing, Value,
 };

@@ -186,6 +186,13 @@ impl AgentApi for TestAgent {
     async fn link_matrix(self, _: Context) -> Vec<LinkInfo> {
         Vec::new()
     }
+    async fn map_graph(
+        self,
+        _: Context,
+        _request: gridwise_proto::GraphRequest,
+    ) -> Result<gridwise_proto::GraphPlan, RpcError> {
+        Err(RpcError::new(ErrorCode::OtherErrorCode, "not in tests"))
+    }
 
     async fn models(self, _: Context) -> Vec<ModelSummary> {
         Vec::new()
@@ -324,6 +331,8 @@ impl ServerApi for TestServer {
         Pong {
             name: self.0.name.clone(),
             load: LoadSample::default(),
+            held_values: 0,
+            held_bytes: 0,
         }
     }
 }

@@ -17,8 +17,11 @@ use gridwise_proto::{
 use std::collections::HashSet;
 use std::time::Duration;
 
+mod graph_map;
 mod models;
 mod prune;
+
+pub use graph_map::MAX_GRAPH_CELLS;
 
 pub use models::DirtyPoint;
 
@@ -615,6 +618,8 @@ fn list_or_none(names: &[String]) -> String {
     }
 }
 
+#[cfg(test)]
+mod graph_map_tests;
 #[cfg(test)]
 mod model_tests;
 #[cfg(test)]

@@ -3,9 +3,9 @@
 
 use crate::persist::{points_op, unix_now};
 use gridwise_proto::{
-    Ack, AgentApi, AgentStatus, CallProfile, CallReport, Candidate, Heartbeat, LinkInfo,
-    LinkSample, ModelExport, ModelPoint, ModelSummary, RankOptions, Ranking, RegisterReply,
-    Registration, RpcError, ServerId, ServiceDesc, ServiceSummary, Ticket,
+    Ack, AgentApi, AgentStatus, CallProfile, CallReport, Candidate, GraphPlan, GraphRequest,
+    Heartbeat, LinkInfo, LinkSample, ModelExport, ModelPoint, ModelSummary, RankOptions, Ranking,
+    RegisterReply, Registration, RpcError, ServerId, ServiceDesc, ServiceSummary, Ticket,
 };
 use gridwise_sched::AgentCore;
 use gridwise_store::{Op, Writer};
@@ -158,6 +158,11 @@ impl AgentApi for AgentHandler {
 
     async fn link_matrix(self, _: Context) -> Vec<LinkInfo> {
         self.core().link_matrix(self.now())
+    }
+
+    async fn map_graph(self, _: Context, request: GraphRequest) -> Result<GraphPlan, RpcError> {
+        let now = self.now();
+        self.core().map_graph(&request, now)
     }
 
     async fn models(self, _: Context) -> Vec<ModelSummary> {

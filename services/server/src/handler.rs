@@ -392,9 +392,12 @@ impl ServerApi for ServerHandler {
     }
 
     async fn ping(self, _: Context) -> Pong {
+        let (values, bytes) = self.inner.data.usage();
         Pong {
             name: self.inner.name.clone(),
             load: self.load(),
+            held_values: values as u64,
+            held_bytes: bytes,
         }
     }
 }

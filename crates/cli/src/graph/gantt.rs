@@ -40,8 +40,94 @@ struct Lane {
 
 /// Draws `pred`'s timeline to `path` (.svg or .png); `name` (the graph file's) goes in the title.
 pub fn draw(pred: &Prediction, path: &Path, name: &str) -> Result<()> {
+    let title = format!(
+        "{name}: {} on {} server(s), predicted makespan {} s",
+        pred.policy,
+        pred.platform.servers.len(),
+        seconds_label(pred.replay.makespan_s, pred.replay.makespan_s / 10.0)
+    );
+    draw_charts(&[(pred, title)], path)
+}
+
+/// Draws the predicted timeline above the actual one (same time axis), after a run.
+pub fn draw_pair(
+    predicted: &Prediction,
+    actual: &Prediction,
+    path: &Path,
+    name: &str,
+) -> Result<()> {
+    let (p, a) = (predicted.replay.makespan_s, actual.replay.makespan_s);
+    let top = format!(
+        "{name}: {} on {} server(s), predicted makespan {} s",
+        predicted.policy,
+        predicted.platform.servers.len(),
+        seconds_label(p, p / 10.0)
+    );
+    let bottom = format!("actual run: makespan {} s", seconds_label(a, a / 10.0));
+    draw_charts(&[(predicted, top), (actual, bottom)], path)
+}
+
+/// Stacks one chart per `(timeline, title)` on a shared time axis.
+fn draw_charts(charts: &[(&Prediction, String)], path: &Path) -> Result<()> {
     let format = check_format(path)?;
     register_fonts()?;
+    let layouts: Vec<(Vec<Lane>, Vec<Vec<usize>>)> =
+        charts.iter().map(|(p, _)| layout(p)).collect();
+    let heights: Vec<u32> = layouts
+        .iter()
+        .map(|(lanes, _)| (150 + LANE_PX * lanes.len() as u32).min(4000))
+        .collect();
+    let x_max = charts
+        .iter()
+        .map(|(p, _)| p.replay.makespan_s)
+        .fold(0.0, f64::max);
+    let x_max = if x_max > 0.0 { x_max * 1.04 } else { 1.04 };
+    let size = (WIDTH, heights.iter().sum());
+    let drawn = match format {
+        Format::Svg => draw_stack(
+            SVGBackend::new(path, size).into_drawing_area(),
+            charts,
+            &layouts,
+            &heights,
+            x_max,
+        ),
+        Format::Png => draw_stack(
+            BitMapBackend::new(path, size).into_drawing_area(),
+            charts,
+            &layouts,
+            &heights,
+            x_max,
+        ),
+    };
+    drawn.with_context(|| format!("cannot draw the Gantt chart to {}", path.display()))
+}
+
+fn draw_stack<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    charts: &[(&Prediction, String)],
+    layouts: &[(Vec<Lane>, Vec<Vec<usize>>)],
+    heights: &[u32],
+    x_max: f64,
+) -> Result<()> {
+    root.fill(&WHITE).map_err(de)?;
+    let mut rest = root;
+    for (i, ((pred, title), (lanes, shown))) in charts.iter().zip(layouts).enumerate() {
+        let area = if i + 1 < charts.len() {
+            let (top, bottom) = rest.split_vertically(heights[i]);
+            rest = bottom;
+            top
+        } else {
+            rest.clone()
+        };
+        draw_on(area, pred, lanes, shown, title, x_max)?;
+    }
+    // Written once, after every chart: presenting a sub-area would write the file early.
+    rest.present().map_err(de)?;
+    Ok(())
+}
+
+/// The lanes each server needs (one per slot it uses at once) and each task's lane.
+fn layout(pred: &Prediction) -> (Vec<Lane>, Vec<Vec<usize>>) {
     let shown: Vec<Vec<usize>> = pred
         .replay
         .per_server
@@ -53,25 +139,12 @@ pub fn draw(pred: &Prediction, path: &Path, name: &str) -> Result<()> {
         let used = l.iter().map(|k| k + 1).max().unwrap_or(1);
         lanes.extend((0..used).map(|lane| Lane { server: s, lane }));
     }
-    let height = (150 + LANE_PX * lanes.len() as u32).min(4000);
-    let size = (WIDTH, height);
-    let drawn = match format {
-        Format::Svg => draw_on(
-            SVGBackend::new(path, size).into_drawing_area(),
-            pred,
-            &lanes,
-            &shown,
-            name,
-        ),
-        Format::Png => draw_on(
-            BitMapBackend::new(path, size).into_drawing_area(),
-            pred,
-            &lanes,
-            &shown,
-            name,
-        ),
-    };
-    drawn.with_context(|| format!("cannot draw the Gantt chart to {}", path.display()))
+    (lanes, shown)
+}
+
+/// Whole-image pixel `p` in the coordinates of an area whose corner is at `base`.
+fn shift(p: (i32, i32), base: (i32, i32)) -> (i32, i32) {
+    (p.0 - base.0, p.1 - base.1)
 }
 
 fn de<E: std::fmt::Display>(e: E) -> anyhow::Error {
@@ -98,14 +171,14 @@ fn draw_on<DB: DrawingBackend>(
     pred: &Prediction,
     lanes: &[Lane],
     shown: &[Vec<usize>],
-    name: &str,
+    title: &str,
+    x_max: f64,
 ) -> Result<()> {
-    root.fill(&WHITE).map_err(de)?;
+    // The chart maps to whole-image pixels, text is drawn in this area's: shift by its corner.
+    let corner = root.get_base_pixel();
     let servers = &pred.platform.servers;
-    let ms = pred.replay.makespan_s;
     let lb = pred.bounds.lower_bound_s;
-    let span = if ms > 0.0 { ms } else { 1.0 };
-    let x_max = span * 1.04;
+    let span = x_max / 1.04;
     let n = lanes.len() as f64;
     // One extra half-lane on top holds the lower-bound label.
     let y_top = n + 0.5;
@@ -122,12 +195,6 @@ fn draw_on<DB: DrawingBackend>(
         .unwrap_or(60)
         .clamp(40, 260);
 
-    let title = format!(
-        "{name}: {} on {} server(s), predicted makespan {} s",
-        pred.policy,
-        servers.len(),
-        seconds_label(ms, ms / 10.0)
-    );
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20).into_font())
         .margin(14)
@@ -180,7 +247,7 @@ fn draw_on<DB: DrawingBackend>(
                 )))
                 .map_err(de)?;
         }
-        let (px, py) = chart.backend_coord(&(0.0, (top + bottom) / 2.0));
+        let (px, py) = shift(chart.backend_coord(&(0.0, (top + bottom) / 2.0)), corner);
         let style = label_font.pos(Pos::new(HPos::Right, VPos::Center));
         root.draw(&Text::new(server.name.clone(), (px - 10, py), style))
             .map_err(de)?;
@@ -210,8 +277,8 @@ fn draw_on<DB: DrawingBackend>(
 
     let inset = 0.14;
     // Calls too short to see at this scale are drawn 2 pixels wide, so none goes missing.
-    let (plot_left, _) = chart.backend_coord(&(0.0, 0.0));
-    let (plot_right, _) = chart.backend_coord(&(x_max, 0.0));
+    let (plot_left, _) = shift(chart.backend_coord(&(0.0, 0.0)), corner);
+    let (plot_right, _) = shift(chart.backend_coord(&(x_max, 0.0)), corner);
     let min_w = 2.0 * x_max / f64::from((plot_right - plot_left).max(1));
     for (s, slots) in pred.replay.per_server.iter().enumerate() {
         for (x, &lane) in slots.iter().zip(&shown[s]) {
@@ -228,8 +295,8 @@ fn draw_on<DB: DrawingBackend>(
                 .map_err(de)?;
             // The name inside the bar if it fits, shortened with an ellipsis if not, left out
             // if not even one letter fits.
-            let (left, mid) = chart.backend_coord(&(x.start_s, (y0 + y1) / 2.0));
-            let (right, _) = chart.backend_coord(&(end, (y0 + y1) / 2.0));
+            let (left, mid) = shift(chart.backend_coord(&(x.start_s, (y0 + y1) / 2.0)), corner);
+            let (right, _) = shift(chart.backend_coord(&(end, (y0 + y1) / 2.0)), corner);
             let room = (right - left - 6).max(0) as u32;
             let font = ("sans-serif", 13).into_font().color(&BLACK);
             if let Some(text) = fit(&task.name, room, |t| {
@@ -253,14 +320,14 @@ fn draw_on<DB: DrawingBackend>(
                 red.mix(0.8).stroke_width(2),
             )))
             .map_err(de)?;
-        let (px, py) = chart.backend_coord(&(lb, n + 0.25));
+        let (px, py) = shift(chart.backend_coord(&(lb, n + 0.25)), corner);
         let text = format!("lower bound {} s", seconds_label(lb, span / 10.0));
         let font = ("sans-serif", 13).into_font().color(&red);
         let w = root
             .estimate_text_size(&text, &font)
             .map(|(w, _)| w as i32)
             .unwrap_or(0);
-        let (right_edge, _) = chart.backend_coord(&(x_max, 0.0));
+        let (right_edge, _) = shift(chart.backend_coord(&(x_max, 0.0)), corner);
         // Right of the line if there is room, else left of it.
         let (x, h) = if px + 6 + w <= right_edge {
             (px + 6, HPos::Left)
@@ -277,7 +344,7 @@ fn draw_on<DB: DrawingBackend>(
 
     if services.len() > 1 {
         // A legend of services in the top strip, from the left.
-        let (mut x, y) = chart.backend_coord(&(0.0, n + 0.25));
+        let (mut x, y) = shift(chart.backend_coord(&(0.0, n + 0.25)), corner);
         x += 6;
         let font = ("sans-serif", 13).into_font().color(&BLACK);
         for svc in &services {
@@ -305,7 +372,6 @@ fn draw_on<DB: DrawingBackend>(
             x += 19 + w + 18;
         }
     }
-    root.present().map_err(de)?;
     Ok(())
 }
 
@@ -385,6 +451,14 @@ mod tests {
         }
         let png = dir.path().join("g.png");
         draw(&pred, &png, "fork.json").unwrap();
+        // After a run: predicted above actual, both titled.
+        let pair = dir.path().join("pair.svg");
+        draw_pair(&pred, &pred, &pair, "fork.json").unwrap();
+        let text = std::fs::read_to_string(&pair).unwrap();
+        for title in ["predicted makespan", "actual run: makespan"] {
+            assert!(text.contains(title), "{title} missing from the SVG");
+        }
+        assert_eq!(text.matches("\nlower bound 4 s\n</text>").count(), 2);
         let bytes = std::fs::read(&png).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
     }

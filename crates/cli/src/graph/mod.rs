@@ -4,7 +4,8 @@
 //! every server, maps the graph with the mapping core of `gridwise-sched` (HEFT, min-min, LP, …),
 //! replays the mapping deterministically and prints the predicted makespan, its lower bounds and
 //! each server's timeline ([`predict()`]); `--gantt out.svg|png` draws the timeline ([`gantt`]).
-//! A later `gridwise graph run FILE` executes the same files.
+//! `gridwise graph run FILE` executes the same files through the client's graph API and sets
+//! the prediction beside the run ([`run`]).
 //!
 //! # The graph file
 //!
@@ -46,6 +47,7 @@
 pub mod file;
 pub mod gantt;
 pub mod predict;
+pub mod run;
 
 pub use file::{Arg, GraphFile, ResolvedGraph, ResolvedTask, TaskSpec};
 pub use predict::{Prediction, predict};

@@ -1,0 +1,717 @@
+//! Task graphs (SmartGridSolve's `grpc_map`): record a block of calls whose inputs may be
+//! outputs of earlier calls, have the agent map the whole block at once, and run it with data
+//! moving server to server.
+//!
+//! ```no_run
+//! # async fn demo(client: gridwise_client::GridClient) -> Result<(), gridwise_client::GrpcError> {
+//! use gridwise_client::Value;
+//! let a = Value::matrix_f64(2, 2, &[1.0, 2.0, 3.0, 4.0]);
+//! let mut g = client.graph();
+//! let c = g.call("dgemm", vec![2.into(), 2.into(), 2.into(), a.clone().into(), a.into()]);
+//! let d = g.call("dgemm", vec![2.into(), 2.into(), 2.into(), c.output(0), c.output(0)]);
+//! g.fetch(d); // only d's outputs come back; c's stays on its server and is freed
+//! let run = g.run().await?;
+//! println!("{:?} in {:.3} s", run.outputs(d), run.makespan_s);
+//! # Ok(()) }
+//! ```
+//!
+//! What happens in [`Graph::run`]:
+//! 1. Every call is checked against its service's description; an argument taken from an
+//!    earlier call must have the kind and shape that call's output has.
+//! 2. The agent maps the graph ([`GraphPlan`]: server and order per call, predicted timeline)
+//!    and reserves each call on its server's queue.
+//! 3. Each call goes to its planned server once its inputs exist and the call before it in that
+//!    server's order has gone out. Outputs other calls use stay on the server that made them
+//!    ([`Value::Ref`]); the consumer's server pulls them from there, never through the client.
+//!    If the planned server cannot be reached or refuses, the call is ranked afresh like a
+//!    single call (and falls back like one).
+//! 4. A kept output is freed on its server as soon as its last consumer has finished, unless it
+//!    is to be fetched; fetched outputs come back at the end and are then freed too. On failure
+//!    every kept output is freed and every unused reservation released.
+
+use crate::client::call_failed;
+use crate::client::{GridClient, unix_ns};
+use crate::error::GrpcError;
+use crate::handle::Binding;
+use gridwise_proto::wire;
+use gridwise_proto::{
+    ArgDesc, ArgType, CallId, CallProfile, DataHandle, Dim, ErrorCode, ExecuteRequest, GraphCall,
+    GraphEdge, GraphPlan, GraphRequest, RemoteRef, ServiceDesc, Ticket, Timing, Value,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tarpc::client::RpcError as TransportError;
+use tokio::sync::Notify;
+
+/// An argument of a graph call: a value the client sends, or an output of an earlier call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GraphArg {
+    /// Sent by the client.
+    Value(Value),
+    /// Output number `output` (over the producer's OUT and INOUT arguments) of `call`.
+    Output {
+        /// The producing call.
+        call: CallRef,
+        /// Which of its outputs.
+        output: usize,
+    },
+}
+
+impl From<Value> for GraphArg {
+    fn from(v: Value) -> Self {
+        GraphArg::Value(v)
+    }
+}
+
+impl From<i64> for GraphArg {
+    fn from(v: i64) -> Self {
+        GraphArg::Value(Value::Int(v))
+    }
+}
+
+impl From<f64> for GraphArg {
+    fn from(v: f64) -> Self {
+        GraphArg::Value(Value::Double(v))
+    }
+}
+
+/// A call recorded in a [`Graph`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallRef(usize);
+
+impl CallRef {
+    /// Its `k`-th output (over the service's OUT and INOUT arguments), as a later call's input.
+    pub fn output(self, k: usize) -> GraphArg {
+        GraphArg::Output {
+            call: self,
+            output: k,
+        }
+    }
+
+    /// Its position in the graph (submission order, from 0).
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Recorded {
+    name: String,
+    service: String,
+    args: Vec<GraphArg>,
+}
+
+/// A block of calls recorded for mapping as a whole. Recording never fails; everything is
+/// checked when the graph is planned or run.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    client: GridClient,
+    calls: Vec<Recorded>,
+    fetch: Vec<usize>,
+    policy: Option<String>,
+}
+
+/// How one call of a run went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallRecord {
+    /// The call's name.
+    pub name: String,
+    /// The server that ran it.
+    pub server: String,
+    /// Whether it ran somewhere other than planned (its planned server failed).
+    pub fell_back: bool,
+    /// When it started running, s from the start of the run (end minus the server's time
+    /// after the queue: pulling inputs, kernel, replying).
+    pub start_s: f64,
+    /// When the server finished it, s from the start of the run.
+    pub end_s: f64,
+    /// The server's timing.
+    pub timing: Timing,
+}
+
+/// A finished graph run.
+#[derive(Clone, Debug)]
+pub struct GraphRun {
+    /// The agent's mapping and prediction.
+    pub plan: GraphPlan,
+    /// Each call, by index.
+    pub calls: Vec<CallRecord>,
+    /// From the first call sent to the last reply, s.
+    pub makespan_s: f64,
+    /// Kept outputs freed on the servers.
+    pub freed: u32,
+    outputs: HashMap<usize, Vec<Value>>,
+}
+
+impl GraphRun {
+    /// The outputs of a fetched call (None for calls whose outputs stayed on the servers).
+    pub fn outputs(&self, c: CallRef) -> Option<&[Value]> {
+        self.outputs.get(&c.0).map(Vec::as_slice)
+    }
+}
+
+/// A graph checked against the descriptions, ready to map.
+struct Prepared {
+    request: GraphRequest,
+    descs: Vec<Arc<ServiceDesc>>,
+    /// Per call, the indices of the calls that use its outputs (each once).
+    consumers: Vec<Vec<usize>>,
+    /// Per call, the calls whose outputs it uses (each once).
+    producers: Vec<Vec<usize>>,
+}
+
+fn invalid(message: String) -> GrpcError {
+    GrpcError::new(ErrorCode::OtherErrorCode, message)
+}
+
+/// `ty` with its dimensions resolved from `ints` (e.g. `matrix<f64>[500,400]`), for comparing
+/// an output with the input it feeds.
+fn resolved(ty: &ArgType, ints: &[(String, i64)]) -> String {
+    let dim = |d: &Dim| match d {
+        Dim::Fixed(n) => n.to_string(),
+        Dim::Arg(a) => ints
+            .iter()
+            .find(|(k, _)| k == a)
+            .map_or_else(|| a.clone(), |(_, v)| v.to_string()),
+    };
+    match ty {
+        ArgType::Vector { elem, len } => format!("vector<{elem}>[{}]", dim(len)),
+        ArgType::Matrix { elem, rows, cols } => {
+            format!("matrix<{elem}>[{},{}]", dim(rows), dim(cols))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The int inputs of a call by name.
+fn int_inputs(desc: &ServiceDesc, args: &[GraphArg]) -> Vec<(String, i64)> {
+    desc.inputs()
+        .zip(args)
+        .filter_map(|(a, v)| match v {
+            GraphArg::Value(Value::Int(x)) => Some((a.name.clone(), *x)),
+            _ => None,
+        })
+        .collect()
+}
+
+impl Graph {
+    pub(crate) fn new(client: GridClient) -> Graph {
+        Graph {
+            client,
+            calls: Vec::new(),
+            fetch: Vec::new(),
+            policy: None,
+        }
+    }
+
+    /// Records a call of `service` with its IN and INOUT arguments in order; named
+    /// `service#i` after its position.
+    pub fn call(&mut self, service: &str, args: Vec<GraphArg>) -> CallRef {
+        let name = format!("{service}#{}", self.calls.len());
+        self.call_named(&name, service, args)
+    }
+
+    /// Records a call under a name of your own (for messages and charts).
+    pub fn call_named(&mut self, name: &str, service: &str, args: Vec<GraphArg>) -> CallRef {
+        self.calls.push(Recorded {
+            name: name.to_string(),
+            service: service.to_string(),
+            args,
+        });
+        CallRef(self.calls.len() - 1)
+    }
+
+    /// Brings `c`'s outputs back to the client when the graph has run. Without any `fetch`,
+    /// the outputs of the calls no other call uses come back.
+    pub fn fetch(&mut self, c: CallRef) {
+        if !self.fetch.contains(&c.0) {
+            self.fetch.push(c.0);
+        }
+    }
+
+    /// Maps the graph with this policy (`heft`, `min-min`, `mct`, `sufferage`, `lp`,
+    /// `round-robin`, `constant-speed`) instead of the agent's default for its shape.
+    pub fn policy(&mut self, policy: &str) {
+        self.policy = Some(policy.to_string());
+    }
+
+    /// How many calls are recorded.
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Whether no call is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// The agent's mapping and predicted timeline, without running anything.
+    pub async fn plan(&self) -> Result<GraphPlan, GrpcError> {
+        let p = self.prepare(false).await?;
+        self.client.inner.conn.map_graph(&p.request).await
+    }
+
+    /// Checks every call and builds the agent's request.
+    async fn prepare(&self, reserve: bool) -> Result<Prepared, GrpcError> {
+        if self.calls.is_empty() {
+            return Err(invalid(
+                "the graph has no calls; record some with `call`".into(),
+            ));
+        }
+        let n = self.calls.len();
+        let mut descs: Vec<Arc<ServiceDesc>> = Vec::with_capacity(n);
+        let mut ints: Vec<Vec<(String, i64)>> = Vec::with_capacity(n);
+        let mut calls = Vec::with_capacity(n);
+        let mut edges = Vec::new();
+        let (mut consumers, mut producers) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+        for (i, c) in self.calls.iter().enumerate() {
+            let here = |m: String| invalid(format!("call `{}`: {m}", c.name));
+            let desc = self
+                .client
+                .inner
+                .conn
+                .desc(&c.service)
+                .await
+                .map_err(|e| here(e.message))?;
+            let inputs: Vec<&ArgDesc> = desc.inputs().collect();
+            if inputs.len() != c.args.len() {
+                return Err(here(format!(
+                    "`{}` takes {} input(s), {} given: {}",
+                    desc.name,
+                    inputs.len(),
+                    c.args.len(),
+                    desc.signature()
+                )));
+            }
+            let my_ints = int_inputs(&desc, &c.args);
+            let mut shadow = Vec::with_capacity(c.args.len());
+            for (a, arg) in inputs.iter().zip(&c.args) {
+                match arg {
+                    GraphArg::Value(v) => shadow.push(v.clone()),
+                    GraphArg::Output { call, output } => {
+                        let p = call.0;
+                        if p >= i {
+                            return Err(here(format!(
+                                "argument `{}` uses call #{p}, which is not recorded before it \
+                                 (a call may use outputs of earlier calls of the same graph)",
+                                a.name
+                            )));
+                        }
+                        let (pd, pn) = (&descs[p], &self.calls[p].name);
+                        let outs: Vec<&ArgDesc> = pd.outputs().collect();
+                        let Some(out) = outs.get(*output) else {
+                            return Err(here(format!(
+                                "argument `{}` uses output {output} of `{pn}`, but `{}` has {} \
+                                 output(s)",
+                                a.name,
+                                pd.name,
+                                outs.len()
+                            )));
+                        };
+                        if a.ty == ArgType::Int {
+                            return Err(here(format!(
+                                "argument `{}` is an int, which sizes the call: give it as a \
+                                 value, not as `{pn}`'s output",
+                                a.name
+                            )));
+                        }
+                        let (want, have) = (resolved(&a.ty, &my_ints), resolved(&out.ty, &ints[p]));
+                        if want != have {
+                            return Err(here(format!(
+                                "argument `{}` must be {want}, but output {output} (`{}`) of \
+                                 `{pn}` is {have}",
+                                a.name, out.name
+                            )));
+                        }
+                        let bytes = pd.output_bytes_for_sizes(&ints[p])[*output];
+                        edges.push(GraphEdge {
+                            from: p as u32,
+                            to: i as u32,
+                            bytes,
+                        });
+                        if !producers[i].contains(&p) {
+                            producers[i].push(p);
+                            consumers[p].push(i);
+                        }
+                        shadow.push(Value::Ref(RemoteRef {
+                            handle: DataHandle::new_random(),
+                            holder: String::new(),
+                            bytes,
+                            kind: have,
+                        }));
+                    }
+                }
+            }
+            let mut profile = desc.profile(&shadow).map_err(|e| here(e.to_string()))?;
+            profile.remote_in.clear();
+            calls.push(GraphCall {
+                name: c.name.clone(),
+                profile,
+            });
+            descs.push(desc);
+            ints.push(my_ints);
+        }
+        for &f in &self.fetch {
+            if f >= n {
+                return Err(invalid(format!(
+                    "fetch: call #{f} is not in this graph ({n} calls)"
+                )));
+            }
+        }
+        Ok(Prepared {
+            request: GraphRequest {
+                calls,
+                edges,
+                policy: self.policy.clone(),
+                reserve,
+            },
+            descs,
+            consumers,
+            producers,
+        })
+    }
+
+    /// Maps the graph, runs it and brings back the fetched outputs (see the module docs).
+    pub async fn run(self) -> Result<GraphRun, GrpcError> {
+        let prepared = self.prepare(true).await?;
+        let inner = &self.client.inner;
+        let plan = inner.conn.map_graph(&prepared.request).await?;
+        let n = self.calls.len();
+        if plan.server_of.len() != n || plan.tickets.len() != n {
+            return Err(invalid(format!(
+                "the agent's plan covers {} calls with {} tickets for a graph of {n}",
+                plan.server_of.len(),
+                plan.tickets.len()
+            )));
+        }
+        let wanted: Vec<bool> = if self.fetch.is_empty() {
+            prepared.consumers.iter().map(Vec::is_empty).collect()
+        } else {
+            (0..n).map(|i| self.fetch.contains(&i)).collect()
+        };
+        // The call before each one in its server's order.
+        let mut before: Vec<Option<usize>> = vec![None; n];
+        for order in &plan.order {
+            for w in order.windows(2) {
+                before[w[1] as usize] = Some(w[0] as usize);
+            }
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                outputs: vec![None; n],
+                dispatched: vec![false; n],
+                left: prepared.consumers.iter().map(Vec::len).collect(),
+                records: vec![None; n],
+                failed: None,
+                freed: 0,
+            }),
+            notify: Notify::new(),
+        });
+        let t0 = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..n {
+            let job = Job {
+                i,
+                client: self.client.clone(),
+                shared: shared.clone(),
+                name: self.calls[i].name.clone(),
+                service: self.calls[i].service.clone(),
+                args: self.calls[i].args.clone(),
+                desc: prepared.descs[i].clone(),
+                producers: prepared.producers[i].clone(),
+                before: before[i],
+                server: plan.servers[plan.server_of[i] as usize].clone(),
+                ticket: plan.tickets[i],
+                keep: if wanted[i] && prepared.consumers[i].is_empty() {
+                    Vec::new()
+                } else {
+                    (0..prepared.descs[i].outputs().count() as u32).collect()
+                },
+                wanted: wanted.clone(),
+                t0,
+            };
+            set.spawn_on(job.run(), &inner.rt);
+        }
+        while set.join_next().await.is_some() {}
+        let makespan_s = t0.elapsed().as_secs_f64();
+
+        let (failed, outputs, records, mut freed) = {
+            let mut st = lock(&shared.state);
+            (
+                st.failed.take(),
+                std::mem::take(&mut st.outputs),
+                std::mem::take(&mut st.records),
+                st.freed,
+            )
+        };
+        if let Some(err) = failed {
+            let mut kept = Vec::new();
+            for (i, o) in outputs.iter().enumerate() {
+                match o {
+                    Some(vals) => kept.extend(refs(vals)),
+                    None => {
+                        let _ = inner.conn.release(plan.tickets[i]).await;
+                    }
+                }
+            }
+            let _ = self.client.free(&kept).await;
+            return Err(err);
+        }
+        let mut fetched = HashMap::new();
+        let mut kept = Vec::new();
+        for (i, o) in outputs.into_iter().enumerate() {
+            let Some(vals) = o else { continue };
+            if !wanted[i] {
+                continue;
+            }
+            let mut back = Vec::with_capacity(vals.len());
+            for v in vals {
+                match v {
+                    Value::Ref(r) => {
+                        back.push(self.client.fetch(&r).await.map_err(|e| {
+                            invalid(format!(
+                                "fetching `{}`'s output from {}: {}",
+                                self.calls[i].name, r.holder, e.message
+                            ))
+                        })?);
+                        kept.push(r);
+                    }
+                    v => back.push(v),
+                }
+            }
+            fetched.insert(i, back);
+        }
+        freed += self.client.free(&kept).await.unwrap_or(0);
+        let calls = records
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.unwrap_or_else(|| CallRecord {
+                    name: self.calls[i].name.clone(),
+                    server: String::new(),
+                    fell_back: false,
+                    start_s: 0.0,
+                    end_s: 0.0,
+                    timing: Timing::default(),
+                })
+            })
+            .collect();
+        Ok(GraphRun {
+            plan,
+            calls,
+            makespan_s,
+            freed,
+            outputs: fetched,
+        })
+    }
+}
+
+fn refs(vals: &[Value]) -> impl Iterator<Item = RemoteRef> + '_ {
+    vals.iter().filter_map(|v| match v {
+        Value::Ref(r) => Some(r.clone()),
+        _ => None,
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+struct State {
+    /// Each finished call's outputs (kept ones as [`Value::Ref`]).
+    outputs: Vec<Option<Vec<Value>>>,
+    dispatched: Vec<bool>,
+    /// Consumers of each call that have not finished yet.
+    left: Vec<usize>,
+    records: Vec<Option<CallRecord>>,
+    failed: Option<GrpcError>,
+    freed: u32,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    notify: Notify,
+}
+
+/// One call of a run, from waiting for its inputs to freeing what it no longer needs.
+struct Job {
+    i: usize,
+    client: GridClient,
+    shared: Arc<Shared>,
+    name: String,
+    service: String,
+    args: Vec<GraphArg>,
+    desc: Arc<ServiceDesc>,
+    producers: Vec<usize>,
+    before: Option<usize>,
+    server: gridwise_proto::PlannedServer,
+    ticket: Ticket,
+    keep: Vec<u32>,
+    wanted: Vec<bool>,
+    t0: Instant,
+}
+
+enum Ready {
+    Go(Vec<Value>),
+    Abandon,
+}
+
+impl Job {
+    async fn run(self) {
+        let inputs = match self.wait_ready().await {
+            Ready::Go(inputs) => inputs,
+            Ready::Abandon => return,
+        };
+        let sent = self.t0.elapsed().as_secs_f64();
+        let result = self.execute(inputs).await;
+        let reply = self.t0.elapsed().as_secs_f64();
+        let mut to_free = Vec::new();
+        {
+            let mut st = lock(&self.shared.state);
+            match result {
+                Ok((outputs, server, timing, fell_back)) => {
+                    // On one host the server's clock is the client's: the call ended when the
+                    // server replied, and ran for the server's time after its queue.
+                    let end = (sent + timing.input_transfer_s + timing.server_s).min(reply);
+                    let start = (end - (timing.server_s - timing.queue_wait_s).max(0.0)).max(sent);
+                    st.records[self.i] = Some(CallRecord {
+                        name: self.name.clone(),
+                        server,
+                        fell_back,
+                        start_s: start,
+                        end_s: end,
+                        timing,
+                    });
+                    st.outputs[self.i] = Some(outputs);
+                    for &p in &self.producers {
+                        st.left[p] -= 1;
+                        if st.left[p] == 0
+                            && !self.wanted[p]
+                            && let Some(vals) = &st.outputs[p]
+                        {
+                            to_free.extend(refs(vals));
+                        }
+                    }
+                    // Nothing uses this call's outputs and nobody wants them.
+                    if st.left[self.i] == 0
+                        && !self.wanted[self.i]
+                        && let Some(vals) = &st.outputs[self.i]
+                    {
+                        to_free.extend(refs(vals));
+                    }
+                }
+                Err(e) => {
+                    if st.failed.is_none() {
+                        st.failed = Some(GrpcError::new(
+                            e.code,
+                            format!("graph call `{}` failed: {}", self.name, e.message),
+                        ));
+                    }
+                }
+            }
+        }
+        self.shared.notify.notify_waiters();
+        if !to_free.is_empty()
+            && let Ok(k) = self.client.free(&to_free).await
+        {
+            lock(&self.shared.state).freed += k;
+        }
+    }
+
+    /// Waits until the inputs exist and the call before it on its server has gone out; marks
+    /// it dispatched and returns its inputs.
+    async fn wait_ready(&self) -> Ready {
+        loop {
+            let notified = self.shared.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = lock(&self.shared.state);
+                if st.failed.is_some() {
+                    return Ready::Abandon;
+                }
+                let inputs_ready = self.producers.iter().all(|&p| st.outputs[p].is_some());
+                let turn = self.before.is_none_or(|b| st.dispatched[b]);
+                if inputs_ready && turn {
+                    st.dispatched[self.i] = true;
+                    let inputs = self
+                        .args
+                        .iter()
+                        .map(|a| match a {
+                            GraphArg::Value(v) => v.clone(),
+                            GraphArg::Output { call, output } => st.outputs[call.0]
+                                .as_ref()
+                                .and_then(|o| o.get(*output))
+                                .cloned()
+                                .unwrap_or(Value::Int(0)),
+                        })
+                        .collect();
+                    drop(st);
+                    // The next call on this server may go now.
+                    self.shared.notify.notify_waiters();
+                    return Ready::Go(inputs);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Sends the call to its planned server; if that server cannot take it, ranks it afresh.
+    async fn execute(
+        &self,
+        inputs: Vec<Value>,
+    ) -> Result<(Vec<Value>, String, Timing, bool), GrpcError> {
+        let inner = &self.client.inner;
+        let who = format!("{} ({})", self.server.name, self.server.addr);
+        let direct = async {
+            let conn = inner.conn.server(&self.server.addr).await?;
+            let req = ExecuteRequest {
+                call_id: CallId::new_random(),
+                ticket: Some(self.ticket),
+                service: self.service.clone(),
+                inputs: inputs.clone(),
+                sent_at_unix_ns: unix_ns(),
+                keep_outputs: self.keep.clone(),
+            };
+            match conn
+                .client
+                .execute(wire::context(inner.call_timeout), req)
+                .await
+            {
+                Ok(Ok(rep)) => Ok(Ok(rep)),
+                Ok(Err(e)) if e.retryable() => Err(GrpcError::from(e)),
+                Ok(Err(e)) => Ok(Err(call_failed(&who, e))),
+                Err(TransportError::DeadlineExceeded) => Ok(Err(GrpcError::communication(
+                    format!("{who} did not answer within the call timeout"),
+                ))),
+                Err(e) => {
+                    if crate::conn::connection_lost(&e) {
+                        inner.conn.drop_server(&self.server.addr, conn.epoch);
+                    }
+                    Err(GrpcError::transport(&who, &e))
+                }
+            }
+        };
+        match direct.await {
+            Ok(Ok(rep)) => Ok((rep.outputs, rep.server, rep.timing, false)),
+            Ok(Err(e)) => Err(e),
+            Err(e) => {
+                tracing::debug!(call = %self.name, server = %who, "planned server failed, ranking afresh: {e}");
+                inner.release_later(self.ticket);
+                let profile: CallProfile = self.desc.profile(&inputs)?;
+                let r = inner
+                    .run_call(
+                        &self.service,
+                        &Binding::Default,
+                        profile,
+                        inputs,
+                        None,
+                        self.keep.clone(),
+                    )
+                    .await?;
+                Ok((r.outputs, r.server, r.timing, true))
+            }
+        }
+    }
+}

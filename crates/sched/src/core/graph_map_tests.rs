@@ -1,0 +1,172 @@
+use super::*;
+use crate::testutil::{dgemm, dgemm_profile, echo, registration};
+use gridwise_proto::{CallReport, GraphCall, GraphEdge, GraphRequest, LinkSample, Timing};
+
+fn grid(servers: &[(&str, f64)]) -> AgentCore {
+    let mut c = AgentCore::new(CoreConfig::default());
+    for (name, rate) in servers {
+        let mut reg = registration(name, &[dgemm(), echo()]);
+        reg.default_rate = *rate;
+        c.register(reg, Duration::ZERO).unwrap();
+    }
+    c
+}
+
+fn call(name: &str, n: i64) -> GraphCall {
+    GraphCall {
+        name: name.into(),
+        profile: dgemm_profile(n, n, n),
+    }
+}
+
+/// a -> b, a -> c, (b, c) -> d, each a 1000³ dgemm (2 Gop).
+fn diamond(policy: Option<&str>, reserve: bool) -> GraphRequest {
+    let e = |from, to| GraphEdge {
+        from,
+        to,
+        bytes: 8_000_000,
+    };
+    GraphRequest {
+        calls: vec![
+            call("a", 1000),
+            call("b", 1000),
+            call("c", 1000),
+            call("d", 1000),
+        ],
+        edges: vec![e(0, 1), e(0, 2), e(1, 3), e(2, 3)],
+        policy: policy.map(str::to_string),
+        reserve,
+    }
+}
+
+#[test]
+fn one_server_runs_everything_in_total_work() {
+    let mut c = grid(&[("solo", 1e9)]);
+    let plan = c.map_graph(&diamond(None, false), Duration::ZERO).unwrap();
+    assert_eq!(plan.policy, "heft");
+    assert!(!plan.policy_requested);
+    assert_eq!(plan.server_of, [0, 0, 0, 0]);
+    // Four 2-second calls, no transfers on one server.
+    assert!((plan.makespan_s - 8.0).abs() < 1e-9, "{}", plan.makespan_s);
+    assert!(plan.tickets.is_empty());
+    assert_eq!(c.pending(), 0);
+}
+
+#[test]
+fn heft_spreads_the_parallel_pair_and_transfers_cost_link_time() {
+    let mut c = grid(&[("x", 1e9), ("y", 1e9)]);
+    // A slow measured link between x and y: 8 MB at 8 MB/s = 1 s per edge.
+    let id = c.server_by_name("x").unwrap().id;
+    let sample = LinkSample {
+        to: "y.example:7000".into(),
+        latency_s: 0.0,
+        bandwidth_bytes_per_s: 8e6,
+    };
+    c.record_links(id, &[sample], Duration::ZERO);
+    let plan = c
+        .map_graph(&diamond(Some("heft"), false), Duration::ZERO)
+        .unwrap();
+    assert!(plan.policy_requested);
+    assert_eq!(plan.links.len(), 2, "both directions use the measured link");
+    // Splitting b and c runs them side by side (saves 2 s) but puts one 1-s transfer on the
+    // path into d (the other overlaps with compute): 2 + 2 + 1 + 2 = 7 s against 8 s together.
+    let split = plan.server_of[1] != plan.server_of[2];
+    let expected = if split { 7.0 } else { 8.0 };
+    assert!(
+        (plan.makespan_s - expected).abs() < 1e-6,
+        "split {split}: {}",
+        plan.makespan_s
+    );
+    assert!(plan.lower_bound_s <= plan.makespan_s + 1e-9);
+    assert!((plan.critical_path_s - 6.0).abs() < 1e-9);
+}
+
+#[test]
+fn reserve_records_one_ticket_per_call_and_reports_clear_them() {
+    let mut c = grid(&[("x", 1e9), ("y", 2e9)]);
+    let plan = c.map_graph(&diamond(None, true), Duration::ZERO).unwrap();
+    assert_eq!(plan.tickets.len(), 4);
+    assert_eq!(c.pending(), 4);
+    // The graph's calls now weigh on the queues other calls see.
+    let cands = c
+        .explain(
+            &dgemm_profile(10, 10, 10),
+            &RankOptions::default(),
+            Duration::ZERO,
+        )
+        .unwrap();
+    assert!(cands.iter().any(|c| c.etc.queue_wait_s > 0.0));
+    let server = plan.servers[plan.server_of[0] as usize].server_id;
+    let report = CallReport {
+        ticket: Some(plan.tickets[0]),
+        service: "dgemm".into(),
+        sizes: vec![],
+        timing: Timing::default(),
+        ok: true,
+    };
+    c.report(server, &[report], Duration::ZERO);
+    assert_eq!(c.pending(), 3);
+    for t in &plan.tickets[1..] {
+        assert!(c.release(*t));
+    }
+    assert_eq!(c.pending(), 0);
+}
+
+#[test]
+fn faster_server_takes_more_of_a_bag_by_default_lp() {
+    let mut c = grid(&[("fast", 4e9), ("slow", 1e9)]);
+    let req = GraphRequest {
+        calls: (0..10).map(|i| call(&format!("t{i}"), 1000)).collect(),
+        edges: vec![],
+        policy: None,
+        reserve: false,
+    };
+    let plan = c.map_graph(&req, Duration::ZERO).unwrap();
+    assert_eq!(plan.policy, "lp");
+    let on_fast = plan.server_of.iter().filter(|&&s| s == 0).count();
+    assert!(on_fast >= 7, "{:?}", plan.server_of);
+    // 10 calls of 2 Gop over 5 Gop/s: no better than 4 s; LP rounding lands close.
+    assert!(plan.makespan_s >= plan.lower_bound_s - 1e-9);
+    assert!(plan.makespan_s <= 5.0, "{}", plan.makespan_s);
+}
+
+#[test]
+fn bad_requests_say_what_is_wrong() {
+    let mut c = grid(&[("x", 1e9)]);
+    let empty = GraphRequest {
+        calls: vec![],
+        edges: vec![],
+        policy: None,
+        reserve: false,
+    };
+    assert!(
+        c.map_graph(&empty, Duration::ZERO)
+            .unwrap_err()
+            .message
+            .contains("no calls")
+    );
+    let mut req = diamond(Some("fastest"), false);
+    let err = c.map_graph(&req, Duration::ZERO).unwrap_err();
+    assert!(
+        err.message.contains("unknown graph policy"),
+        "{}",
+        err.message
+    );
+    req.policy = None;
+    req.edges.push(GraphEdge {
+        from: 3,
+        to: 0,
+        bytes: 1,
+    });
+    let err = c.map_graph(&req, Duration::ZERO).unwrap_err();
+    assert!(err.message.contains("cycle"), "{}", err.message);
+    req.edges.pop();
+    req.calls[2].profile.service = "nope".into();
+    let err = c.map_graph(&req, Duration::ZERO).unwrap_err();
+    assert!(err.message.contains("call `c`"), "{}", err.message);
+    let mut lp_dag = diamond(Some("lp"), false);
+    lp_dag.reserve = true;
+    let err = c.map_graph(&lp_dag, Duration::ZERO).unwrap_err();
+    assert!(err.message.contains("independent"), "{}", err.message);
+    assert_eq!(c.pending(), 0, "a refused graph reserves nothing");
+}
