@@ -41,8 +41,8 @@ fn emulated_toml(speed: &str) -> String {
     )
 }
 
-/// Waits for every server's model builds to finish, with a progress bar.
-fn wait_for_models(client: &Client, servers: usize, timeout: Duration) -> anyhow::Result<()> {
+/// Polls the agent until `servers` models are built, with a progress bar.
+pub fn wait_for_models(client: &Client, servers: usize, timeout: Duration) -> anyhow::Result<()> {
     let bar = indicatif::ProgressBar::new(servers as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template(

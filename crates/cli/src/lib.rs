@@ -6,6 +6,7 @@ pub mod args;
 pub mod bench;
 pub mod bench_mapping;
 pub mod bench_models;
+pub mod bench_schedule;
 pub mod call;
 pub mod demo;
 pub mod graph;

@@ -222,6 +222,19 @@ enum BenchCmd {
         #[arg(long)]
         no_dgemm: bool,
     },
+    /// Scheduling quality for real: emulated servers on loopback learn their models, then
+    /// each scenario's graph runs once per policy (hydropad, crossing, cholesky; takes minutes).
+    Schedule {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Run only this scenario (repeatable): hydropad, crossing, cholesky.
+        #[arg(long)]
+        scenario: Vec<String>,
+        /// Small versions of the scenarios (a smoke test, not the benchmark).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Call overhead of the full path for the no-op `add`.
     Rpc {
         /// Print one JSON object.
@@ -384,6 +397,20 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 }
                 Ok(())
             }
+            BenchCmd::Schedule {
+                json,
+                scenario,
+                quick,
+            } => gridwise_cli::bench_schedule::run(scenario, *quick, &mut |line| {
+                if *json {
+                    println!("{line}");
+                } else {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&line).unwrap_or_default()
+                    );
+                }
+            }),
             BenchCmd::Models { json, no_dgemm } => {
                 gridwise_cli::bench_models::run(!*no_dgemm, &mut |line| {
                     if *json {

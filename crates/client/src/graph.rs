@@ -390,11 +390,13 @@ impl Graph {
         } else {
             (0..n).map(|i| self.fetch.contains(&i)).collect()
         };
-        // The call before each one in its server's order.
+        // The calls before and after each one in its server's order.
         let mut before: Vec<Option<usize>> = vec![None; n];
+        let mut after: Vec<Option<usize>> = vec![None; n];
         for order in &plan.order {
             for w in order.windows(2) {
                 before[w[1] as usize] = Some(w[0] as usize);
+                after[w[0] as usize] = Some(w[1] as usize);
             }
         }
         let shared = Arc::new(Shared {
@@ -406,7 +408,9 @@ impl Graph {
                 failed: None,
                 freed: 0,
             }),
-            notify: Notify::new(),
+            wake: (0..n).map(|_| Notify::new()).collect(),
+            consumers: prepared.consumers.clone(),
+            next: after,
         });
         let t0 = Instant::now();
         let mut set = tokio::task::JoinSet::new();
@@ -531,7 +535,19 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
-    notify: Notify,
+    /// One wake-up per call: a call is woken only by what it waits for (an input, its turn on
+    /// the server, or a failure), so a large graph does not wake every call on every event.
+    wake: Vec<Notify>,
+    consumers: Vec<Vec<usize>>,
+    next: Vec<Option<usize>>,
+}
+
+impl Shared {
+    fn wake_all(&self) {
+        for w in &self.wake {
+            w.notify_one();
+        }
+    }
 }
 
 /// One call of a run, from waiting for its inputs to freeing what it no longer needs.
@@ -567,6 +583,7 @@ impl Job {
         let result = self.execute(inputs).await;
         let reply = self.t0.elapsed().as_secs_f64();
         let mut to_free = Vec::new();
+        let failed = result.is_err();
         {
             let mut st = lock(&self.shared.state);
             match result {
@@ -611,7 +628,13 @@ impl Job {
                 }
             }
         }
-        self.shared.notify.notify_waiters();
+        if failed {
+            self.shared.wake_all();
+        } else {
+            for &c in &self.shared.consumers[self.i] {
+                self.shared.wake[c].notify_one();
+            }
+        }
         if !to_free.is_empty()
             && let Ok(k) = self.client.free(&to_free).await
         {
@@ -623,9 +646,6 @@ impl Job {
     /// it dispatched and returns its inputs.
     async fn wait_ready(&self) -> Ready {
         loop {
-            let notified = self.shared.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
             {
                 let mut st = lock(&self.shared.state);
                 if st.failed.is_some() {
@@ -649,11 +669,14 @@ impl Job {
                         .collect();
                     drop(st);
                     // The next call on this server may go now.
-                    self.shared.notify.notify_waiters();
+                    if let Some(next) = self.shared.next[self.i] {
+                        self.shared.wake[next].notify_one();
+                    }
                     return Ready::Go(inputs);
                 }
             }
-            notified.await;
+            // A wake-up sent since the check above is stored as a permit, so none is missed.
+            self.shared.wake[self.i].notified().await;
         }
     }
 

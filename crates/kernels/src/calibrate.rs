@@ -65,6 +65,8 @@ mod tests {
             complexity: "n^3".into(),
             speed: vec![[100.0, 1e8], [200.0, 1e8]],
             calibration_size: None,
+            inputs: 0,
+            output: false,
         }
         .build()
         .unwrap();

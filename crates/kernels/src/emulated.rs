@@ -31,6 +31,13 @@ pub struct EmulatedSpec {
     /// The size to calibrate with; by default the largest point size that runs in about 20 ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration_size: Option<i64>,
+    /// Data inputs `x1..xk`, each a `vector<f64>[param]`, so that emulated calls can form task
+    /// graphs whose edges carry data (their contents are ignored).
+    #[serde(default)]
+    pub inputs: u32,
+    /// Whether the call also returns a `vector<f64>[param]` (`out`, zeros) for later calls.
+    #[serde(default)]
+    pub output: bool,
 }
 
 fn default_param() -> String {
@@ -83,6 +90,32 @@ fn is_identifier(s: &str) -> bool {
 }
 
 impl EmulatedSpec {
+    /// Size, data inputs, then the data output (if any) and the seconds slept.
+    fn args(&self) -> Vec<ArgDesc> {
+        let data = format!("vector<f64>[{}]", self.param);
+        let mut args = vec![ArgDesc {
+            doc: "Problem size.".into(),
+            ..ArgDesc::new(&self.param, ArgMode::In, "int")
+        }];
+        for i in 1..=self.inputs {
+            args.push(ArgDesc {
+                doc: "Data from an earlier call (contents ignored).".into(),
+                ..ArgDesc::new(&format!("x{i}"), ArgMode::In, &data)
+            });
+        }
+        if self.output {
+            args.push(ArgDesc {
+                doc: "Data for later calls (zeros).".into(),
+                ..ArgDesc::new("out", ArgMode::Out, &data)
+            });
+        }
+        args.push(ArgDesc {
+            doc: "The emulated compute time slept, in seconds.".into(),
+            ..ArgDesc::new("seconds", ArgMode::Out, "double")
+        });
+        args
+    }
+
     /// Checks the spec and builds the kernel.
     pub fn build(&self) -> Result<EmulatedKernel, EmulatedError> {
         if !is_identifier(&self.param) || self.param == "seconds" {
@@ -114,16 +147,7 @@ impl EmulatedSpec {
         let desc = ServiceDesc {
             name: self.name.clone(),
             doc,
-            args: vec![
-                ArgDesc {
-                    doc: "Problem size.".into(),
-                    ..ArgDesc::new(&self.param, ArgMode::In, "int")
-                },
-                ArgDesc {
-                    doc: "The emulated compute time slept, in seconds.".into(),
-                    ..ArgDesc::new("seconds", ArgMode::Out, "double")
-                },
-            ],
+            args: self.args(),
             size_params: vec![self.param.clone()],
             complexity: Some(self.complexity.clone()),
         };
@@ -140,6 +164,8 @@ impl EmulatedSpec {
             speed,
             complexity,
             calibration_size: self.calibration_size,
+            inputs: self.inputs,
+            output: self.output,
         })
     }
 }
@@ -151,6 +177,8 @@ pub struct EmulatedKernel {
     speed: SpeedFunction,
     complexity: Complexity,
     calibration_size: Option<i64>,
+    inputs: u32,
+    output: bool,
 }
 
 impl EmulatedKernel {
@@ -213,7 +241,12 @@ impl Kernel for EmulatedKernel {
         if ctx.cancel.wait_timeout(d) {
             return Err(KernelError::Cancelled);
         }
-        Ok(vec![Value::Double(t)])
+        let mut out = Vec::with_capacity(2);
+        if self.output {
+            out.push(Value::vector_f64(&vec![0.0; x.max(0) as usize]));
+        }
+        out.push(Value::Double(t));
+        Ok(out)
     }
 
     fn calibration_inputs(&self) -> Option<Vec<Value>> {
@@ -235,7 +268,11 @@ impl Kernel for EmulatedKernel {
                 .or(runnable.first())
                 .map(|(x, _)| *x)
         })?;
-        Some(vec![Value::Int(size)])
+        let mut inputs = vec![Value::Int(size)];
+        for _ in 0..self.inputs {
+            inputs.push(Value::vector_f64(&vec![0.0; size.max(0) as usize]));
+        }
+        Some(inputs)
     }
 }
 
@@ -254,6 +291,8 @@ mod tests {
             complexity: "n^3".into(),
             speed,
             calibration_size: None,
+            inputs: 0,
+            output: false,
         }
     }
 
@@ -405,5 +444,38 @@ mod tests {
         // No point can run at all.
         let k = spec(vec![[10.0, 0.0]]).build().unwrap();
         assert_eq!(k.calibration_inputs(), None);
+    }
+}
+
+#[cfg(test)]
+mod data_tests {
+    use super::*;
+    use crate::kernel::KernelCtx;
+
+    #[test]
+    fn data_inputs_and_output_make_graph_nodes() {
+        let spec = EmulatedSpec {
+            name: "gemm".into(),
+            doc: String::new(),
+            param: "b".into(),
+            complexity: "b".into(),
+            speed: vec![[0.0, 1e6]],
+            calibration_size: None,
+            inputs: 2,
+            output: true,
+        };
+        let k = spec.build().unwrap();
+        let sig = k.desc().signature();
+        assert!(
+            sig.contains("in x1: vector<f64>[b]") && sig.contains("in x2: vector<f64>[b]"),
+            "{sig}"
+        );
+        assert!(sig.contains("out out: vector<f64>[b]"), "{sig}");
+        let inputs = k.calibration_inputs().unwrap();
+        assert_eq!(inputs.len(), 3);
+        k.desc().check_inputs(&inputs).unwrap();
+        let out = k.run(&inputs, &KernelCtx::default()).unwrap();
+        k.desc().check_outputs(&inputs, &out).unwrap();
+        assert_eq!(out.len(), 2);
     }
 }

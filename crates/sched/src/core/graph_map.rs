@@ -171,16 +171,26 @@ impl AgentCore {
 
         let policy_requested = policy.is_some();
         let policy = policy.unwrap_or_else(|| GraphPolicy::default_for(&graph));
-        let rates: Vec<f64> = servers.iter().map(|s| s.default_rate).collect();
+        // Classic GridSolve: one benchmark rate per server. A server's rate is its calibrated
+        // rate for the first of the graph's services it offers (measured at one size, which is
+        // the point: it cannot see paging), else its default rate.
+        let rates: Vec<f64> = slots
+            .iter()
+            .map(|&slot| {
+                let e = self.registry.entry(slot);
+                calls
+                    .iter()
+                    .find_map(|(svc, _)| e.rate(*svc))
+                    .unwrap_or(e.default_rate)
+            })
+            .collect();
         if policy == GraphPolicy::ConstantSpeed
-            && let Some(s) = servers
-                .iter()
-                .find(|s| !(s.default_rate.is_finite() && s.default_rate > 0.0))
+            && let Some(col) = rates.iter().position(|r| !(r.is_finite() && *r > 0.0))
         {
             return Err(invalid(format!(
                 "constant-speed divides work by each server's calibrated rate, but server `{}` \
                  has none (calibrate = false?); choose another policy",
-                s.name
+                servers[col].name
             )));
         }
         let mapping = policy

@@ -1,0 +1,623 @@
+//! `gridwise bench schedule`: scheduling quality, run for real. Each scenario starts an agent
+//! and emulated servers on loopback; the servers build their performance models with GBBP (the
+//! agent never sees the emulation's true speed functions); then the scenario's graph runs once
+//! per policy through the client's graph API, and the measured makespan is set beside:
+//!
+//! - `oracle_makespan_s`: HEFT computed offline with the true speed functions (and the agent's
+//!   default links), replayed — what a scheduler that knew everything would predict;
+//! - `lower_bound_s`: the LP bound with the true speed functions for a bag of calls, else the
+//!   true critical path / total-work bound;
+//! - `predicted_makespan_s`: what the agent predicted for the mapping it chose.
+//!
+//! Scenarios (seed 003 §5.3 and the issue): `hydropad` (two servers, one of which pages beyond
+//! a size and cannot run the largest; size swept), `crossing` (8 servers whose speed functions
+//! cross, 2,000 independent calls of mixed sizes), `cholesky` (a tiled Cholesky DAG of 560
+//! tasks on 16 servers of 4 classes, data moving along the edges).
+
+use crate::demo::{wait_for_models, wait_for_servers};
+use crate::local::LocalGrid;
+use anyhow::{Result, anyhow, bail};
+use gridwise_client::{Client, GraphArg};
+use gridwise_proto::{Complexity, Value};
+use gridwise_sched::graph::generate::SplitMix64;
+use gridwise_sched::graph::lp_lower_bound;
+use gridwise_sched::{Bounds, CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, replay};
+use serde_json::{Value as Json, json};
+use std::time::Duration;
+
+/// The agent's default link, used for the oracle too: loopback-like.
+const LATENCY_S: f64 = 1e-4;
+const BANDWIDTH: f64 = 1e9;
+
+/// One emulated service: its complexity in `n`, its data inputs and whether it returns data.
+struct Service {
+    name: &'static str,
+    complexity: &'static str,
+    inputs: u32,
+    output: bool,
+}
+
+/// Servers of one kind: `count` of them, each with a true speed function per service (scaled
+/// by `1 + spread·i` for the i-th, so that no two are identical).
+struct Class {
+    name: &'static str,
+    count: usize,
+    speeds: Vec<(&'static str, Vec<[f64; 2]>)>,
+    spread: f64,
+}
+
+/// One call of a scenario's graph.
+struct Call {
+    name: String,
+    service: &'static str,
+    size: i64,
+    deps: Vec<usize>,
+}
+
+struct Scenario {
+    name: &'static str,
+    services: Vec<Service>,
+    classes: Vec<Class>,
+    /// GBBP range for every model: (min, max, stride).
+    model_range: (i64, i64, i64),
+    /// Problem sizes swept (one run of every policy per size).
+    sizes: Vec<i64>,
+    /// Whether to report `size` (the scenario sweeps one).
+    sweeps: bool,
+    calls: fn(i64, bool) -> Vec<Call>,
+    /// Size every service calibrates at (its one "benchmark rate" for constant-speed).
+    calibration_size: i64,
+}
+
+fn svc(name: &'static str, complexity: &'static str, inputs: u32, output: bool) -> Service {
+    Service {
+        name,
+        complexity,
+        inputs,
+        output,
+    }
+}
+
+fn hydropad() -> Scenario {
+    let all = |fast: Vec<[f64; 2]>| {
+        ["init", "gravity", "darkmatter", "barmatter"]
+            .into_iter()
+            .map(|s| (s, fast.clone()))
+            .collect()
+    };
+    Scenario {
+        name: "hydropad",
+        services: vec![
+            svc("init", "n^2", 0, true),
+            svc("gravity", "2*n^2", 2, true),
+            svc("darkmatter", "3*n^2", 2, true),
+            svc("barmatter", "4*n^2", 2, true),
+        ],
+        classes: vec![
+            // Fast until its memory runs out: pages from n = 700, cannot run from n = 950.
+            Class {
+                name: "fast",
+                count: 1,
+                speeds: all(vec![
+                    [100.0, 4e7],
+                    [600.0, 4e7],
+                    [700.0, 3e6],
+                    [900.0, 2e6],
+                    [920.0, 0.0],
+                ]),
+                spread: 0.0,
+            },
+            // Slower, with memory for every size.
+            Class {
+                name: "big",
+                count: 1,
+                speeds: all(vec![[100.0, 1.2e7], [2000.0, 1.0e7]]),
+                spread: 0.0,
+            },
+        ],
+        model_range: (200, 1000, 50),
+        sizes: vec![400, 600, 800, 1000],
+        sweeps: true,
+        calls: hydropad_calls,
+        calibration_size: 200,
+    }
+}
+
+/// init, then iterations of gravity → (darkmatter ∥ barmatter) (seed 003 Fig. 5.6).
+fn hydropad_calls(n: i64, quick: bool) -> Vec<Call> {
+    let iterations = if quick { 1 } else { 3 };
+    let mut calls = vec![Call {
+        name: "init".into(),
+        service: "init",
+        size: n,
+        deps: vec![],
+    }];
+    let (mut dark, mut bar) = (0, 0);
+    for it in 1..=iterations {
+        let mut push = |name: &str, service, deps| {
+            calls.push(Call {
+                name: format!("{name}[{it}]"),
+                service,
+                size: n,
+                deps,
+            });
+            calls.len() - 1
+        };
+        let deps = if dark == bar {
+            vec![dark]
+        } else {
+            vec![dark, bar]
+        };
+        let g = push("gravity", "gravity", deps);
+        let d = push("darkmatter", "darkmatter", vec![g, dark]);
+        let b = push("barmatter", "barmatter", vec![g, bar]);
+        (dark, bar) = (d, b);
+    }
+    calls
+}
+
+fn crossing() -> Scenario {
+    Scenario {
+        name: "crossing",
+        services: vec![svc("solve", "n^2", 0, false)],
+        classes: vec![
+            // Fast for small sizes, slow for large…
+            Class {
+                name: "small",
+                count: 4,
+                speeds: vec![("solve", vec![[300.0, 9e6], [1000.0, 2.5e7]])],
+                spread: 0.1,
+            },
+            // …and the reverse.
+            Class {
+                name: "large",
+                count: 4,
+                speeds: vec![("solve", vec![[300.0, 2.25e6], [1000.0, 1e8]])],
+                spread: 0.1,
+            },
+        ],
+        model_range: (300, 1000, 50),
+        sizes: vec![0],
+        sweeps: false,
+        calls: crossing_calls,
+        calibration_size: 300,
+    }
+}
+
+/// 2,000 independent calls, sizes 300, 400, …, 1000 drawn at random.
+fn crossing_calls(_: i64, quick: bool) -> Vec<Call> {
+    let mut rng = SplitMix64::new(2000);
+    let n = if quick { 40 } else { 2000 };
+    (0..n)
+        .map(|i| Call {
+            name: format!("solve#{i}"),
+            service: "solve",
+            size: 300 + 100 * rng.below(8) as i64,
+            deps: vec![],
+        })
+        .collect()
+}
+
+fn cholesky() -> Scenario {
+    let class = |name, count, potrf: f64, trsm: f64, syrk: f64, gemm: f64| Class {
+        name,
+        count,
+        speeds: [
+            ("potrf", potrf),
+            ("trsm", trsm),
+            ("syrk", syrk),
+            ("gemm", gemm),
+        ]
+        .into_iter()
+        .map(|(s, r)| (s, vec![[100.0, 0.6 * r], [200.0, r], [300.0, 1.1 * r]]))
+        .collect(),
+        spread: 0.05,
+    };
+    Scenario {
+        name: "cholesky",
+        services: vec![
+            svc("potrf", "n^3/3", 1, true),
+            svc("trsm", "n^3", 2, true),
+            svc("syrk", "n^3", 2, true),
+            svc("gemm", "2*n^3", 3, true),
+        ],
+        classes: vec![
+            class("cpu", 4, 3.3e8, 3.3e8, 3.3e8, 4e8),
+            class("slow", 4, 1.3e8, 1.3e8, 1.3e8, 1.6e8),
+            class("gpu", 4, 3.3e7, 2.7e8, 6.7e8, 1.3e9),
+            class("old", 4, 1e8, 1e8, 1e8, 1e8),
+        ],
+        model_range: (100, 300, 25),
+        sizes: vec![200],
+        sweeps: false,
+        calls: cholesky_calls,
+        calibration_size: 200,
+    }
+}
+
+/// Tiled right-looking Cholesky: for k: potrf(k); trsm(i,k); syrk(i,k); gemm(i,j,k); each
+/// call depends on the last writer of every tile it reads or updates. 14 tiles: 560 calls.
+fn cholesky_calls(b: i64, quick: bool) -> Vec<Call> {
+    let tiles = if quick { 3 } else { 14 };
+    let mut calls: Vec<Call> = Vec::new();
+    let mut last: Vec<Option<usize>> = vec![None; tiles * tiles];
+    let at = |i: usize, j: usize| i * tiles + j;
+    let push = |calls: &mut Vec<Call>, name: String, service, reads: &[Option<usize>]| {
+        let mut deps = Vec::new();
+        for d in reads.iter().flatten() {
+            if !deps.contains(d) {
+                deps.push(*d);
+            }
+        }
+        calls.push(Call {
+            name,
+            service,
+            size: b,
+            deps,
+        });
+        calls.len() - 1
+    };
+    for k in 0..tiles {
+        let p = push(
+            &mut calls,
+            format!("potrf({k})"),
+            "potrf",
+            &[last[at(k, k)]],
+        );
+        last[at(k, k)] = Some(p);
+        for i in k + 1..tiles {
+            let t = push(
+                &mut calls,
+                format!("trsm({i},{k})"),
+                "trsm",
+                &[Some(p), last[at(i, k)]],
+            );
+            last[at(i, k)] = Some(t);
+        }
+        for i in k + 1..tiles {
+            let s = push(
+                &mut calls,
+                format!("syrk({i},{k})"),
+                "syrk",
+                &[last[at(i, k)], last[at(i, i)]],
+            );
+            last[at(i, i)] = Some(s);
+            for j in k + 1..i {
+                let g = push(
+                    &mut calls,
+                    format!("gemm({i},{j},{k})"),
+                    "gemm",
+                    &[last[at(i, k)], last[at(j, k)], last[at(i, j)]],
+                );
+                last[at(i, j)] = Some(g);
+            }
+        }
+    }
+    calls
+}
+
+/// Every scenario by name, in the order they run.
+pub const SCENARIOS: [&str; 3] = ["hydropad", "crossing", "cholesky"];
+
+fn scenario(name: &str) -> Result<Scenario> {
+    Ok(match name {
+        "hydropad" => hydropad(),
+        "crossing" => crossing(),
+        "cholesky" => cholesky(),
+        other => bail!(
+            "unknown scenario `{other}`; expected one of {}",
+            SCENARIOS.join(", ")
+        ),
+    })
+}
+
+/// A server of `class` (the `i`-th) as its TOML config: emulated services with true speeds and
+/// a GBBP model to build for each.
+fn server_toml(s: &Scenario, class: &Class, i: usize) -> String {
+    let scale = 1.0 + class.spread * i as f64;
+    let mut t = String::from("builtins = []\nslots = 1\n");
+    for service in &s.services {
+        let Some((_, speed)) = class.speeds.iter().find(|(n, _)| *n == service.name) else {
+            continue;
+        };
+        let pts: Vec<String> = speed
+            .iter()
+            .map(|p| format!("[{}, {:e}]", p[0], p[1] * scale))
+            .collect();
+        t.push_str(&format!(
+            "\n[[emulated]]\nname = \"{}\"\nparam = \"n\"\ncomplexity = \"{}\"\nspeed = [{}]\n\
+             inputs = {}\noutput = {}\ncalibration_size = {}\n",
+            service.name,
+            service.complexity,
+            pts.join(", "),
+            service.inputs,
+            service.output,
+            s.calibration_size
+        ));
+    }
+    let (lo, hi, stride) = s.model_range;
+    for service in &s.services {
+        if class.speeds.iter().any(|(n, _)| *n == service.name) {
+            t.push_str(&format!(
+                "\n[[models]]\nservice = \"{}\"\nmethod = \"gbbp\"\nfuzzy_max = true\n\
+                 params = [{{ name = \"n\", min = {lo}, max = {hi}, stride = {stride} }}]\n",
+                service.name
+            ));
+        }
+    }
+    t
+}
+
+/// The true compute time of every call on every server (servers in name order, as the agent
+/// lists them), from the emulation's speed functions: what only the oracle may know.
+fn true_etc(s: &Scenario, calls: &[Call], servers: &[(String, &Class, f64)]) -> Result<EtcMatrix> {
+    let mut values = Vec::with_capacity(calls.len() * servers.len());
+    for c in calls {
+        let service = s
+            .services
+            .iter()
+            .find(|x| x.name == c.service)
+            .ok_or_else(|| anyhow!("no service {}", c.service))?;
+        let cx = Complexity::parse(service.complexity, &["n".to_string()])?;
+        let work = cx.eval(&[("n".to_string(), c.size)])?;
+        for (_, class, scale) in servers {
+            let t = match class.speeds.iter().find(|(n, _)| *n == c.service) {
+                Some((_, pts)) => {
+                    let f = gridwise_kernels::emulated::SpeedFunction::new(
+                        pts.iter().map(|p| (p[0], p[1] * scale)).collect(),
+                    )?;
+                    let sp = f.speed(c.size as f64);
+                    if sp > 0.0 { work / sp } else { f64::INFINITY }
+                }
+                None => f64::INFINITY,
+            };
+            values.push(t);
+        }
+    }
+    Ok(EtcMatrix::new(calls.len(), servers.len(), values)?)
+}
+
+fn task_graph(s: &Scenario, calls: &[Call]) -> Result<TaskGraph> {
+    let mut g = TaskGraph::new();
+    for c in calls {
+        g.add_task(Task::new(&c.name, c.service, 0.0));
+    }
+    for (i, c) in calls.iter().enumerate() {
+        for &d in &c.deps {
+            g.add_edge(d, i, (calls[d].size.max(0) as u64) * 8)?;
+        }
+    }
+    let _ = s;
+    Ok(g)
+}
+
+/// One scenario: start its grid, let the models build, run every applicable policy per size.
+/// Each result goes to `emit` as it is measured.
+pub fn run_scenario(
+    exe: &std::path::Path,
+    name: &str,
+    quick: bool,
+    emit: &mut dyn FnMut(Json),
+) -> Result<()> {
+    let s = scenario(name)?;
+    let hb = [
+        "--heartbeat-interval-ms",
+        "500",
+        "--heartbeat-timeout-ms",
+        "5000",
+    ]
+    .map(String::from);
+    let mut grid = LocalGrid::start_gridwise(exe, &hb)?;
+    let mut servers: Vec<(String, &Class, f64)> = Vec::new();
+    let mut models = 0;
+    for class in &s.classes {
+        let count = if quick {
+            class.count.min(2)
+        } else {
+            class.count
+        };
+        for i in 0..count {
+            let sname = if class.count == 1 {
+                class.name.to_string()
+            } else {
+                format!("{}-{i:02}", class.name)
+            };
+            grid.add_server(&sname, &server_toml(&s, class, i))?;
+            servers.push((sname, class, 1.0 + class.spread * i as f64));
+            models += class.speeds.len();
+        }
+    }
+    // The agent lists servers by name; the oracle's columns follow the same order.
+    servers.sort_by(|a, b| a.0.cmp(&b.0));
+    let client = Client::connect(grid.client_config())?;
+    wait_for_servers(&client, servers.len(), Duration::from_secs(60))?;
+    eprintln!(
+        "bench schedule {name}: {} servers are building {models} models with GBBP…",
+        servers.len()
+    );
+    wait_for_models(&client, models, Duration::from_secs(600))?;
+    let sizes: Vec<i64> = if quick {
+        s.sizes.iter().copied().take(1).collect()
+    } else {
+        s.sizes.clone()
+    };
+    for &size in &sizes {
+        let calls = (s.calls)(size, quick);
+        let graph = task_graph(&s, &calls)?;
+        let etc = true_etc(&s, &calls, &servers)?;
+        let comm = CommModel::uniform(servers.len(), LATENCY_S, BANDWIDTH)?;
+        let oracle_mapping = GraphPolicy::Heft.map(&graph, &etc, &comm, None)?;
+        let oracle = replay(&graph, &etc, &comm, &oracle_mapping)?.makespan_s;
+        let lower = if graph.is_bag() {
+            lp_lower_bound(&etc)?
+        } else {
+            Bounds::of(&graph, &etc)?.lower_bound_s
+        };
+        let default = GraphPolicy::default_for(&graph);
+        for policy in GraphPolicy::ALL {
+            if policy == GraphPolicy::Lp && !graph.is_bag() {
+                continue;
+            }
+            eprintln!(
+                "bench schedule {name}{}: {} calls with {policy}…",
+                if s.sweeps {
+                    format!(" n={size}")
+                } else {
+                    String::new()
+                },
+                calls.len()
+            );
+            let mut line = json!({
+                "bench": "schedule",
+                "scenario": s.name,
+                "policy": policy.name(),
+                "tasks": calls.len(),
+                "servers": servers.len(),
+                "oracle_makespan_s": round(oracle),
+                "lower_bound_s": round(lower),
+                "default": policy == default,
+            });
+            if s.sweeps {
+                line["size"] = json!(size);
+            }
+            match run_once(&client, &s, &calls, policy) {
+                Ok((actual, predicted)) => {
+                    line["makespan_s"] = json!(round(actual));
+                    line["predicted_makespan_s"] = json!(round(predicted));
+                }
+                Err(e) => {
+                    line["makespan_s"] = Json::Null;
+                    line["predicted_makespan_s"] = Json::Null;
+                    line["error"] = json!(format!("{e:#}"));
+                }
+            }
+            emit(line);
+        }
+    }
+    drop(client);
+    drop(grid);
+    Ok(())
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+/// Runs the scenario's graph once with `policy`: (measured, predicted) makespan.
+fn run_once(
+    client: &Client,
+    s: &Scenario,
+    calls: &[Call],
+    policy: GraphPolicy,
+) -> Result<(f64, f64)> {
+    let mut g = client.graph();
+    let mut refs = Vec::with_capacity(calls.len());
+    for c in calls {
+        let service = s
+            .services
+            .iter()
+            .find(|x| x.name == c.service)
+            .ok_or_else(|| anyhow!("no service {}", c.service))?;
+        let mut args: Vec<GraphArg> = vec![c.size.into()];
+        for k in 0..service.inputs as usize {
+            args.push(match c.deps.get(k) {
+                Some(&d) => {
+                    let r: gridwise_client::CallRef = refs[d];
+                    r.output(0)
+                }
+                None => Value::vector_f64(&vec![0.0; c.size.max(0) as usize]).into(),
+            });
+        }
+        refs.push(g.call_named(&c.name, c.service, args));
+    }
+    // Nothing comes back but the small `seconds` of the last call: the run is about placement.
+    if let Some(&last) = refs.last() {
+        g.fetch(last);
+    }
+    g.policy(policy.name());
+    let run = g.run().map_err(|e| anyhow!("{e}"))?;
+    Ok((run.makespan_s, run.plan.makespan_s))
+}
+
+/// Every scenario named (all by default), one JSON line per policy (and size) to `emit`, then
+/// one summary line per scenario checking the goals.
+pub fn run(scenarios: &[String], quick: bool, emit: &mut dyn FnMut(Json)) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let names: Vec<String> = if scenarios.is_empty() {
+        SCENARIOS.iter().map(|s| s.to_string()).collect()
+    } else {
+        scenarios.to_vec()
+    };
+    for n in &names {
+        scenario(n)?;
+    }
+    for n in &names {
+        let mut lines = Vec::new();
+        run_scenario(&exe, n, quick, &mut |l| {
+            lines.push(l.clone());
+            emit(l);
+        })?;
+        emit(summary(n, &lines));
+    }
+    Ok(())
+}
+
+/// The goals for one scenario's default policy, from its lines.
+pub fn summary(scenario: &str, lines: &[Json]) -> Json {
+    let f = |l: &Json, k: &str| l[k].as_f64();
+    let mut out = json!({"bench": "schedule_summary", "scenario": scenario});
+    let by =
+        |policy: &str| -> Vec<&Json> { lines.iter().filter(|l| l["policy"] == policy).collect() };
+    let default: Vec<&Json> = lines.iter().filter(|l| l["default"] == true).collect();
+    let Some(d) = default.first() else {
+        return out;
+    };
+    out["default_policy"] = d["policy"].clone();
+    let worst = |vals: Vec<Option<f64>>| vals.into_iter().flatten().fold(f64::NAN, f64::max);
+    // Within 10% of the oracle (DAGs) or the LP bound (bags).
+    let reference = if d["policy"] == "lp" {
+        "lower_bound_s"
+    } else {
+        "oracle_makespan_s"
+    };
+    let vs_ref = worst(
+        default
+            .iter()
+            .map(|l| Some(f(l, "makespan_s")? / f(l, reference)?))
+            .collect(),
+    );
+    out["default_vs_reference"] = json!(round(vs_ref));
+    out["reference"] = json!(reference);
+    let rr = by("round-robin");
+    let speedup_rr = default
+        .iter()
+        .zip(&rr)
+        .filter_map(|(d, r)| Some(f(r, "makespan_s")? / f(d, "makespan_s")?))
+        .fold(f64::INFINITY, f64::min);
+    out["round_robin_over_default_min"] = json!(round(speedup_rr));
+    let pred = worst(
+        default
+            .iter()
+            .map(|l| {
+                Some(
+                    (f(l, "predicted_makespan_s")? - f(l, "makespan_s")?).abs()
+                        / f(l, "makespan_s")?,
+                )
+            })
+            .collect(),
+    );
+    out["prediction_error_max"] = json!(round(pred));
+    if scenario == "hydropad" {
+        let heft = by("heft");
+        let cs = by("constant-speed");
+        let ratios: Vec<Json> = heft
+            .iter()
+            .zip(&cs)
+            .map(|(h, c)| {
+                json!({"size": h["size"], "constant_speed_over_heft": f(c, "makespan_s").zip(f(h, "makespan_s")).map(|(c, h)| round(c / h))})
+            })
+            .collect();
+        out["constant_speed_over_heft"] = json!(ratios);
+    }
+    out
+}
