@@ -15,7 +15,7 @@
 //! tasks on 16 servers of 4 classes, data moving along the edges).
 
 use crate::demo::{wait_for_models, wait_for_servers};
-use crate::local::LocalGrid;
+use crate::local::{Launcher, LocalGrid};
 use anyhow::{Result, anyhow, bail};
 use gridwise_client::{Client, GraphArg};
 use gridwise_proto::{Complexity, Value};
@@ -393,8 +393,10 @@ fn task_graph(s: &Scenario, calls: &[Call]) -> Result<TaskGraph> {
 
 /// One scenario: start its grid, let the models build, run every applicable policy per size.
 /// Each result goes to `emit` as it is measured.
+/// `agent` and `server` say how to start the daemons.
 pub fn run_scenario(
-    exe: &std::path::Path,
+    agent: &Launcher,
+    server: Launcher,
     name: &str,
     quick: bool,
     emit: &mut dyn FnMut(Json),
@@ -407,7 +409,7 @@ pub fn run_scenario(
         "5000",
     ]
     .map(String::from);
-    let mut grid = LocalGrid::start_gridwise(exe, &hb)?;
+    let mut grid = LocalGrid::start(agent, server, &hb)?;
     let mut servers: Vec<(String, &Class, f64)> = Vec::new();
     let mut models = 0;
     for class in &s.classes {
@@ -553,7 +555,9 @@ pub fn run(scenarios: &[String], quick: bool, emit: &mut dyn FnMut(Json)) -> Res
     }
     for n in &names {
         let mut lines = Vec::new();
-        run_scenario(&exe, n, quick, &mut |l| {
+        let agent = Launcher::subcommand(exe.clone(), "agent");
+        let server = Launcher::subcommand(exe.clone(), "server");
+        run_scenario(&agent, server, n, quick, &mut |l| {
             lines.push(l.clone());
             emit(l);
         })?;
@@ -589,12 +593,28 @@ pub fn summary(scenario: &str, lines: &[Json]) -> Json {
     out["default_vs_reference"] = json!(round(vs_ref));
     out["reference"] = json!(reference);
     let rr = by("round-robin");
-    let speedup_rr = default
+    let speedups: Vec<f64> = default
         .iter()
         .zip(&rr)
         .filter_map(|(d, r)| Some(f(r, "makespan_s")? / f(d, "makespan_s")?))
-        .fold(f64::INFINITY, f64::min);
-    out["round_robin_over_default_min"] = json!(round(speedup_rr));
+        .collect();
+    out["round_robin_over_default_min"] = json!(round(
+        speedups.iter().copied().fold(f64::INFINITY, f64::min)
+    ));
+    // Per size where the scenario sweeps one: where only one server can run the calls, every
+    // policy is the same and the ratio is 1 by construction.
+    if default.iter().any(|l| l.get("size").is_some()) {
+        out["round_robin_over_default"] = default
+            .iter()
+            .zip(&rr)
+            .map(|(d, r)| {
+                let ratio = f(r, "makespan_s")
+                    .zip(f(d, "makespan_s"))
+                    .map(|(r, d)| round(r / d));
+                json!({"size": d["size"], "ratio": ratio})
+            })
+            .collect();
+    }
     let pred = worst(
         default
             .iter()

@@ -13,4 +13,5 @@ pub mod graph;
 pub mod local;
 pub mod model;
 pub mod plot;
+pub mod sim;
 pub mod status;

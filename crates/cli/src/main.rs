@@ -99,6 +99,9 @@ enum Command {
         #[command(subcommand)]
         which: ModelCmd,
     },
+    /// Simulates a platform far larger than this machine (servers with speed functions, links,
+    /// load traces; see examples/sim/README.md) under the mapping policies, in virtual time.
+    Sim(gridwise_cli::sim::SimArgs),
     /// Run the agent daemon (same as gridwise-agent).
     Agent(AgentArgs),
     /// Run a server daemon (same as gridwise-server).
@@ -364,6 +367,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 client(conn)
             }),
         },
+        Command::Sim(args) => gridwise_cli::sim::run(args.clone()),
         Command::Model { which } => match which {
             ModelCmd::Status { json, conn } => model::print_status(&client(conn)?, *json),
             ModelCmd::Show {

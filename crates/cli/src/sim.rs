@@ -13,7 +13,7 @@ use std::time::Instant;
 const PROGRESS_CELLS: usize = 1_000_000;
 
 /// Arguments of `gridwise sim`.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct SimArgs {
     /// Scenario file (JSON; the format is described in examples/sim/README.md).
     pub scenario: PathBuf,

@@ -216,28 +216,15 @@ impl ServerHandler {
         Ok(kernel)
     }
 
-    /// Waits for a slot and runs an admitted call: (outputs, queue wait s, kernel s).
+    /// Runs an admitted call in the slot it holds: (outputs, queue wait s, kernel s).
     async fn run_call(
         &self,
         kernel: Arc<dyn Kernel>,
         req: ExecuteRequest,
         arrived: Instant,
+        permit: Result<tokio::sync::SemaphorePermit<'_>, tokio::sync::AcquireError>,
+        cancel: CancelFlag,
     ) -> Result<(Vec<Value>, f64, f64), CallError> {
-        // Real calls come first: a model benchmark running now stops and is re-run later.
-        self.inner.gate.yield_to_call();
-        // Registered before queueing so a cancel reaches the call wherever it is; the guard
-        // also cancels the kernel if the client goes away (tarpc drops this future).
-        let cancel = CancelFlag::new();
-        let _guard = CallGuard {
-            handler: self.clone(),
-            call_id: req.call_id,
-            cancel: cancel.clone(),
-        };
-        self.calls().insert(req.call_id, cancel.clone());
-
-        self.inner.queued.fetch_add(1, Ordering::Relaxed);
-        let permit = self.inner.free_slots.acquire().await;
-        self.inner.queued.fetch_sub(1, Ordering::Relaxed);
         let _permit = permit.map_err(|_| {
             CallError::new(CallErrorKind::Unavailable, "the server is shutting down")
         })?;
@@ -328,13 +315,31 @@ impl ServerApi for ServerHandler {
         let service = req.service.clone();
         let keep = std::mem::take(&mut req.keep_outputs);
         let mut sizes = Vec::new();
-        // Remote inputs are pulled first: checks and kernels only ever see values.
-        let pulled = self.pull_remote_inputs(&mut req.inputs).await;
+        // Real calls come first: a model benchmark running now stops and is re-run later.
+        self.inner.gate.yield_to_call();
+        // Registered before queueing so a cancel reaches the call wherever it is; the guard
+        // also cancels the kernel if the client goes away (tarpc drops this future).
+        let cancel = CancelFlag::new();
+        let _guard = CallGuard {
+            handler: self.clone(),
+            call_id: req.call_id,
+            cancel: cancel.clone(),
+        };
+        self.calls().insert(req.call_id, cancel.clone());
+        // The call takes its place in the slot queue on arrival, while its remote inputs are
+        // pulled (checks and kernels only ever see values): calls run in the order they came,
+        // not in the order their pulls happen to finish, which is what a graph's plan assumes.
+        self.inner.queued.fetch_add(1, Ordering::Relaxed);
+        let (permit, pulled) = tokio::join!(
+            self.inner.free_slots.acquire(),
+            self.pull_remote_inputs(&mut req.inputs)
+        );
+        self.inner.queued.fetch_sub(1, Ordering::Relaxed);
         input_transfer_s += pulled.as_ref().copied().unwrap_or(0.0);
         let result = match pulled.and_then(|_| self.admit(&req)) {
             Ok(kernel) => {
                 sizes = kernel.desc().sizes(&req.inputs);
-                self.run_call(kernel, req, arrived).await
+                self.run_call(kernel, req, arrived, permit, cancel).await
             }
             Err(e) => Err(e),
         };

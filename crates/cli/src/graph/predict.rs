@@ -423,6 +423,31 @@ fn decimals(max: f64) -> usize {
     (3 - max.log10().floor() as i64).clamp(1, 6) as usize
 }
 
+/// What the graph commands check before connecting: the `--policy`, the file, the chart's format.
+pub fn load_checked(
+    path: &Path,
+    policy: Option<&str>,
+    gantt_out: Option<&Path>,
+) -> Result<(Option<GraphPolicy>, GraphFile)> {
+    let policy = policy
+        .map(str::parse::<GraphPolicy>)
+        .transpose()
+        .map_err(|e| anyhow!("--policy: {e}"))?;
+    let file = GraphFile::load(path)?;
+    if let Some(out) = gantt_out {
+        gantt::check_format(out)?;
+    }
+    Ok((policy, file))
+}
+
+/// The graph file's name, for chart titles.
+pub fn chart_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into(),
+    )
+}
+
 /// The command: loads `path`, predicts it on the grid `connect` reaches, prints the report (or
 /// JSON) and draws the Gantt chart if asked. The file and the chart's format are checked before
 /// connecting.
@@ -433,23 +458,12 @@ pub fn run(
     gantt_out: Option<&Path>,
     connect: impl FnOnce() -> Result<Client>,
 ) -> Result<()> {
-    let policy = policy
-        .map(str::parse::<GraphPolicy>)
-        .transpose()
-        .map_err(|e| anyhow!("--policy: {e}"))?;
-    let file = GraphFile::load(path)?;
-    if let Some(out) = gantt_out {
-        gantt::check_format(out)?;
-    }
+    let (policy, file) = load_checked(path, policy, gantt_out)?;
     let client = connect()?;
     let p = predict(&client, &file, policy)
         .with_context(|| format!("predicting {}", path.display()))?;
     if let Some(out) = gantt_out {
-        let name = path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into(),
-        );
-        gantt::draw(&p, out, &name)?;
+        gantt::draw(&p, out, &chart_name(path))?;
     }
     if as_json {
         println!("{}", p.to_json());

@@ -4,9 +4,9 @@
 
 use super::file::{Arg, GraphFile};
 use super::gantt;
-use super::predict::{Platform, PolicySource, Prediction, ServerInfo};
+use super::predict::{Platform, PolicySource, Prediction, ServerInfo, chart_name, load_checked};
 use crate::args::{parse_inputs, render};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use gridwise_client::{BlockingGraph, CallRef, Client, GraphArg, GraphRun};
 use gridwise_proto::{ArgType, GraphPlan};
 use gridwise_sched::graph::Slot;
@@ -28,17 +28,8 @@ pub fn record<'c>(
         let desc = client
             .describe(&spec.service)
             .map_err(|e| anyhow!("task `{}`: {e}", spec.name))?;
-        let inputs = desc.inputs().count();
-        if inputs != spec.args.len() {
-            bail!(
-                "task `{}`: `{}` takes {inputs} input(s), {} given: {}",
-                spec.name,
-                desc.name,
-                spec.args.len(),
-                desc.signature()
-            );
-        }
-        // Outputs of other tasks are not parsed: they become placeholders the graph replaces.
+        // Outputs of other tasks are not parsed: they become placeholders the graph replaces
+        // (argument counts and shapes are checked by `GraphFile::resolve` and by the graph).
         let mut shadow = desc.clone();
         let mut words = Vec::with_capacity(spec.args.len());
         for (a, arg) in shadow
@@ -187,14 +178,7 @@ pub fn run(
     gantt_out: Option<&Path>,
     connect: impl FnOnce() -> Result<Client>,
 ) -> Result<()> {
-    let policy = policy
-        .map(str::parse::<GraphPolicy>)
-        .transpose()
-        .map_err(|e| anyhow!("--policy: {e}"))?;
-    let file = GraphFile::load(path)?;
-    if let Some(out) = gantt_out {
-        gantt::check_format(out)?;
-    }
+    let (policy, file) = load_checked(path, policy, gantt_out)?;
     let client = connect()?;
     let resolved = file
         .resolve(|svc| Ok(client.describe(svc)?))
@@ -221,11 +205,7 @@ pub fn run(
     let pred = prediction_of(&run.plan, resolved.graph, source)?;
     let actual = actual_of(&pred, &run);
     if let Some(out) = gantt_out {
-        let name = path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into(),
-        );
-        gantt::draw_pair(&pred, &actual, out, &name)?;
+        gantt::draw_pair(&pred, &actual, out, &chart_name(path))?;
     }
     let fetched: Vec<(usize, &[gridwise_proto::Value])> = refs
         .iter()

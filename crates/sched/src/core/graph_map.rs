@@ -91,10 +91,16 @@ impl AgentCore {
 
         let mut values = vec![f64::INFINITY; n * m];
         let mut unknown = Vec::new();
+        // Offered, but the model says the call does not fit: classic GridSolve cannot know.
+        let mut blind_spots = Vec::new();
         for (t, (svc, call)) in calls.iter().enumerate() {
             for (col, &slot) in slots.iter().enumerate() {
                 let e = self.registry.entry(slot);
-                if !e.offers(*svc) || !self.model.feasible(e, call.svc, call.profile) {
+                if !e.offers(*svc) {
+                    continue;
+                }
+                if !self.model.feasible(e, call.svc, call.profile) {
+                    blind_spots.push((t, col));
                     continue;
                 }
                 let (mut compute, source) =
@@ -112,6 +118,35 @@ impl AgentCore {
                 if compute.is_finite() {
                     values[t * m + col] = compute.max(0.0);
                 }
+            }
+        }
+        let policy_requested = policy.is_some();
+        let policy = policy.unwrap_or_else(|| GraphPolicy::default_for(&graph));
+        // Classic GridSolve: one benchmark rate per server. A server's rate is its calibrated
+        // rate for the first of the graph's services it offers (measured at one size, which is
+        // the point: it cannot see paging), else its default rate.
+        let rates: Vec<f64> = slots
+            .iter()
+            .map(|&slot| {
+                let e = self.registry.entry(slot);
+                calls
+                    .iter()
+                    .find_map(|(svc, _)| e.rate(*svc))
+                    .unwrap_or(e.default_rate)
+            })
+            .collect();
+        if policy == GraphPolicy::ConstantSpeed {
+            if let Some(col) = rates.iter().position(|r| !(r.is_finite() && *r > 0.0)) {
+                let name = &self.registry.entry(slots[col]).name;
+                return Err(invalid(format!(
+                    "constant-speed divides work by each server's calibrated rate, but server \
+                     `{name}` has none (calibrate = false?); choose another policy"
+                )));
+            }
+            // Blind to memory as GridSolve was: it places calls where they do not fit, and
+            // they fail there (the Hydropad lesson, seed 003 §5.3).
+            for &(t, col) in &blind_spots {
+                values[t * m + col] = calls[t].1.work.unwrap_or(0.0).max(0.0) / rates[col];
             }
         }
         for (t, (_, call)) in calls.iter().enumerate() {
@@ -169,30 +204,6 @@ impl AgentCore {
             }
         }
 
-        let policy_requested = policy.is_some();
-        let policy = policy.unwrap_or_else(|| GraphPolicy::default_for(&graph));
-        // Classic GridSolve: one benchmark rate per server. A server's rate is its calibrated
-        // rate for the first of the graph's services it offers (measured at one size, which is
-        // the point: it cannot see paging), else its default rate.
-        let rates: Vec<f64> = slots
-            .iter()
-            .map(|&slot| {
-                let e = self.registry.entry(slot);
-                calls
-                    .iter()
-                    .find_map(|(svc, _)| e.rate(*svc))
-                    .unwrap_or(e.default_rate)
-            })
-            .collect();
-        if policy == GraphPolicy::ConstantSpeed
-            && let Some(col) = rates.iter().position(|r| !(r.is_finite() && *r > 0.0))
-        {
-            return Err(invalid(format!(
-                "constant-speed divides work by each server's calibrated rate, but server `{}` \
-                 has none (calibrate = false?); choose another policy",
-                servers[col].name
-            )));
-        }
         let mapping = policy
             .map(&graph, &etc, &comm, Some(&rates))
             .map_err(|e| invalid(format!("mapping the graph with {policy}: {e}")))?;
@@ -211,8 +222,7 @@ impl AgentCore {
         let mut tickets = Vec::new();
         if req.reserve {
             tickets.reserve(n);
-            for t in 0..n {
-                let col = mapping.server_of[t];
+            for (t, &col) in mapping.server_of.iter().enumerate() {
                 let ticket = Ticket(self.next_ticket);
                 self.next_ticket += 1;
                 let slot = slots[col];
