@@ -41,6 +41,8 @@ pub trait AgentApi {
     async fn links(server: ServerId, samples: Vec<LinkSample>) -> Ack;
     /// Every measured link.
     async fn link_matrix() -> Vec<LinkInfo>;
+    /// Swallows bytes: a server times it to measure its link to the agent.
+    async fn sink(data: serde_bytes::ByteBuf) -> u64;
     /// Maps a whole task graph at once; with `reserve`, records every call as an assignment.
     async fn map_graph(request: GraphRequest) -> Result<GraphPlan, RpcError>;
 }

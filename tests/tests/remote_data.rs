@@ -86,6 +86,16 @@ fn servers_measure_links_and_calls_follow_their_data() {
         "no links measured:\n{}",
         g.logs()
     );
+    // Each server also measures its link to the agent.
+    let agent = g.agent.addr.clone();
+    assert!(
+        gridwise_e2e::eventually(std::time::Duration::from_secs(20), || c
+            .link_matrix()
+            .map(|l| l.iter().filter(|x| x.sample.to == agent).count() == 2)
+            .unwrap_or(false)),
+        "no links to the agent {agent}: {:?}",
+        c.link_matrix()
+    );
     for l in c.link_matrix().unwrap() {
         assert!(
             l.sample.latency_s > 0.0 && l.sample.bandwidth_bytes_per_s > 1e6,

@@ -186,6 +186,9 @@ impl AgentApi for TestAgent {
     async fn link_matrix(self, _: Context) -> Vec<LinkInfo> {
         Vec::new()
     }
+    async fn sink(self, _: Context, data: serde_bytes::ByteBuf) -> u64 {
+        data.len() as u64
+    }
     async fn map_graph(
         self,
         _: Context,

@@ -160,6 +160,10 @@ impl AgentApi for AgentHandler {
         self.core().link_matrix(self.now())
     }
 
+    async fn sink(self, _: Context, data: serde_bytes::ByteBuf) -> u64 {
+        data.len() as u64
+    }
+
     async fn map_graph(self, _: Context, request: GraphRequest) -> Result<GraphPlan, RpcError> {
         let now = self.now();
         self.core().map_graph(&request, now)

@@ -6,7 +6,8 @@
 
 use crate::handler::{ServerHandler, ToAgent};
 use gridwise_proto::{
-    Ack, AgentApiClient, CallReport, Heartbeat, ModelPoint, Registration, ServerId, wire,
+    Ack, AgentApiClient, CallReport, Heartbeat, LinkSample, ModelPoint, Registration, ServerId,
+    wire,
 };
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -42,6 +43,36 @@ fn push_bounded<T>(q: &mut VecDeque<T>, x: T) {
         q.pop_front();
     }
     q.push_back(x);
+}
+
+/// Latency (half the best of three empty round trips) and bandwidth (1 MiB) to the agent, the
+/// way peers are probed: the agent is on every call's control path.
+async fn probe_agent(
+    client: &AgentApiClient,
+    addr: &str,
+) -> Result<LinkSample, tarpc::client::RpcError> {
+    const PROBE_BYTES: usize = 1 << 20;
+    let mut rtt = f64::INFINITY;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        client
+            .sink(wire::context(RPC_TIMEOUT), serde_bytes::ByteBuf::new())
+            .await?;
+        rtt = rtt.min(t.elapsed().as_secs_f64());
+    }
+    let t = std::time::Instant::now();
+    client
+        .sink(
+            wire::context(RPC_TIMEOUT),
+            serde_bytes::ByteBuf::from(vec![0u8; PROBE_BYTES]),
+        )
+        .await?;
+    let secs = (t.elapsed().as_secs_f64() - rtt).max(1e-6);
+    Ok(LinkSample {
+        to: addr.to_string(),
+        latency_s: rtt / 2.0,
+        bandwidth_bytes_per_s: PROBE_BYTES as f64 / secs,
+    })
 }
 
 /// Keeps the server registered and reporting until the process ends.
@@ -102,6 +133,7 @@ pub async fn run(
             _ = probe_tick.tick(), if link_probe.is_some() => {
                 // Off the loop: probes take a moment, heartbeats must not wait for them.
                 let (client, id, h) = (link.client.clone(), link.id, handler.clone());
+                let agent_addr = agent.clone();
                 tokio::spawn(async move {
                     let Ok(st) = client.status(wire::context(RPC_TIMEOUT)).await else { return };
                     let peers: Vec<String> = st
@@ -110,7 +142,11 @@ pub async fn run(
                         .filter(|s| s.state == gridwise_proto::ServerState::Up)
                         .map(|s| s.addr)
                         .collect();
-                    let samples = h.probe_links(&peers).await;
+                    let mut samples = h.probe_links(&peers).await;
+                    match probe_agent(&client, &agent_addr).await {
+                        Ok(s) => samples.push(s),
+                        Err(e) => tracing::debug!("cannot probe the link to the agent: {e}"),
+                    }
                     if !samples.is_empty() {
                         let _ = client.links(wire::context(RPC_TIMEOUT), id, samples).await;
                     }
