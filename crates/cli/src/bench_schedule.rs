@@ -18,7 +18,8 @@ use crate::demo::{wait_for_models, wait_for_servers};
 use crate::local::{Launcher, LocalGrid};
 use anyhow::{Result, anyhow, bail};
 use gridwise_client::{Client, GraphArg};
-use gridwise_proto::{Complexity, Value};
+use gridwise_kernels::{EmulatedKernel, EmulatedSpec, Kernel};
+use gridwise_proto::Value;
 use gridwise_sched::graph::generate::SplitMix64;
 use gridwise_sched::graph::lp_lower_bound;
 use gridwise_sched::{Bounds, CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, replay};
@@ -311,73 +312,67 @@ fn scenario(name: &str) -> Result<Scenario> {
     })
 }
 
-/// A server of `class` (the `i`-th) as its TOML config: emulated services with true speeds and
-/// a GBBP model to build for each.
-fn server_toml(s: &Scenario, class: &Class, i: usize) -> String {
+/// The emulated services of the `i`-th server of `class`: the true speeds that the server's
+/// config carries and only the oracle may read.
+fn emulated(s: &Scenario, class: &Class, i: usize) -> Vec<EmulatedSpec> {
     let scale = 1.0 + class.spread * i as f64;
-    let mut t = String::from("builtins = []\nslots = 1\n");
-    for service in &s.services {
-        let Some((_, speed)) = class.speeds.iter().find(|(n, _)| *n == service.name) else {
-            continue;
-        };
-        let pts: Vec<String> = speed
-            .iter()
-            .map(|p| format!("[{}, {:e}]", p[0], p[1] * scale))
-            .collect();
+    s.services
+        .iter()
+        .filter_map(|service| {
+            let (_, speed) = class.speeds.iter().find(|(n, _)| *n == service.name)?;
+            Some(EmulatedSpec {
+                name: service.name.to_string(),
+                doc: String::new(),
+                param: "n".into(),
+                complexity: service.complexity.into(),
+                speed: speed.iter().map(|p| [p[0], p[1] * scale]).collect(),
+                calibration_size: Some(s.calibration_size),
+                inputs: service.inputs,
+                output: service.output,
+            })
+        })
+        .collect()
+}
+
+/// A server's TOML config: its emulated services and a GBBP model to build for each.
+fn server_toml(s: &Scenario, specs: &[EmulatedSpec]) -> Result<String> {
+    #[derive(serde::Serialize)]
+    struct Config<'a> {
+        builtins: [&'a str; 0],
+        slots: u32,
+        emulated: &'a [EmulatedSpec],
+    }
+    let mut t = toml::to_string(&Config {
+        builtins: [],
+        slots: 1,
+        emulated: specs,
+    })?;
+    let (lo, hi, stride) = s.model_range;
+    for spec in specs {
         t.push_str(&format!(
-            "\n[[emulated]]\nname = \"{}\"\nparam = \"n\"\ncomplexity = \"{}\"\nspeed = [{}]\n\
-             inputs = {}\noutput = {}\ncalibration_size = {}\n",
-            service.name,
-            service.complexity,
-            pts.join(", "),
-            service.inputs,
-            service.output,
-            s.calibration_size
+            "\n[[models]]\nservice = \"{}\"\nmethod = \"gbbp\"\nfuzzy_max = true\n\
+             params = [{{ name = \"n\", min = {lo}, max = {hi}, stride = {stride} }}]\n",
+            spec.name
         ));
     }
-    let (lo, hi, stride) = s.model_range;
-    for service in &s.services {
-        if class.speeds.iter().any(|(n, _)| *n == service.name) {
-            t.push_str(&format!(
-                "\n[[models]]\nservice = \"{}\"\nmethod = \"gbbp\"\nfuzzy_max = true\n\
-                 params = [{{ name = \"n\", min = {lo}, max = {hi}, stride = {stride} }}]\n",
-                service.name
-            ));
-        }
-    }
-    t
+    Ok(t)
 }
 
 /// The true compute time of every call on every server (servers in name order, as the agent
-/// lists them), from the emulation's speed functions: what only the oracle may know.
-fn true_etc(s: &Scenario, calls: &[Call], servers: &[(String, &Class, f64)]) -> Result<EtcMatrix> {
-    let mut values = Vec::with_capacity(calls.len() * servers.len());
-    for c in calls {
-        let service = s
-            .services
+/// lists them), from the emulated kernels themselves: what only the oracle may know.
+fn true_etc(calls: &[Call], servers: &[(String, Vec<EmulatedKernel>)]) -> Result<EtcMatrix> {
+    let etc = EtcMatrix::from_fn(calls.len(), servers.len(), |t, s| {
+        servers[s]
+            .1
             .iter()
-            .find(|x| x.name == c.service)
-            .ok_or_else(|| anyhow!("no service {}", c.service))?;
-        let cx = Complexity::parse(service.complexity, &["n".to_string()])?;
-        let work = cx.eval(&[("n".to_string(), c.size)])?;
-        for (_, class, scale) in servers {
-            let t = match class.speeds.iter().find(|(n, _)| *n == c.service) {
-                Some((_, pts)) => {
-                    let f = gridwise_kernels::emulated::SpeedFunction::new(
-                        pts.iter().map(|p| (p[0], p[1] * scale)).collect(),
-                    )?;
-                    let sp = f.speed(c.size as f64);
-                    if sp > 0.0 { work / sp } else { f64::INFINITY }
-                }
-                None => f64::INFINITY,
-            };
-            values.push(t);
-        }
-    }
-    Ok(EtcMatrix::new(calls.len(), servers.len(), values)?)
+            .find(|k| k.desc().name == calls[t].service)
+            .and_then(|k| k.true_time(calls[t].size))
+            .unwrap_or(f64::INFINITY)
+    })?;
+    Ok(etc)
 }
 
-fn task_graph(s: &Scenario, calls: &[Call]) -> Result<TaskGraph> {
+fn task_graph(calls: &[Call]) -> Result<TaskGraph> {
     let mut g = TaskGraph::new();
     for c in calls {
         g.add_task(Task::new(&c.name, c.service, 0.0));
@@ -387,7 +382,6 @@ fn task_graph(s: &Scenario, calls: &[Call]) -> Result<TaskGraph> {
             g.add_edge(d, i, (calls[d].size.max(0) as u64) * 8)?;
         }
     }
-    let _ = s;
     Ok(g)
 }
 
@@ -410,7 +404,7 @@ pub fn run_scenario(
     ]
     .map(String::from);
     let mut grid = LocalGrid::start(agent, server, &hb)?;
-    let mut servers: Vec<(String, &Class, f64)> = Vec::new();
+    let mut servers: Vec<(String, Vec<EmulatedKernel>)> = Vec::new();
     let mut models = 0;
     for class in &s.classes {
         let count = if quick {
@@ -424,9 +418,14 @@ pub fn run_scenario(
             } else {
                 format!("{}-{i:02}", class.name)
             };
-            grid.add_server(&sname, &server_toml(&s, class, i))?;
-            servers.push((sname, class, 1.0 + class.spread * i as f64));
-            models += class.speeds.len();
+            let specs = emulated(&s, class, i);
+            grid.add_server(&sname, &server_toml(&s, &specs)?)?;
+            models += specs.len();
+            let kernels = specs
+                .iter()
+                .map(EmulatedSpec::build)
+                .collect::<Result<_, _>>()?;
+            servers.push((sname, kernels));
         }
     }
     // The agent lists servers by name; the oracle's columns follow the same order.
@@ -445,8 +444,8 @@ pub fn run_scenario(
     };
     for &size in &sizes {
         let calls = (s.calls)(size, quick);
-        let graph = task_graph(&s, &calls)?;
-        let etc = true_etc(&s, &calls, &servers)?;
+        let graph = task_graph(&calls)?;
+        let etc = true_etc(&calls, &servers)?;
         let comm = CommModel::uniform(servers.len(), LATENCY_S, BANDWIDTH)?;
         let oracle_mapping = GraphPolicy::Heft.map(&graph, &etc, &comm, None)?;
         let oracle = replay(&graph, &etc, &comm, &oracle_mapping)?.makespan_s;
@@ -513,7 +512,7 @@ fn run_once(
     policy: GraphPolicy,
 ) -> Result<(f64, f64)> {
     let mut g = client.graph();
-    let mut refs = Vec::with_capacity(calls.len());
+    let mut refs: Vec<gridwise_client::CallRef> = Vec::with_capacity(calls.len());
     for c in calls {
         let service = s
             .services
@@ -523,10 +522,7 @@ fn run_once(
         let mut args: Vec<GraphArg> = vec![c.size.into()];
         for k in 0..service.inputs as usize {
             args.push(match c.deps.get(k) {
-                Some(&d) => {
-                    let r: gridwise_client::CallRef = refs[d];
-                    r.output(0)
-                }
+                Some(&d) => refs[d].output(0),
                 None => Value::vector_f64(&vec![0.0; c.size.max(0) as usize]).into(),
             });
         }

@@ -117,41 +117,31 @@ enum GraphCmd {
     /// 500, 500, "rand", "rand"]}, {"name": "b", "service": "dgemm", "args": [500, 500, 500,
     /// {"from": "a", "output": 0}, "rand"]}], "outputs": ["b"]}. Arguments are the words
     /// `gridwise call` takes; {"from": TASK, "output": K} is the K-th output of an earlier task.
-    Predict {
-        /// The graph file (JSON).
-        file: PathBuf,
-        /// Mapping policy: heft, min-min, mct, sufferage, lp, round-robin, constant-speed
-        /// [default: the file's, else lp for independent calls and heft otherwise].
-        #[arg(long)]
-        policy: Option<String>,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-        /// Also draw the timeline as a Gantt chart (.svg or .png).
-        #[arg(long, value_name = "OUT")]
-        gantt: Option<PathBuf>,
-        #[command(flatten)]
-        conn: Conn,
-    },
+    Predict(GraphFileArgs),
     /// Runs a graph file on the live grid: the agent maps the whole graph, outputs move server
     /// to server, only the file's `outputs` (else the calls nothing uses) come back; prints
-    /// them with the predicted and actual timelines. Same file format as `graph predict`.
-    Run {
-        /// The graph file (JSON).
-        file: PathBuf,
-        /// Mapping policy (as for `graph predict`) [default: the file's, else the best for
-        /// the graph's shape].
-        #[arg(long)]
-        policy: Option<String>,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-        /// Also draw the predicted and the actual timelines, one above the other (.svg or .png).
-        #[arg(long, value_name = "OUT")]
-        gantt: Option<PathBuf>,
-        #[command(flatten)]
-        conn: Conn,
-    },
+    /// them with the predicted and actual timelines (`--gantt`: predicted above actual). Same
+    /// file format as `graph predict`.
+    Run(GraphFileArgs),
+}
+
+/// What `graph predict` and `graph run` take.
+#[derive(clap::Args)]
+struct GraphFileArgs {
+    /// The graph file (JSON).
+    file: PathBuf,
+    /// Mapping policy: heft, min-min, mct, sufferage, lp, round-robin, constant-speed
+    /// [default: the file's, else lp for independent calls and heft otherwise].
+    #[arg(long)]
+    policy: Option<String>,
+    /// One JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the timeline as a Gantt chart (.svg or .png).
+    #[arg(long, value_name = "OUT")]
+    gantt: Option<PathBuf>,
+    #[command(flatten)]
+    conn: Conn,
 }
 
 #[derive(Subcommand)]
@@ -348,24 +338,20 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             call::run(&c, service, args, server.as_deref(), *json)
         }
         Command::Graph { which } => match which {
-            GraphCmd::Predict {
-                file,
-                policy,
-                json,
-                gantt,
-                conn,
-            } => graph::predict::run(file, policy.as_deref(), *json, gantt.as_deref(), || {
-                client(conn)
-            }),
-            GraphCmd::Run {
-                file,
-                policy,
-                json,
-                gantt,
-                conn,
-            } => graph::run::run(file, policy.as_deref(), *json, gantt.as_deref(), || {
-                client(conn)
-            }),
+            GraphCmd::Predict(a) => graph::predict::run(
+                &a.file,
+                a.policy.as_deref(),
+                a.json,
+                a.gantt.as_deref(),
+                || client(&a.conn),
+            ),
+            GraphCmd::Run(a) => graph::run::run(
+                &a.file,
+                a.policy.as_deref(),
+                a.json,
+                a.gantt.as_deref(),
+                || client(&a.conn),
+            ),
         },
         Command::Sim(args) => gridwise_cli::sim::run(args.clone()),
         Command::Model { which } => match which {

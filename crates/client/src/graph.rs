@@ -411,6 +411,7 @@ impl Graph {
             wake: (0..n).map(|_| Notify::new()).collect(),
             consumers: prepared.consumers.clone(),
             next: after,
+            wanted: wanted.clone(),
         });
         let t0 = Instant::now();
         let mut set = tokio::task::JoinSet::new();
@@ -432,7 +433,6 @@ impl Graph {
                 } else {
                     (0..prepared.descs[i].outputs().count() as u32).collect()
                 },
-                wanted: wanted.clone(),
                 t0,
             };
             set.spawn_on(job.run(), &inner.rt);
@@ -540,6 +540,8 @@ struct Shared {
     wake: Vec<Notify>,
     consumers: Vec<Vec<usize>>,
     next: Vec<Option<usize>>,
+    /// Whether each call's outputs come back to the client.
+    wanted: Vec<bool>,
 }
 
 impl Shared {
@@ -564,7 +566,6 @@ struct Job {
     server: gridwise_proto::PlannedServer,
     ticket: Ticket,
     keep: Vec<u32>,
-    wanted: Vec<bool>,
     t0: Instant,
 }
 
@@ -604,7 +605,7 @@ impl Job {
                     for &p in &self.producers {
                         st.left[p] -= 1;
                         if st.left[p] == 0
-                            && !self.wanted[p]
+                            && !self.shared.wanted[p]
                             && let Some(vals) = &st.outputs[p]
                         {
                             to_free.extend(refs(vals));
@@ -612,7 +613,7 @@ impl Job {
                     }
                     // Nothing uses this call's outputs and nobody wants them.
                     if st.left[self.i] == 0
-                        && !self.wanted[self.i]
+                        && !self.shared.wanted[self.i]
                         && let Some(vals) = &st.outputs[self.i]
                     {
                         to_free.extend(refs(vals));

@@ -13,7 +13,7 @@
 
 use crate::platform::Platform;
 use crate::workload::Workload;
-use gridwise_sched::graph::Slot;
+use gridwise_sched::graph::{Slot, earliest_lane};
 use gridwise_sched::{GraphError, Mapping, TaskIdx};
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -209,15 +209,7 @@ pub fn simulate(p: &Platform, w: &Workload, mapping: &Mapping) -> Result<SimRun,
                 break;
             }
             // The earliest-free lane, lowest index on ties: the replay's choice.
-            let (lane, free) =
-                lanes[s]
-                    .iter()
-                    .copied()
-                    .enumerate()
-                    .fold(
-                        (0, f64::INFINITY),
-                        |b, (i, f)| if f < b.1 { (i, f) } else { b },
-                    );
+            let (lane, free) = earliest_lane(&lanes[s]);
             if free > now {
                 break;
             }

@@ -45,6 +45,23 @@ impl Workload {
     }
 }
 
+/// What the generated workloads (bag, layered) share: a task count, services to draw from, sizes.
+fn check_generated(tasks: usize, services: &[String], sizes: &Sizes) -> Result<(), ScenarioError> {
+    let bad = |field: &str, reason: &str| {
+        Err(ScenarioError::invalid(
+            format!("workload.{field}"),
+            reason.to_string(),
+        ))
+    };
+    if tasks == 0 {
+        return bad("tasks", "tasks is 0; nothing to simulate");
+    }
+    if services.is_empty() {
+        return bad("services", "no services; list at least one");
+    }
+    check_sizes(sizes)
+}
+
 /// Checks a workload spec's numbers (services are checked by the scenario).
 pub(crate) fn check(w: &WorkloadSpec) -> Result<(), ScenarioError> {
     let bad = |field: &str, reason: String| {
@@ -56,15 +73,7 @@ pub(crate) fn check(w: &WorkloadSpec) -> Result<(), ScenarioError> {
             services,
             sizes,
             ..
-        } => {
-            if *tasks == 0 {
-                return bad("tasks", "tasks is 0; nothing to simulate".into());
-            }
-            if services.is_empty() {
-                return bad("services", "no services; list at least one".into());
-            }
-            check_sizes(sizes)
-        }
+        } => check_generated(*tasks, services, sizes),
         WorkloadSpec::Layered {
             tasks,
             width,
@@ -85,10 +94,7 @@ pub(crate) fn check(w: &WorkloadSpec) -> Result<(), ScenarioError> {
                     format!("{edge_prob} is not a probability in [0, 1]"),
                 );
             }
-            if services.is_empty() {
-                return bad("services", "no services; list at least one".into());
-            }
-            check_sizes(sizes)
+            check_generated(*tasks, services, sizes)
         }
         WorkloadSpec::Cholesky { tiles, tile } => {
             if *tiles == 0 {

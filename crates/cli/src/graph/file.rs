@@ -273,39 +273,21 @@ impl GraphFile {
                 desc.signature()
             );
         }
-        // Parse the words as `gridwise call` would, but without materialising the arrays a
-        // prediction does not need: inputs taken from other tasks and `rand` arrays become empty
-        // `bytes` in a copy of the description (their shapes are checked below instead).
-        let mut shadow = desc.clone();
-        let mut words = Vec::with_capacity(spec.args.len());
-        for (a, arg) in shadow
-            .args
-            .iter_mut()
-            .filter(|a| a.mode.is_input())
-            .zip(&spec.args)
-        {
-            let is_array = matches!(a.ty, ArgType::Vector { .. } | ArgType::Matrix { .. });
-            match arg {
-                Arg::From { task, .. } => {
-                    if a.ty == ArgType::Int {
-                        bail!(
-                            "argument `{}` is an int, which sizes the call and must be written \
-                             in the file; it cannot come from `{}`'s output",
-                            a.name,
-                            self.tasks[*task].name
-                        );
-                    }
-                    a.ty = ArgType::Bytes;
-                    words.push(String::new());
-                }
-                Arg::Word(w) if is_array && w == "rand" => {
-                    a.ty = ArgType::Bytes;
-                    words.push(String::new());
-                }
-                Arg::Word(w) => words.push(w.clone()),
+        for (a, arg) in inputs.iter().zip(&spec.args) {
+            if let Arg::From { task, .. } = arg
+                && a.ty == ArgType::Int
+            {
+                bail!(
+                    "argument `{}` is an int, which sizes the call and must be written in the \
+                     file; it cannot come from `{}`'s output",
+                    a.name,
+                    self.tasks[*task].name
+                );
             }
         }
-        let values = parse_inputs(&shadow, &words)?;
+        // A prediction does not need the arrays: `rand` ones are not materialised either (their
+        // shapes are checked below instead).
+        let values = parse_words(desc, &spec.args, false)?;
 
         let ints: Vec<(String, i64)> = desc
             .inputs()
@@ -382,6 +364,36 @@ impl GraphFile {
             work,
         })
     }
+}
+
+/// Parses a task's words for `desc`'s inputs as `gridwise call` would. Arguments taken from
+/// other tasks — and `rand` arrays unless `materialise_rand` — become empty `bytes` placeholders
+/// (parsed against a copy of the description), to be replaced or checked by the caller.
+pub fn parse_words(
+    desc: &ServiceDesc,
+    args: &[Arg],
+    materialise_rand: bool,
+) -> Result<Vec<gridwise_proto::Value>> {
+    let mut shadow = desc.clone();
+    let mut words = Vec::with_capacity(args.len());
+    for (a, arg) in shadow
+        .args
+        .iter_mut()
+        .filter(|a| a.mode.is_input())
+        .zip(args)
+    {
+        let is_array = matches!(a.ty, ArgType::Vector { .. } | ArgType::Matrix { .. });
+        match arg {
+            Arg::Word(w) if !(is_array && w == "rand" && !materialise_rand) => {
+                words.push(w.clone())
+            }
+            _ => {
+                a.ty = ArgType::Bytes;
+                words.push(String::new());
+            }
+        }
+    }
+    parse_inputs(&shadow, &words)
 }
 
 /// One JSON argument as a word or a reference to another task's output.

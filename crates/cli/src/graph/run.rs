@@ -2,13 +2,13 @@
 //! (the agent maps the whole graph, data moves server to server, only the file's `outputs`
 //! come back) and sets the prediction beside what happened.
 
-use super::file::{Arg, GraphFile};
+use super::file::{Arg, GraphFile, parse_words};
 use super::gantt;
 use super::predict::{Platform, PolicySource, Prediction, ServerInfo, chart_name, load_checked};
-use crate::args::{parse_inputs, render};
+use crate::args::render;
 use anyhow::{Context, Result, anyhow};
 use gridwise_client::{BlockingGraph, CallRef, Client, GraphArg, GraphRun};
-use gridwise_proto::{ArgType, GraphPlan};
+use gridwise_proto::GraphPlan;
 use gridwise_sched::graph::Slot;
 use gridwise_sched::{Bounds, CommModel, EtcMatrix, GraphPolicy, Mapping, Replay, TaskGraph};
 use serde_json::json;
@@ -28,26 +28,10 @@ pub fn record<'c>(
         let desc = client
             .describe(&spec.service)
             .map_err(|e| anyhow!("task `{}`: {e}", spec.name))?;
-        // Outputs of other tasks are not parsed: they become placeholders the graph replaces
-        // (argument counts and shapes are checked by `GraphFile::resolve` and by the graph).
-        let mut shadow = desc.clone();
-        let mut words = Vec::with_capacity(spec.args.len());
-        for (a, arg) in shadow
-            .args
-            .iter_mut()
-            .filter(|a| a.mode.is_input())
-            .zip(&spec.args)
-        {
-            match arg {
-                Arg::From { .. } => {
-                    a.ty = ArgType::Bytes;
-                    words.push(String::new());
-                }
-                Arg::Word(w) => words.push(w.clone()),
-            }
-        }
-        let values =
-            parse_inputs(&shadow, &words).with_context(|| format!("task `{}`", spec.name))?;
+        // Outputs of other tasks become placeholders the graph replaces (argument counts and
+        // shapes are checked by `GraphFile::resolve` and by the graph).
+        let values = parse_words(&desc, &spec.args, true)
+            .with_context(|| format!("task `{}`", spec.name))?;
         let args: Vec<GraphArg> = spec
             .args
             .iter()

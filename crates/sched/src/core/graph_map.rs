@@ -32,13 +32,12 @@ impl AgentCore {
         if req.calls.is_empty() {
             return Err(invalid("the graph has no calls".into()));
         }
-        let policy = match &req.policy {
-            Some(p) => Some(
-                p.parse::<GraphPolicy>()
-                    .map_err(|e| invalid(e.to_string()))?,
-            ),
-            None => None,
-        };
+        let policy = req
+            .policy
+            .as_deref()
+            .map(str::parse::<GraphPolicy>)
+            .transpose()
+            .map_err(|e| invalid(e.to_string()))?;
         // Every call checked as `rank` would (service offered, sizes in order), work once.
         let opts = RankOptions::default();
         let mut calls = Vec::with_capacity(req.calls.len());

@@ -23,7 +23,7 @@ pub use dag::{Adjacency, GraphError, Task, TaskGraph, TaskIdx};
 pub use platform::{CommModel, EtcMatrix, PlatformError, ShapeMismatch, check_shapes};
 pub use policy::lp::{LpOutcome, lp_lower_bound};
 pub use policy::{GraphPolicy, ParsePolicyError};
-pub use replay::{Replay, ReplayError, Slot, replay};
+pub use replay::{Replay, ReplayError, Slot, earliest_lane, replay};
 
 use thiserror::Error;
 

@@ -38,6 +38,15 @@ pub struct Replay {
     pub task_finish: Vec<f64>,
 }
 
+/// The lane that frees up first (lowest index on ties) and when, given each lane's free time:
+/// the lane the replay (and anything that must agree with it) runs the next task in.
+pub fn earliest_lane(lanes: &[f64]) -> (usize, f64) {
+    lanes.iter().copied().enumerate().fold(
+        (0, f64::INFINITY),
+        |b, (i, f)| if f < b.1 { (i, f) } else { b },
+    )
+}
+
 /// Why a mapping cannot be replayed.
 #[derive(Clone, Debug, Error, PartialEq)]
 pub enum ReplayError {
@@ -178,15 +187,7 @@ pub fn replay(
         }
         // Slots are identical and starts on a server never decrease, so the earliest-free slot
         // is as good as any free one.
-        let (lane, free) =
-            lanes[s]
-                .iter()
-                .copied()
-                .enumerate()
-                .fold(
-                    (0, f64::INFINITY),
-                    |b, (i, f)| if f < b.1 { (i, f) } else { b },
-                );
+        let (lane, free) = earliest_lane(&lanes[s]);
         start = start.max(free);
         let end = start + etc.get(t, s);
         lanes[s][lane] = end;
