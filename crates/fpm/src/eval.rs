@@ -19,14 +19,25 @@
 //! hours, and the answer "do not run this size here" is the one a scheduler needs.
 //!
 //! # The cases ([`cases`])
-//! Four 1-D true speed functions over n ∈ [64, 4096], stride 16, C(n) = n³, and one 2-D case.
+//! Seven 1-D true speed functions over n ∈ [64, 4096], stride 16, C(n) = n³, and one 2-D case.
 //! The stride is 16 rather than the range/100 that PMM suggests, for two reasons. A stride of 64
-//! cannot resolve case 1's cliff (8e9 → 3e8 in 500): even *naive* then has a 17 % max error
-//! between grid sizes. And the grid then has ≥ 200 sizes, as many as the evaluation. Only case
-//! 1 pages down to practically zero speed at n = 4096, so only it keeps the thesis's assumed
-//! zero at *b*. The others set `fuzzy_max`, since assuming zero speed at a size that runs at
-//! full speed makes the model wrong near *b*, and bisecting towards that false zero makes the
-//! build expensive.
+//! cannot resolve the paging cliff (8e9 → 3e8 in 500): even *naive* then has a 17 % max error
+//! between grid sizes. And the grid then has ≥ 200 sizes, as many as the evaluation.
+//!
+//! The four shapes (flat, climbing then flat, cache steps, GPU-like slow rise) all appear in
+//! the thesis's setting, and the three that are not flat also on a capped range:
+//! - **The thesis's setting** (`paging`, `climb-flat-paging`, `steps-paging`, `gpu-paging`): the
+//!   range ends where the kernel has run out of memory and pages down to practically zero
+//!   ([`paging_factor`]), "b large enough to make the speed practically zero" (§3.4 Step 1). Every
+//!   GBBP experiment in the thesis has such a b, and so do its 5.7–15× speed-ups. GBBP assumes
+//!   speed 0 at b and never runs it. Uniform-20 does run b, and that single six-hour point is
+//!   most of its cost, so the cost ratio here is set by the paging tail more than by the shape.
+//! - **A capped range** (`climb-flat`, `steps`, `gpu`): the user's maximum lies inside memory, so
+//!   b runs at full speed. Assuming zero speed there would make the model wrong near b, and
+//!   bisecting towards that false zero makes the build expensive, so these set `fuzzy_max` and
+//!   measure b. One run at b then costs about 1/5.3 of uniform-20's whole build
+//!   ([`top_run_share`]): no build that measures b can cost less than that. The thesis's own
+//!   capped case (barmatter on hcl10, Table 5.2) shows the same: a 1.11× speed-up.
 
 use crate::build::{Bench, BenchError, BuildError, BuildReport, Measurement, NoObserver, build};
 use crate::model::Fpm;
@@ -305,17 +316,38 @@ fn cos_fall(n: f64, n0: f64, n1: f64, hi: f64, lo: f64) -> f64 {
     }
 }
 
-/// Case 1: an optimised kernel, flat at 8 Gop/s until the working set leaves RAM at
-/// n ≈ 2500, collapsing to 0.3 Gop/s by n = 3000. Paging then worsens steadily, down to 1 % of
-/// that (3 Mop/s, a six-hour run) at n = 4096. That is the thesis's *b*: "large enough to make
-/// the speed practically zero".
-pub fn truth_paging(x: &[i64]) -> f64 {
-    let n = x[0] as f64;
+/// The share of a kernel's in-memory speed left once its working set outgrows RAM, as a
+/// function of n (C = n³, three n×n matrices): 1 up to n ≈ 2500, a collapse to 3.75 % by
+/// n = 3000, then paging worsening steadily down to 0.0375 % at n = 4096. That is the thesis's
+/// *b*: "large enough to make the speed practically zero" (a six-hour run at 8 Gop/s in memory).
+pub fn paging_factor(n: f64) -> f64 {
     if n <= 3000.0 {
-        cos_fall(n, 2500.0, 3000.0, 8e9, 3e8)
+        cos_fall(n, 2500.0, 3000.0, 1.0, 0.0375)
     } else {
-        3e6 + 2.97e8 * (4096.0 - n) / 1096.0
+        3.75e-4 + 0.037125 * (4096.0 - n) / 1096.0
     }
+}
+
+/// Case 1: an optimised kernel, flat at 8 Gop/s until the working set leaves RAM at
+/// n ≈ 2500, collapsing to 0.3 Gop/s by n = 3000 and to 3 Mop/s at n = 4096 ([`paging_factor`]).
+pub fn truth_paging(x: &[i64]) -> f64 {
+    8e9 * paging_factor(x[0] as f64)
+}
+
+/// [`truth_climb_flat`] on a machine whose RAM ends where case 1's does.
+pub fn truth_climb_flat_paging(x: &[i64]) -> f64 {
+    truth_climb_flat(x) * paging_factor(x[0] as f64)
+}
+
+/// [`truth_steps`] on a machine whose RAM ends where case 1's does.
+pub fn truth_steps_paging(x: &[i64]) -> f64 {
+    truth_steps(x) * paging_factor(x[0] as f64)
+}
+
+/// [`truth_gpu`] with device memory oversubscribed from n ≈ 2500 (unified memory then pages
+/// over the bus as a CPU pages to disk).
+pub fn truth_gpu_paging(x: &[i64]) -> f64 {
+    truth_gpu(x) * paging_factor(x[0] as f64)
 }
 
 /// Case 2: a tuned BLAS: climbing over the first few hundred sizes to an 8 Gop/s plateau.
@@ -350,42 +382,64 @@ pub fn truth_gemm_2d(x: &[i64]) -> f64 {
     6e9 * shape * cos_fall(m * n, 6e6, 1.2e7, 1.0, 0.15)
 }
 
-/// The construction-benchmark cases: four 1-D (n ∈ [64, 4096], stride 16, C = n³) and one 2-D.
+/// The construction-benchmark cases: seven 1-D (n ∈ [64, 4096], stride 16, C = n³) and one
+/// 2-D. The four 1-D shapes first in the thesis's setting, where RAM runs out before *b*
+/// (`paging`, `climb-flat-paging`, `steps-paging`, `gpu-paging`; *b* assumed speed 0), then three
+/// of them with the range capped below the memory limit (`climb-flat`, `steps`, `gpu`;
+/// `fuzzy_max`, *b* measured).
 pub fn cases() -> Vec<Case> {
     let n = || vec![ParamSpec::new("n", 64, 4096, 16)];
+    let one_d = |name, about, truth, fuzzy_max| Case {
+        name,
+        about,
+        params: n(),
+        complexity: "n^3".into(),
+        truth,
+        fuzzy_max,
+    };
     vec![
-        Case {
-            name: "paging",
-            about: "flat 8 Gop/s, paging collapse at n 2500-3000 to 0.3 Gop/s, ~0 at n = 4096",
-            params: n(),
-            complexity: "n^3".into(),
-            truth: truth_paging,
-            fuzzy_max: false,
-        },
-        Case {
-            name: "climb-flat",
-            about: "tuned BLAS: climbing to an 8 Gop/s plateau by n ~ 600",
-            params: n(),
-            complexity: "n^3".into(),
-            truth: truth_climb_flat,
-            fuzzy_max: true,
-        },
-        Case {
-            name: "steps",
-            about: "naive triple loop: steps down at n 150, 600, 1600 (2 -> 0.3 Gop/s)",
-            params: n(),
-            complexity: "n^3".into(),
-            truth: truth_steps,
-            fuzzy_max: true,
-        },
-        Case {
-            name: "gpu",
-            about: "GPU-like: slow rise to a 40 Gop/s plateau",
-            params: n(),
-            complexity: "n^3".into(),
-            truth: truth_gpu,
-            fuzzy_max: true,
-        },
+        one_d(
+            "paging",
+            "flat 8 Gop/s, paging collapse at n 2500-3000 to 0.3 Gop/s, ~0 at n = 4096",
+            truth_paging,
+            false,
+        ),
+        one_d(
+            "climb-flat-paging",
+            "tuned BLAS climbing to an 8 Gop/s plateau, then case paging's collapse",
+            truth_climb_flat_paging,
+            false,
+        ),
+        one_d(
+            "steps-paging",
+            "naive triple loop stepping down at n 150, 600, 1600, then case paging's collapse",
+            truth_steps_paging,
+            false,
+        ),
+        one_d(
+            "gpu-paging",
+            "GPU-like slow rise to 40 Gop/s, then device memory oversubscribed from n ~ 2500",
+            truth_gpu_paging,
+            false,
+        ),
+        one_d(
+            "climb-flat",
+            "tuned BLAS: climbing to an 8 Gop/s plateau by n ~ 600; range capped in memory",
+            truth_climb_flat,
+            true,
+        ),
+        one_d(
+            "steps",
+            "naive triple loop: steps down at n 150, 600, 1600 (2 -> 0.3 Gop/s); range capped",
+            truth_steps,
+            true,
+        ),
+        one_d(
+            "gpu",
+            "GPU-like: slow rise to a 40 Gop/s plateau; range capped in memory",
+            truth_gpu,
+            true,
+        ),
         Case {
             name: "gemm-2d",
             about: "2-D (m, n) product with k = 256: thin shapes slower, collapse above m*n ~ 6e6",
@@ -398,6 +452,19 @@ pub fn cases() -> Vec<Case> {
             fuzzy_max: true,
         },
     ]
+}
+
+/// What measuring the top size once costs, as a share of `other`'s benchmark time: the floor
+/// of the cost ratio for any build that measures the top (uniform-N, naive and GBBP with
+/// `fuzzy_max` all do). `None` for several parameters or where the top cannot run.
+pub fn top_run_share(case: &Case, other_bench_time_s: f64) -> Option<f64> {
+    let [p] = case.params.as_slice() else {
+        return None;
+    };
+    let work = case.work().ok()?;
+    let top = [p.max.max(p.min)];
+    let s = (case.truth)(&top);
+    (s > 0.0 && other_bench_time_s > 0.0).then(|| work(&top) / s / other_bench_time_s)
 }
 
 #[cfg(test)]
@@ -453,21 +520,27 @@ mod tests {
         }
     }
 
-    /// The construction-benchmark goals on the four 1-D cases, in virtual time (the
-    /// algorithm's behaviour, not the machine's). Goal: GBBP's benchmark time ≤ 1/5 of
-    /// uniform-20's, mean relative time error ≤ 5 %, max ≤ 15 %.
+    /// The construction-benchmark goals on the 1-D cases, in virtual time (the algorithm's
+    /// behaviour, not the machine's). Goal: GBBP's benchmark time ≤ 1/5 of uniform-20's, mean
+    /// relative time error ≤ 5 %, max ≤ 15 %.
     ///
-    /// - Accuracy holds on every case: over the whole range for the `fuzzy_max` cases, and over
-    ///   the measured span for the paging case, whose last segment is the assumed zero. That
-    ///   segment is checked to be short: the model measures to within 256 of b.
-    /// - Cost holds on the paging case, the thesis's setting, where b is not run.
-    /// - Cost cannot hold when b must be measured and the speed is about the same at b as over
-    ///   the upper half of the range. Uniform-20 costs Σ(n_k/b)³·T(b) ≈ 5.3·T(b). GBBP pays T(b),
-    ///   plus its first bisection midpoint, which is ≥ b/2 and so costs ≥ T(b)/8. That is a floor
-    ///   of ≈ 0.21. What is asserted there is the measured ≤ 0.35, and ≤ 1/20 of naive.
+    /// - Accuracy holds on every case: over the whole range for the capped (`fuzzy_max`) cases,
+    ///   and over the measured span for the cases that page at b, whose last segment is the
+    ///   assumed zero. That segment is checked to be short: the model measures to within 256
+    ///   of b.
+    /// - Cost holds on all four shapes in the thesis's setting, where RAM runs out before b.
+    /// - Cost cannot hold on a capped range, where b must be measured and runs about as fast as
+    ///   the upper half of the range: one run at b costs Σ(n_k/b)³ ≈ 1/5.3 of uniform-20 on its
+    ///   own. The test checks that floor ([`top_run_share`] ≥ 0.18), and asserts the measured
+    ///   ratio ≤ 0.35 there. GBBP costs ≤ 1/20 of naive on every case.
     #[test]
     fn construction_benchmark_goals() {
-        for c in cases().into_iter().filter(|c| c.params.len() == 1) {
+        let one_d: Vec<Case> = cases()
+            .into_iter()
+            .filter(|c| c.params.len() == 1)
+            .collect();
+        assert_eq!(one_d.iter().filter(|c| !c.fuzzy_max).count(), 4);
+        for c in one_d {
             let g = c.run(&c.spec(Method::Gbbp), EVAL_SIZES).unwrap();
             let u = c.run(&c.spec(Method::Uniform(20)), EVAL_SIZES).unwrap();
             let n = c.run(&c.spec(Method::Naive), EVAL_SIZES).unwrap();
@@ -483,6 +556,17 @@ mod tests {
             assert!(acc.max_rel_error <= 0.15, "{}: {acc:?}", c.name);
             let ratio = g.report.bench_time_s / u.report.bench_time_s;
             if c.fuzzy_max {
+                let floor = top_run_share(&c, u.report.bench_time_s).unwrap();
+                assert!(
+                    floor >= 0.18,
+                    "{}: one run at b = {floor} of uniform-20",
+                    c.name
+                );
+                assert!(
+                    ratio >= floor,
+                    "{}: {ratio} below the floor {floor}",
+                    c.name
+                );
                 assert!(ratio <= 0.35, "{}: GBBP / uniform-20 = {ratio}", c.name);
             } else {
                 assert!(ratio <= 0.2, "{}: GBBP / uniform-20 = {ratio}", c.name);
@@ -520,7 +604,10 @@ mod tests {
 
     #[test]
     fn a_perfect_model_has_no_error() {
-        let c = &cases()[1];
+        let c = &cases()
+            .into_iter()
+            .find(|c| c.name == "climb-flat")
+            .unwrap();
         let mut s = c.spec(Method::Naive);
         s.params[0].stride = 1;
         let run = c.run(&s, EVAL_SIZES).unwrap();
