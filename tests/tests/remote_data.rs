@@ -149,3 +149,42 @@ fn servers_measure_links_and_calls_follow_their_data() {
         vec![2.0 * k as f64]
     );
 }
+
+/// A kept value its client never frees (the client died mid-graph) is freed by its server once
+/// nobody has read it for `data_idle_ttl_s`; reading it keeps it alive meanwhile.
+#[test]
+fn kept_values_nobody_uses_are_freed_after_the_idle_limit() {
+    let mut g = Grid::agent(&gridwise_e2e::FAST_HEARTBEATS);
+    g.server("s1", "data_idle_ttl_s = 1.0\n");
+    g.wait_up(1);
+    let c = g.client();
+    let on_s1 = c.function_handle_init("dgemm", "s1").unwrap();
+    let r = c
+        .call_keep(
+            &on_s1,
+            dgemm_args(1, 1, 1, m(1, 1, &[2.]), m(1, 1, &[3.])),
+            &[0],
+        )
+        .unwrap();
+    let Value::Ref(kept) = r.outputs[0].clone() else {
+        panic!("expected a reference, got {:?}", r.outputs[0])
+    };
+    let addr = g.servers[0].addr.clone();
+    // Read it every 0.3 s for 2 s, past the limit: it stays.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        assert_eq!(c.fetch(&kept).unwrap(), m(1, 1, &[6.]), "{}", g.logs());
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    // Left alone, it goes.
+    assert!(
+        gridwise_e2e::eventually(std::time::Duration::from_secs(15), || c
+            .ping(&addr)
+            .map(|p| p.held_values == 0 && p.held_bytes == 0)
+            .unwrap_or(false)),
+        "{}",
+        g.logs()
+    );
+    let e = c.fetch(&kept).unwrap_err();
+    assert!(e.message.contains("data_idle_ttl_s"), "{e}");
+}

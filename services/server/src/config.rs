@@ -41,6 +41,9 @@ pub struct ServerConfig {
     pub data_max_bytes: Option<u64>,
     /// How often to measure the links to the other servers, s (0: never).
     pub link_probe_s: f64,
+    /// A kept output nobody has read for this long is freed, s (0: never). It bounds what a
+    /// client that died mid-graph leaves behind.
+    pub data_idle_ttl_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -64,13 +67,54 @@ impl Default for ServerConfig {
             models: Vec::new(),
             data_max_bytes: None,
             link_probe_s: 60.0,
+            data_idle_ttl_s: 3600.0,
         }
+    }
+}
+
+impl ServerConfig {
+    /// Refuses settings no server could honour, saying which and what is allowed.
+    pub fn check(&self) -> anyhow::Result<()> {
+        for (key, v) in [
+            ("data_idle_ttl_s", self.data_idle_ttl_s),
+            ("link_probe_s", self.link_probe_s),
+        ] {
+            anyhow::ensure!(
+                v.is_finite() && v >= 0.0,
+                "{key} = {v} must be a number of seconds ≥ 0 (0: never)"
+            );
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_deploy_examples_parse_and_pass_the_checks() {
+        for text in [
+            include_str!("../../../deploy/server.toml"),
+            include_str!("../../../deploy/emulated-server.toml"),
+        ] {
+            let c: ServerConfig = toml::from_str(text).unwrap();
+            c.check().unwrap();
+        }
+    }
+
+    #[test]
+    fn negative_or_nan_periods_are_refused() {
+        assert!(ServerConfig::default().check().is_ok());
+        let c: ServerConfig = toml::from_str("data_idle_ttl_s = -1.0").unwrap();
+        let e = c.check().unwrap_err().to_string();
+        assert!(e.contains("data_idle_ttl_s = -1"), "{e}");
+        let c = ServerConfig {
+            link_probe_s: f64::NAN,
+            ..ServerConfig::default()
+        };
+        assert!(c.check().unwrap_err().to_string().contains("link_probe_s"));
+    }
 
     #[test]
     fn emulated_services_parse_from_toml() {

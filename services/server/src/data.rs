@@ -1,25 +1,42 @@
 //! Values kept on this server: outputs a client asked to leave here (remote data), so that a
 //! later call — on this server or another, which pulls them straight from here — can use them
 //! without a round trip through the client.
+//!
+//! The client frees what it kept once its graph no longer needs it. A client that dies first
+//! cannot, so a value nobody has read for `data_idle_ttl_s` is freed here too
+//! ([`DataStore::expire_idle`]): an abandoned graph costs memory for a bounded time, not until
+//! the server restarts.
 
 use gridwise_proto::{CallError, CallErrorKind, DataHandle, RemoteRef, Value};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The kept values, bounded in bytes.
 #[derive(Debug)]
 pub struct DataStore {
-    values: Mutex<HashMap<DataHandle, Value>>,
-    bytes: Mutex<u64>,
+    inner: Mutex<Held>,
     max_bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    values: HashMap<DataHandle, Kept>,
+    bytes: u64,
+}
+
+#[derive(Debug)]
+struct Kept {
+    value: Value,
+    /// Kept or last read (fetched, or pulled as a call's input).
+    last_used: Instant,
 }
 
 impl DataStore {
     /// An empty store holding at most `max_bytes` of payload.
     pub fn new(max_bytes: u64) -> Self {
         Self {
-            values: Mutex::new(HashMap::new()),
-            bytes: Mutex::new(0),
+            inner: Mutex::new(Held::default()),
             max_bytes,
         }
     }
@@ -27,20 +44,26 @@ impl DataStore {
     /// Keeps `v`; its reference names this server as the holder.
     pub fn put(&self, v: Value, holder: &str) -> Result<RemoteRef, CallError> {
         let size = v.payload_bytes();
-        let mut bytes = lock(&self.bytes);
-        if *bytes + size > self.max_bytes {
+        let mut held = lock(&self.inner);
+        if held.bytes + size > self.max_bytes {
             return Err(CallError::new(
                 CallErrorKind::Unavailable,
                 format!(
                     "keeping {size} more bytes would pass this server's data_max_bytes ({} of {} in use): free handles you no longer need",
-                    *bytes, self.max_bytes
+                    held.bytes, self.max_bytes
                 ),
             ));
         }
-        *bytes += size;
+        held.bytes += size;
         let handle = DataHandle::new_random();
         let kind = v.kind();
-        lock(&self.values).insert(handle, v);
+        held.values.insert(
+            handle,
+            Kept {
+                value: v,
+                last_used: Instant::now(),
+            },
+        );
         Ok(RemoteRef {
             handle,
             holder: holder.to_string(),
@@ -49,28 +72,50 @@ impl DataStore {
         })
     }
 
-    /// A copy of a kept value.
+    /// A copy of a kept value; reading it counts as a use.
     pub fn get(&self, h: DataHandle) -> Option<Value> {
-        lock(&self.values).get(&h).cloned()
+        let mut held = lock(&self.inner);
+        let kept = held.values.get_mut(&h)?;
+        kept.last_used = Instant::now();
+        Some(kept.value.clone())
     }
 
     /// Forgets values; returns how many were held.
     pub fn free(&self, handles: &[DataHandle]) -> u32 {
-        let mut values = lock(&self.values);
-        let mut bytes = lock(&self.bytes);
+        let mut held = lock(&self.inner);
         let mut n = 0;
         for h in handles {
-            if let Some(v) = values.remove(h) {
-                *bytes = bytes.saturating_sub(v.payload_bytes());
+            if let Some(k) = held.values.remove(h) {
+                held.bytes = held.bytes.saturating_sub(k.value.payload_bytes());
                 n += 1;
             }
         }
         n
     }
 
+    /// Frees every value not used since `now − idle`; returns how many and their bytes.
+    pub fn expire_idle(&self, now: Instant, idle: Duration) -> (u32, u64) {
+        let mut held = lock(&self.inner);
+        let stale: Vec<DataHandle> = held
+            .values
+            .iter()
+            .filter(|(_, k)| now.saturating_duration_since(k.last_used) > idle)
+            .map(|(h, _)| *h)
+            .collect();
+        let mut bytes = 0;
+        for h in &stale {
+            if let Some(k) = held.values.remove(h) {
+                bytes += k.value.payload_bytes();
+            }
+        }
+        held.bytes = held.bytes.saturating_sub(bytes);
+        (stale.len() as u32, bytes)
+    }
+
     /// Values held and their payload bytes.
     pub fn usage(&self) -> (usize, u64) {
-        (lock(&self.values).len(), *lock(&self.bytes))
+        let held = lock(&self.inner);
+        (held.values.len(), held.bytes)
     }
 }
 
@@ -82,7 +127,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub fn not_found(h: DataHandle, holder: &str) -> CallError {
     CallError::new(
         CallErrorKind::BadArguments,
-        format!("remote value {h} is not on {holder}: it was freed, or that server restarted"),
+        format!(
+            "remote value {h} is not on {holder}: it was freed, went unused for longer than that server's data_idle_ttl_s, or the server restarted"
+        ),
     )
 }
 
@@ -102,5 +149,28 @@ mod tests {
         assert_eq!(s.usage(), (0, 0));
         assert!(s.get(r.handle).is_none());
         s.put(Value::Bytes(vec![2; 60]), "me:1").unwrap();
+    }
+
+    #[test]
+    fn idle_values_expire_and_reading_keeps_a_value_alive() {
+        let s = DataStore::new(1000);
+        let idle = Duration::from_secs(60);
+        let old = s.put(Value::Bytes(vec![1; 10]), "me:1").unwrap();
+        let read = s.put(Value::Bytes(vec![2; 20]), "me:1").unwrap();
+        let start = Instant::now();
+        // Nothing is older than the limit yet.
+        assert_eq!(s.expire_idle(start, idle), (0, 0));
+        // A read refreshes `read`; a minute and a bit later only `old` has been idle too long.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(s.get(read.handle).is_some());
+        let later = start + idle + Duration::from_millis(10);
+        assert_eq!(s.expire_idle(later, idle), (1, 10));
+        assert!(s.get(old.handle).is_none());
+        assert_eq!(s.usage(), (1, 20));
+        assert_eq!(
+            s.expire_idle(later + idle + Duration::from_secs(1), idle),
+            (1, 20)
+        );
+        assert_eq!(s.usage(), (0, 0));
     }
 }

@@ -177,6 +177,12 @@ impl ServerHandler {
         Ok(started.elapsed().as_secs_f64())
     }
 
+    /// Frees kept values nobody has read for longer than `idle`; returns how many and their
+    /// bytes.
+    pub fn expire_idle_data(&self, idle: Duration) -> (u32, u64) {
+        self.inner.data.expire_idle(Instant::now(), idle)
+    }
+
     /// Keeps the outputs at positions `keep` here, returning references in their place.
     fn keep(&self, mut outputs: Vec<Value>, keep: &[u32]) -> Result<Vec<Value>, CallError> {
         for &k in keep {

@@ -17,12 +17,14 @@ pub use config::ServerConfig;
 pub use handler::ServerHandler;
 
 use gridwise_proto::{Registration, ServerApi, wire};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 /// Builds the kernels, calibrates, binds, announces `listening <addr>` on stdout, registers
 /// with the agent and serves until the process ends.
 pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
+    cfg.check()?;
     let set = kernels::build(&cfg)?;
     let listener = TcpListener::bind(&cfg.listen)
         .await
@@ -99,8 +101,34 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
         cfg.report_batch_max,
         (cfg.link_probe_s > 0.0).then(|| std::time::Duration::from_secs_f64(cfg.link_probe_s)),
     ));
+    if cfg.data_idle_ttl_s > 0.0 {
+        tokio::spawn(expire_idle_data(
+            handler.clone(),
+            Duration::from_secs_f64(cfg.data_idle_ttl_s),
+        ));
+    }
     gridwise_proto::serve_forever!(listener, wire_cfg, name, handler).await;
     Ok(())
+}
+
+/// Frees kept values left idle for longer than `idle`, checking a few times per `idle` (at most
+/// a minute apart), so a value outlives its last use by at most about 1.25 × `idle`.
+async fn expire_idle_data(handler: ServerHandler, idle: Duration) {
+    let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(60));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let (n, bytes) = handler.expire_idle_data(idle);
+        if n > 0 {
+            tracing::info!(
+                values = n,
+                bytes,
+                idle_s = idle.as_secs_f64(),
+                "freed kept values nobody used for data_idle_ttl_s"
+            );
+        }
+    }
 }
 
 /// Builds every configured model in the foreground — policies ignored, progress on stderr —
