@@ -62,6 +62,8 @@ pub trait ServerApi {
     async fn fetch(handle: DataHandle) -> Result<Value, CallError>;
     /// Forgets kept values; returns how many it held.
     async fn free(handles: Vec<DataHandle>) -> u32;
+    /// Marks kept values as used now, restarting their idle limit; returns how many it holds.
+    async fn renew(handles: Vec<DataHandle>) -> u32;
     /// Takes bytes and says how many arrived: the far end of a bandwidth probe.
     async fn sink(data: serde_bytes::ByteBuf) -> u64;
 }

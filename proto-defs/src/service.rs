@@ -760,6 +760,7 @@ mod tests {
             holder: "h:1".into(),
             bytes: 48,
             kind: "matrix<f64>[2,3]".into(),
+            idle_ttl_ms: 0,
         });
         let b = Value::matrix_f64(3, 4, &[0.0; 12]);
         let p = d

@@ -178,6 +178,10 @@ pub struct RemoteRef {
     pub bytes: u64,
     /// Its kind in IDL words (e.g. `matrix<f64>[500,500]`), for messages.
     pub kind: String,
+    /// The holder frees it once nobody has read or renewed it for this long, ms (0: never);
+    /// whoever still needs it renews it well within that.
+    #[serde(default)]
+    pub idle_ttl_ms: u64,
 }
 
 impl Value {

@@ -219,3 +219,54 @@ fn a_graph_file_runs_and_its_prediction_matches_the_plan() {
     );
     assert_eq!(held(&g, &c), 0);
 }
+
+/// A server frees kept values nobody touches for `data_idle_ttl_s`; a running graph renews the
+/// ones it still needs. Here `v`'s output waits 2.5 s for `w`, past a 1 s limit, and `j` still
+/// gets it.
+#[test]
+fn a_running_graph_keeps_its_values_alive_past_the_idle_limit() {
+    let mut g = Grid::agent(&gridwise_e2e::FAST_HEARTBEATS);
+    g.server(
+        "s1",
+        r#"
+slots = 2
+calibrate = false
+builtins = []
+data_idle_ttl_s = 1.0
+[[emulated]]
+name = "fast"
+output = true
+speed = [[1, 1e12], [1000, 1e12]]
+[[emulated]]
+name = "slow"
+output = true
+speed = [[1, 4e5], [1000, 4e5]]
+[[emulated]]
+name = "join"
+inputs = 2
+output = true
+speed = [[1, 1e12], [1000, 1e12]]
+"#,
+    );
+    g.wait_up(1);
+    let c = g.client();
+    let n = || GraphArg::from(100i64);
+    let mut graph = c.graph();
+    let v = graph.call_named("v", "fast", vec![n()]);
+    let w = graph.call_named("w", "slow", vec![n()]); // 100³ / 4e5 = 2.5 s
+    let j = graph.call_named("j", "join", vec![n(), v.output(0), w.output(0)]);
+    graph.fetch(j);
+    let run = graph.run().unwrap_or_else(|e| panic!("{e}\n{}", g.logs()));
+    let at = |name: &str| run.calls.iter().find(|r| r.name == name).unwrap();
+    assert!(
+        at("j").start_s - at("v").end_s > 1.5,
+        "v's output should have waited past the limit: {:?}",
+        run.calls
+    );
+    assert!(run.outputs(j).is_some());
+    assert!(
+        eventually(Duration::from_secs(10), || held(&g, &c) == 0),
+        "{}",
+        g.logs()
+    );
+}

@@ -151,7 +151,7 @@ fn servers_measure_links_and_calls_follow_their_data() {
 }
 
 /// A kept value its client never frees (the client died mid-graph) is freed by its server once
-/// nobody has read it for `data_idle_ttl_s`; reading it keeps it alive meanwhile.
+/// nobody has read or renewed it for `data_idle_ttl_s`; renewing it keeps it alive meanwhile.
 #[test]
 fn kept_values_nobody_uses_are_freed_after_the_idle_limit() {
     let mut g = Grid::agent(&gridwise_e2e::FAST_HEARTBEATS);
@@ -170,12 +170,14 @@ fn kept_values_nobody_uses_are_freed_after_the_idle_limit() {
         panic!("expected a reference, got {:?}", r.outputs[0])
     };
     let addr = g.servers[0].addr.clone();
-    // Read it every 0.3 s for 2 s, past the limit: it stays.
+    assert_eq!(kept.idle_ttl_ms, 1000);
+    // Renew it every 0.3 s for 2 s, past the limit: it stays.
     let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
     while std::time::Instant::now() < until {
-        assert_eq!(c.fetch(&kept).unwrap(), m(1, 1, &[6.]), "{}", g.logs());
+        assert_eq!(c.renew(std::slice::from_ref(&kept)).unwrap(), 1);
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
+    assert_eq!(c.fetch(&kept).unwrap(), m(1, 1, &[6.]), "{}", g.logs());
     // Left alone, it goes.
     assert!(
         gridwise_e2e::eventually(std::time::Duration::from_secs(15), || c

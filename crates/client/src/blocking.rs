@@ -246,6 +246,11 @@ impl Client {
         self.run(self.inner.free(refs))
     }
 
+    /// See [`GridClient::renew`].
+    pub fn renew(&self, refs: &[RemoteRef]) -> Result<u32, GrpcError> {
+        self.run(self.inner.renew(refs))
+    }
+
     /// See [`GridClient::link_matrix`].
     pub fn link_matrix(&self) -> Result<Vec<LinkInfo>, GrpcError> {
         self.run(self.inner.link_matrix())

@@ -8,9 +8,9 @@ use crate::handle::{Binding, FunctionHandle};
 use crate::session::{CancelFlag, CompletionGuard, SessionId, Sessions};
 use gridwise_proto::wire;
 use gridwise_proto::{
-    AgentStatus, CallError, CallId, CallProfile, Candidate, ErrorCode, Etc, ExecuteRequest,
-    LinkInfo, ModelExport, ModelSummary, Pong, RankOptions, Ranking, RemoteRef, ServiceDesc,
-    ServiceSummary, Ticket, Timing, Value,
+    AgentStatus, CallError, CallId, CallProfile, Candidate, DataHandle, ErrorCode, Etc,
+    ExecuteRequest, LinkInfo, ModelExport, ModelSummary, Pong, RankOptions, Ranking, RemoteRef,
+    ServiceDesc, ServiceSummary, Ticket, Timing, Value,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -450,7 +450,34 @@ impl GridClient {
 
     /// Releases kept values on their servers; returns how many were still held.
     pub async fn free(&self, refs: &[RemoteRef]) -> Result<u32, GrpcError> {
-        let mut by_holder: std::collections::BTreeMap<&str, Vec<gridwise_proto::DataHandle>> =
+        self.per_holder(
+            refs,
+            |c, ctx, handles| async move { c.free(ctx, handles).await },
+        )
+        .await
+    }
+
+    /// Marks kept values as still needed, restarting their holders' idle limit
+    /// (`RemoteRef::idle_ttl_ms`); returns how many are still held. Graph runs renew what they
+    /// keep by themselves.
+    pub async fn renew(&self, refs: &[RemoteRef]) -> Result<u32, GrpcError> {
+        self.per_holder(refs, |c, ctx, handles| async move {
+            c.renew(ctx, handles).await
+        })
+        .await
+    }
+
+    /// Sends each holder one request for its handles among `refs`; adds up the answers.
+    async fn per_holder<F, Fut>(&self, refs: &[RemoteRef], op: F) -> Result<u32, GrpcError>
+    where
+        F: Fn(
+            Arc<gridwise_proto::ServerApiClient>,
+            tarpc::context::Context,
+            Vec<DataHandle>,
+        ) -> Fut,
+        Fut: std::future::Future<Output = Result<u32, tarpc::client::RpcError>>,
+    {
+        let mut by_holder: std::collections::BTreeMap<&str, Vec<DataHandle>> =
             std::collections::BTreeMap::new();
         for r in refs {
             by_holder
@@ -458,16 +485,18 @@ impl GridClient {
                 .or_default()
                 .push(r.handle);
         }
-        let mut freed = 0;
+        let mut n = 0;
         for (holder, handles) in by_holder {
             let conn = self.inner.conn.server(holder).await?;
-            freed += conn
-                .client
-                .free(wire::context(self.inner.cfg.agent_timeout()), handles)
-                .await
-                .map_err(|e| GrpcError::transport(holder, &e))?;
+            n += op(
+                conn.client.clone(),
+                wire::context(self.inner.cfg.agent_timeout()),
+                handles,
+            )
+            .await
+            .map_err(|e| GrpcError::transport(holder, &e))?;
         }
-        Ok(freed)
+        Ok(n)
     }
 
     /// Starts the call and returns at once (`grpc_call_async`). Wrong arguments are reported

@@ -27,7 +27,9 @@
 //!    single call (and falls back like one).
 //! 4. A kept output is freed on its server as soon as its last consumer has finished, unless it
 //!    is to be fetched; fetched outputs come back at the end and are then freed too. On failure
-//!    every kept output is freed and every unused reservation released.
+//!    every kept output is freed and every unused reservation released. Meanwhile the run renews
+//!    the kept outputs it still needs, a few times per their holders' `data_idle_ttl_s`, so a
+//!    value may wait for its consumer longer than that limit.
 
 use crate::client::call_failed;
 use crate::client::{GridClient, unix_ns};
@@ -40,7 +42,7 @@ use gridwise_proto::{
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tarpc::client::RpcError as TransportError;
 use tokio::sync::Notify;
 
@@ -339,6 +341,7 @@ impl Graph {
                             holder: String::new(),
                             bytes,
                             kind: have,
+                            idle_ttl_ms: 0,
                         }));
                     }
                 }
@@ -437,6 +440,11 @@ impl Graph {
             };
             set.spawn_on(job.run(), &inner.rt);
         }
+        // Holders free what nobody touches for a while; what this graph keeps stays touched.
+        let renewer = inner
+            .rt
+            .spawn(renew_kept(shared.clone(), self.client.clone()));
+        let _stop_renewing = AbortOnDrop(renewer);
         while set.join_next().await.is_some() {}
         let makespan_s = t0.elapsed().as_secs_f64();
 
@@ -508,6 +516,39 @@ impl Graph {
             freed,
             outputs: fetched,
         })
+    }
+}
+
+/// Renews the graph's kept values that are still to be used or fetched, a few times per their
+/// holders' idle limit, until aborted.
+async fn renew_kept(shared: Arc<Shared>, client: GridClient) {
+    loop {
+        let live: Vec<RemoteRef> = {
+            let st = lock(&shared.state);
+            st.outputs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| st.left[*i] > 0 || shared.wanted[*i])
+                .filter_map(|(_, o)| o.as_deref())
+                .flat_map(refs)
+                .collect()
+        };
+        let ttl_ms = live.iter().map(|r| r.idle_ttl_ms).filter(|&t| t > 0).min();
+        if ttl_ms.is_some() {
+            // A failed renewal is not the graph's failure: the consumer will say what is gone.
+            let _ = client.renew(&live).await;
+        }
+        let every = ttl_ms.map_or(Duration::from_millis(100), |t| Duration::from_millis(t / 4));
+        tokio::time::sleep(every.clamp(Duration::from_millis(20), Duration::from_secs(60))).await;
+    }
+}
+
+/// Aborts a task when dropped, so every way out of a run stops it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

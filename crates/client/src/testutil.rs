@@ -262,6 +262,10 @@ impl ServerApi for TestServer {
         0
     }
 
+    async fn renew(self, _: Context, _: Vec<DataHandle>) -> u32 {
+        0
+    }
+
     async fn sink(self, _: Context, data: serde_bytes::ByteBuf) -> u64 {
         data.len() as u64
     }

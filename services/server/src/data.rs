@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 pub struct DataStore {
     inner: Mutex<Held>,
     max_bytes: u64,
+    /// Told to holders of references, so they know how often to renew (zero: never expires).
+    idle_ttl: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -33,11 +35,13 @@ struct Kept {
 }
 
 impl DataStore {
-    /// An empty store holding at most `max_bytes` of payload.
-    pub fn new(max_bytes: u64) -> Self {
+    /// An empty store holding at most `max_bytes` of payload, whose values expire after
+    /// `idle_ttl` unused (zero: never).
+    pub fn new(max_bytes: u64, idle_ttl: Duration) -> Self {
         Self {
             inner: Mutex::new(Held::default()),
             max_bytes,
+            idle_ttl,
         }
     }
 
@@ -69,6 +73,7 @@ impl DataStore {
             holder: holder.to_string(),
             bytes: size,
             kind,
+            idle_ttl_ms: self.idle_ttl.as_millis().try_into().unwrap_or(u64::MAX),
         })
     }
 
@@ -78,6 +83,20 @@ impl DataStore {
         let kept = held.values.get_mut(&h)?;
         kept.last_used = Instant::now();
         Some(kept.value.clone())
+    }
+
+    /// Marks values as used now; returns how many are held.
+    pub fn renew(&self, handles: &[DataHandle]) -> u32 {
+        let mut held = lock(&self.inner);
+        let now = Instant::now();
+        let mut n = 0;
+        for h in handles {
+            if let Some(k) = held.values.get_mut(h) {
+                k.last_used = now;
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Forgets values; returns how many were held.
@@ -139,7 +158,7 @@ mod tests {
 
     #[test]
     fn keep_get_free_within_a_byte_budget() {
-        let s = DataStore::new(100);
+        let s = DataStore::new(100, Duration::ZERO);
         let r = s.put(Value::Bytes(vec![1; 60]), "me:1").unwrap();
         assert_eq!((r.bytes, r.holder.as_str()), (60, "me:1"));
         assert_eq!(s.get(r.handle), Some(Value::Bytes(vec![1; 60])));
@@ -153,13 +172,14 @@ mod tests {
 
     #[test]
     fn idle_values_expire_and_reading_keeps_a_value_alive() {
-        let s = DataStore::new(1000);
         let idle = Duration::from_secs(60);
+        let s = DataStore::new(1000, idle);
         let old = s.put(Value::Bytes(vec![1; 10]), "me:1").unwrap();
         let read = s.put(Value::Bytes(vec![2; 20]), "me:1").unwrap();
         let start = Instant::now();
         // Nothing is older than the limit yet.
         assert_eq!(s.expire_idle(start, idle), (0, 0));
+        assert_eq!(read.idle_ttl_ms, 60_000);
         // A read refreshes `read`; a minute and a bit later only `old` has been idle too long.
         std::thread::sleep(Duration::from_millis(20));
         assert!(s.get(read.handle).is_some());
@@ -167,6 +187,10 @@ mod tests {
         assert_eq!(s.expire_idle(later, idle), (1, 10));
         assert!(s.get(old.handle).is_none());
         assert_eq!(s.usage(), (1, 20));
+        // Renewing counts as a use too.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(s.renew(&[read.handle, old.handle]), 1);
+        assert_eq!(s.expire_idle(later, idle), (0, 0));
         assert_eq!(
             s.expire_idle(later + idle + Duration::from_secs(1), idle),
             (1, 20)

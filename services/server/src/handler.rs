@@ -45,6 +45,8 @@ pub struct RemoteData {
     pub addr: String,
     /// Most payload bytes kept at once.
     pub max_bytes: u64,
+    /// How long a kept value may go unused before it is freed (zero: never).
+    pub idle_ttl: Duration,
     /// Connection settings for pulling from other servers.
     pub wire: gridwise_proto::wire::WireConfig,
 }
@@ -73,7 +75,7 @@ impl ServerHandler {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                data: DataStore::new(remote.max_bytes),
+                data: DataStore::new(remote.max_bytes, remote.idle_ttl),
                 peers: Peers::new(remote.wire, name.clone()),
                 addr: remote.addr,
                 name,
@@ -396,6 +398,10 @@ impl ServerApi for ServerHandler {
 
     async fn free(self, _: Context, handles: Vec<DataHandle>) -> u32 {
         self.inner.data.free(&handles)
+    }
+
+    async fn renew(self, _: Context, handles: Vec<DataHandle>) -> u32 {
+        self.inner.data.renew(&handles)
     }
 
     async fn sink(self, _: Context, data: serde_bytes::ByteBuf) -> u64 {

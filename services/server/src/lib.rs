@@ -77,6 +77,7 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
         max_bytes: cfg
             .data_max_bytes
             .unwrap_or_else(|| (host::memory_bytes() / 4).max(1 << 30)),
+        idle_ttl: Duration::from_secs_f64(cfg.data_idle_ttl_s),
         wire: wire_cfg.clone(),
     };
     let handler = ServerHandler::new(name.clone(), set, slots, to_agent, remote);
@@ -147,6 +148,7 @@ pub fn build_models_and_exit(cfg: ServerConfig) -> anyhow::Result<()> {
     let remote = handler::RemoteData {
         addr: "build-only".into(),
         max_bytes: 0,
+        idle_ttl: Duration::ZERO,
         wire: wire::WireConfig::default(),
     };
     let handler = ServerHandler::new("build-only".into(), set, 1, to_agent, remote);
