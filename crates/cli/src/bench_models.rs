@@ -33,11 +33,12 @@ pub fn run(with_dgemm: bool, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()> {
             eprintln!("bench models: {} / {method} …", case.name);
             runs.push((method, case.run(&case.spec(method), EVAL_SIZES)?));
         }
-        let uniform_s = runs
-            .iter()
-            .find(|(m, _)| *m == Method::Uniform(20))
-            .map(|(_, r)| r.report.bench_time_s)
-            .unwrap_or(f64::NAN);
+        let uniform_s = uniform20_s(runs.iter().map(|(m, r)| (*m, r.report.bench_time_s)));
+        let top = if case.fuzzy_max {
+            "measured"
+        } else {
+            "assumed-zero"
+        };
         for (method, r) in runs {
             // Where the top of the range is assumed to be speed 0 (a paging case, as in the
             // thesis), the model predicts "cannot run" past its last measured size: the error
@@ -53,7 +54,7 @@ pub fn run(with_dgemm: bool, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()> {
             if method == Method::Gbbp && case.params.len() == 1 {
                 goals.push(json!({
                     "case": case.name,
-                    "top": if case.fuzzy_max { "measured" } else { "assumed-zero" },
+                    "top": top,
                     "cost_vs_uniform20": finite(cost),
                     "mean_rel_error": acc.mean_rel_error,
                     "max_rel_error": acc.max_rel_error,
@@ -85,7 +86,7 @@ pub fn run(with_dgemm: bool, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()> {
                 "eval_sizes": acc.sizes,
                 "mean_rel_error_whole_range": finite(r.accuracy.mean_rel_error),
                 "max_rel_error_whole_range": finite(r.accuracy.max_rel_error),
-                "top": if case.fuzzy_max { "measured" } else { "assumed-zero" },
+                "top": top,
                 "cost_vs_uniform20": finite(cost),
                 // The floor of that ratio for any build that runs the top size once.
                 "top_run_vs_uniform20": floor,
@@ -101,6 +102,15 @@ pub fn run(with_dgemm: bool, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()> {
         dgemm(emit)?;
     }
     Ok(())
+}
+
+/// Uniform-20's benchmark time among a case's (method, time) pairs: the yardstick of
+/// `cost_vs_uniform20`.
+fn uniform20_s(times: impl IntoIterator<Item = (Method, f64)>) -> f64 {
+    times
+        .into_iter()
+        .find(|(m, _)| *m == Method::Uniform(20))
+        .map_or(f64::NAN, |(_, t)| t)
 }
 
 fn finite(x: f64) -> Option<f64> {
@@ -187,28 +197,27 @@ fn dgemm(emit: &mut dyn FnMut(Json)) -> anyhow::Result<()> {
             .collect();
         let mean = errors.iter().sum::<f64>() / errors.len().max(1) as f64;
         let max = errors.iter().copied().fold(0.0, f64::max);
-        lines.push(json!({
-            "bench": "models",
-            "case": "dgemm-square",
-            "kernel": "dgemm",
-            "params": 1,
-            "method": method.to_string(),
-            "points": r.points,
-            "benchmark_time_s": r.bench_time_s,
-            "build_wall_s": wall,
-            "mean_rel_error": mean,
-            "max_rel_error": max,
-            "error_over": "whole-range",
-            "eval_sizes": errors.len(),
-        }));
+        lines.push((
+            method,
+            r.bench_time_s,
+            json!({
+                "bench": "models",
+                "case": "dgemm-square",
+                "kernel": "dgemm",
+                "params": 1,
+                "method": method.to_string(),
+                "points": r.points,
+                "benchmark_time_s": r.bench_time_s,
+                "build_wall_s": wall,
+                "mean_rel_error": mean,
+                "max_rel_error": max,
+                "error_over": "whole-range",
+                "eval_sizes": errors.len(),
+            }),
+        ));
     }
-    let uniform_s = lines
-        .iter()
-        .find(|l| l["method"] == Method::Uniform(20).to_string())
-        .and_then(|l| l["benchmark_time_s"].as_f64())
-        .unwrap_or(f64::NAN);
-    for mut l in lines {
-        let t = l["benchmark_time_s"].as_f64().unwrap_or(f64::NAN);
+    let uniform_s = uniform20_s(lines.iter().map(|(m, t, _)| (*m, *t)));
+    for (_, t, mut l) in lines {
         l["cost_vs_uniform20"] = json!(finite(t / uniform_s));
         emit(l);
     }

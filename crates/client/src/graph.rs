@@ -528,7 +528,7 @@ async fn renew_kept(shared: Arc<Shared>, client: GridClient) {
             st.outputs
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| st.left[*i] > 0 || shared.wanted[*i])
+                .filter(|(i, _)| shared.still_needed(&st, *i))
                 .filter_map(|(_, o)| o.as_deref())
                 .flat_map(refs)
                 .collect()
@@ -586,6 +586,12 @@ struct Shared {
 }
 
 impl Shared {
+    /// Whether call `i`'s kept outputs are still to be used by a consumer or fetched: kept and
+    /// renewed while true, freed once false.
+    fn still_needed(&self, st: &State, i: usize) -> bool {
+        st.left[i] > 0 || self.wanted[i]
+    }
+
     fn wake_all(&self) {
         for w in &self.wake {
             w.notify_one();
@@ -645,16 +651,14 @@ impl Job {
                     st.outputs[self.i] = Some(outputs);
                     for &p in &self.producers {
                         st.left[p] -= 1;
-                        if st.left[p] == 0
-                            && !self.shared.wanted[p]
+                        if !self.shared.still_needed(&st, p)
                             && let Some(vals) = &st.outputs[p]
                         {
                             to_free.extend(refs(vals));
                         }
                     }
                     // Nothing uses this call's outputs and nobody wants them.
-                    if st.left[self.i] == 0
-                        && !self.shared.wanted[self.i]
+                    if !self.shared.still_needed(&st, self.i)
                         && let Some(vals) = &st.outputs[self.i]
                     {
                         to_free.extend(refs(vals));

@@ -496,7 +496,11 @@ pub fn cheapest_top_measuring_build(
     let truth = case.truth;
     let xs: Vec<i64> = (0..grid.count).map(|i| grid.value(i)).collect();
     let speed: Vec<f64> = xs.iter().map(|&x| truth(&[x])).collect();
-    let time = |i: usize| work(&[xs[i]]) / speed[i];
+    let time: Vec<f64> = xs
+        .iter()
+        .zip(&speed)
+        .map(|(&x, s)| work(&[x]) / s)
+        .collect();
     let dense: Vec<(i64, f64)> = dense_sizes(&case.params, eval_sizes)
         .into_iter()
         .map(|x| (x[0], truth(&x)))
@@ -518,10 +522,10 @@ pub fn cheapest_top_measuring_build(
             .iter()
             .filter(|(x, _)| *x < xs[j])
             .all(|&(_, s)| ok(speed[j], s));
-        let mut pick = below_ok.then_some((time(j), None));
+        let mut pick = below_ok.then_some((time[j], None));
         for i in 0..j {
             let Some((ci, _)) = best[i] else { continue };
-            if pick.is_some_and(|(c, _)| c <= ci + time(j)) {
+            if pick.is_some_and(|(c, _)| c <= ci + time[j]) {
                 continue;
             }
             let (xi, xj) = (xs[i] as f64, xs[j] as f64);
@@ -533,7 +537,7 @@ pub fn cheapest_top_measuring_build(
                     ok(speed[i] + t * (speed[j] - speed[i]), s)
                 });
             if chord_ok {
-                pick = Some((ci + time(j), Some(i)));
+                pick = Some((ci + time[j], Some(i)));
             }
         }
         best[j] = pick;

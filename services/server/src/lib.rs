@@ -72,12 +72,13 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
         max_frame_bytes: cfg.max_frame_bytes,
         ..wire::WireConfig::default()
     };
+    let idle_ttl = Duration::from_secs_f64(cfg.data_idle_ttl_s);
     let remote = handler::RemoteData {
         addr: addr.clone(),
         max_bytes: cfg
             .data_max_bytes
             .unwrap_or_else(|| (host::memory_bytes() / 4).max(1 << 30)),
-        idle_ttl: Duration::from_secs_f64(cfg.data_idle_ttl_s),
+        idle_ttl,
         wire: wire_cfg.clone(),
     };
     let handler = ServerHandler::new(name.clone(), set, slots, to_agent, remote);
@@ -102,11 +103,8 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
         cfg.report_batch_max,
         (cfg.link_probe_s > 0.0).then(|| std::time::Duration::from_secs_f64(cfg.link_probe_s)),
     ));
-    if cfg.data_idle_ttl_s > 0.0 {
-        tokio::spawn(expire_idle_data(
-            handler.clone(),
-            Duration::from_secs_f64(cfg.data_idle_ttl_s),
-        ));
+    if !idle_ttl.is_zero() {
+        tokio::spawn(expire_idle_data(handler.clone(), idle_ttl));
     }
     gridwise_proto::serve_forever!(listener, wire_cfg, name, handler).await;
     Ok(())
