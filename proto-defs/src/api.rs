@@ -27,7 +27,7 @@ pub trait AgentApi {
         profile: CallProfile,
         options: RankOptions,
     ) -> Result<Vec<Candidate>, RpcError>;
-    /// The client gives up an assignment without running it anywhere.
+    /// The client gives up an assignment it holds without running it anywhere.
     async fn release(ticket: Ticket);
     /// Servers, their state and queues.
     async fn status() -> AgentStatus;
@@ -54,15 +54,20 @@ pub trait ServerApi {
     async fn hello() -> ServerInfo;
     /// Runs one call (waiting for a free slot first).
     async fn execute(req: ExecuteRequest) -> Result<ExecuteReply, CallError>;
-    /// Cancels a queued or running call; false if the server does not know it.
+    /// Cancels a queued or running call of the asking client; false if the server does not
+    /// know it (or it is someone else's).
     async fn cancel(call: CallId) -> bool;
     /// Liveness and load.
     async fn ping() -> Pong;
-    /// A value this server keeps (for another server's call, or for the client).
+    /// A value this server keeps for the asking client (clients fetch only their own).
     async fn fetch(handle: DataHandle) -> Result<Value, CallError>;
-    /// Forgets kept values; returns how many it held.
+    /// A value kept for `owner`, pulled by another server running a call of that owner
+    /// (servers only).
+    async fn pull(handle: DataHandle, owner: String) -> Result<Value, CallError>;
+    /// Forgets the asking client's kept values; returns how many it held.
     async fn free(handles: Vec<DataHandle>) -> u32;
-    /// Marks kept values as used now, restarting their idle limit; returns how many it holds.
+    /// Marks the asking client's kept values as used now, restarting their idle limit;
+    /// returns how many it holds.
     async fn renew(handles: Vec<DataHandle>) -> u32;
     /// Takes bytes and says how many arrived: the far end of a bandwidth probe.
     async fn sink(data: serde_bytes::ByteBuf) -> u64;

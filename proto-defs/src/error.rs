@@ -1,5 +1,6 @@
 //! GridRPC error codes (OGF GFD.52) and the errors that cross the wire.
 
+use crate::ids::DataHandle;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -157,6 +158,12 @@ pub enum CallErrorKind {
     Unavailable,
     /// The kernel broke (panicked or returned malformed outputs).
     Internal,
+    /// The call needs more memory than the server's budget, or its inputs or returned outputs
+    /// would not fit in one frame; refused before it ran. A larger server may take it.
+    ResourceLimit,
+    /// A remote input is gone: its holder died, restarted, or freed it. A graph recomputes it
+    /// from its producer; retrying the call elsewhere would not help.
+    InputLost,
 }
 
 /// A server-side failure of one call.
@@ -167,6 +174,9 @@ pub struct CallError {
     pub kind: CallErrorKind,
     /// What happened, in words.
     pub message: String,
+    /// With [`CallErrorKind::InputLost`]: the remote inputs that are gone, so that whoever made
+    /// them can make them again.
+    pub lost: Vec<DataHandle>,
 }
 
 impl CallError {
@@ -175,19 +185,31 @@ impl CallError {
         Self {
             kind,
             message: message.into(),
+            lost: Vec::new(),
         }
     }
 
-    /// Whether the call may be retried on another server.
+    /// A remote input that is gone ([`CallErrorKind::InputLost`]).
+    pub fn input_lost(handle: DataHandle, message: impl Into<String>) -> Self {
+        Self {
+            lost: vec![handle],
+            ..Self::new(CallErrorKind::InputLost, message)
+        }
+    }
+
+    /// Whether the call may be retried on another server (it did not run here).
     pub fn retryable(&self) -> bool {
-        matches!(self.kind, CallErrorKind::Unavailable)
+        matches!(
+            self.kind,
+            CallErrorKind::Unavailable | CallErrorKind::ResourceLimit
+        )
     }
 
     /// The GridRPC code a client reports for this failure.
     pub fn code(&self) -> ErrorCode {
         match self.kind {
             CallErrorKind::UnknownService => ErrorCode::FunctionNotFound,
-            CallErrorKind::Unavailable => ErrorCode::RpcRefused,
+            CallErrorKind::Unavailable | CallErrorKind::ResourceLimit => ErrorCode::RpcRefused,
             _ => ErrorCode::SessionFailed,
         }
     }
@@ -207,8 +229,10 @@ mod tests {
     }
 
     #[test]
-    fn only_unavailable_is_retried() {
+    fn only_refusals_are_retried() {
         assert!(CallError::new(CallErrorKind::Unavailable, "x").retryable());
+        assert!(CallError::new(CallErrorKind::ResourceLimit, "x").retryable());
+        assert!(!CallError::new(CallErrorKind::InputLost, "x").retryable());
         assert!(!CallError::new(CallErrorKind::Application, "x").retryable());
         assert_eq!(
             CallError::new(CallErrorKind::Application, "x").code(),

@@ -23,6 +23,19 @@ pub struct CallProfile {
     pub remote_in: Vec<(String, u64)>,
 }
 
+impl CallProfile {
+    /// The memory a server needs for this call: inputs (those sent and those pulled) and
+    /// outputs, twice — a kernel may hold a working copy of each, and a reply is serialised
+    /// whole before it is sent. Server and agent both judge a call by this one rule.
+    pub fn footprint_bytes(&self) -> u64 {
+        let remote: u64 = self.remote_in.iter().map(|(_, b)| *b).sum();
+        self.in_bytes
+            .saturating_add(remote)
+            .saturating_add(self.out_bytes)
+            .saturating_mul(2)
+    }
+}
+
 /// A measured network link, from one server to another.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LinkSample {
@@ -130,8 +143,26 @@ pub enum ComputeSource {
         /// Measured points in the model.
         points: u32,
     },
-    /// Nothing is known yet; the compute term is zero.
-    Unknown,
+    /// The service declares how long it takes (`duration`, e.g. `sleep`'s seconds), whatever the
+    /// server.
+    Declared,
+    /// The mean kernel time of this service's past calls at exactly these sizes on this server.
+    HistoryAtSize {
+        /// How many calls the mean is over.
+        calls: u64,
+    },
+    /// The mean kernel time of this service's past calls on the other servers (this one has
+    /// run none yet).
+    GridHistory {
+        /// How many calls the mean is over.
+        calls: u64,
+    },
+    /// Nothing is known yet (no complexity, no duration, no call finished anywhere): a
+    /// nominal time is assumed, so that a burst of such calls still spreads over the servers.
+    Assumed {
+        /// The time assumed, s (the agent's `unknown_compute_s`).
+        seconds: f64,
+    },
 }
 
 impl fmt::Display for ComputeSource {
@@ -158,7 +189,17 @@ impl fmt::Display for ComputeSource {
                 "complexity / calibrated rate {:.3} Gop/s (size outside the model's {points} points)",
                 rate / 1e9
             ),
-            ComputeSource::Unknown => f.write_str("unknown (no complexity, no history)"),
+            ComputeSource::Declared => f.write_str("the service's declared duration"),
+            ComputeSource::HistoryAtSize { calls } => {
+                write!(f, "mean of {calls} past call(s) at these sizes")
+            }
+            ComputeSource::GridHistory { calls } => {
+                write!(f, "mean of {calls} past call(s) on other servers")
+            }
+            ComputeSource::Assumed { seconds } => write!(
+                f,
+                "unknown (no complexity, duration or history): {seconds} s assumed"
+            ),
         }
     }
 }
@@ -212,8 +253,16 @@ pub struct Ranking {
 /// What a server tells the agent when it registers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Registration {
-    /// Unique server name (re-registering under the same name replaces the old entry).
+    /// Unique server name. A name held by a live server cannot be taken: re-registering under
+    /// it needs the secret the agent gave that server, or proof that its process is gone.
     pub name: String,
+    /// Random per server process: the agent dials `addr` and checks that the server there is
+    /// this one (`ServerInfo::instance`), so nobody registers an address they do not serve.
+    #[serde(default)]
+    pub instance: String,
+    /// The secret the agent issued at this server's last registration, if it has one.
+    #[serde(default)]
+    pub secret: Option<String>,
     /// Where clients reach it (host:port).
     pub addr: String,
     /// Calls it runs at once; the rest wait in its queue.
@@ -228,6 +277,19 @@ pub struct Registration {
     pub memory_bytes: u64,
     /// CPU cores.
     pub cores: u32,
+    /// Bytes the server lets one call's inputs and outputs (and their working copies) take:
+    /// calls that need more are not sent there.
+    #[serde(default = "unlimited")]
+    pub memory_budget_bytes: u64,
+    /// The largest frame the server sends or receives: calls whose inputs or returned outputs
+    /// are larger are not sent there.
+    #[serde(default = "unlimited")]
+    pub max_frame_bytes: u64,
+}
+
+// Registrations saved by an earlier release say nothing of limits.
+fn unlimited() -> u64 {
+    u64::MAX
 }
 
 /// The agent's answer to a registration.
@@ -237,6 +299,9 @@ pub struct RegisterReply {
     pub server_id: ServerId,
     /// How often the agent wants heartbeats, ms.
     pub heartbeat_interval_ms: u64,
+    /// Proof of identity for later registrations under this name (after an agent restart or a
+    /// missed-heartbeat verdict); kept by the server, never shown.
+    pub secret: String,
 }
 
 /// A server's load at one instant.
@@ -432,6 +497,9 @@ pub struct ExecuteRequest {
     /// Outputs (by position among the outputs) to keep on the server and return as
     /// [`Value::Ref`] instead of sending them back.
     pub keep_outputs: Vec<u32>,
+    /// The largest reply the client accepts (its frame limit), bytes; 0: the server's own
+    /// limit. A call whose returned outputs would be larger is refused before it runs.
+    pub reply_limit_bytes: u64,
 }
 
 /// A server's answer to a successful call.
@@ -450,6 +518,8 @@ pub struct ExecuteReply {
 pub struct ServerInfo {
     /// Name.
     pub name: String,
+    /// Random per process (see [`Registration::instance`]).
+    pub instance: String,
     /// Services offered.
     pub services: Vec<ServiceDesc>,
     /// Calls run at once.
@@ -514,6 +584,21 @@ pub struct AgentStatus {
     pub servers: Vec<ServerStatus>,
     /// Calls ranked since start.
     pub ranked: u64,
+    /// Whether what the agent learns reaches its disk.
+    pub storage: StorageHealth,
+}
+
+/// The state of the agent's persistence.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StorageHealth {
+    /// False while writes fail; what is learned meanwhile is kept and retried.
+    pub ok: bool,
+    /// The last write error, if the last attempt failed.
+    pub last_error: Option<String>,
+    /// Writes waiting to be retried.
+    pub pending_writes: u64,
+    /// Writes given up (the retry queue overflowed), since start.
+    pub dropped_writes: u64,
 }
 
 /// A server's answer to a ping.
@@ -527,6 +612,8 @@ pub struct Pong {
     pub held_values: u64,
     /// Their payload bytes.
     pub held_bytes: u64,
+    /// Kernels that ran to completion since the server started (successful or not).
+    pub executed: u64,
 }
 
 #[cfg(test)]
@@ -548,7 +635,7 @@ mod tests {
             transfer_in_s: 0.5,
             compute_s: 2.0,
             transfer_out_s: 0.25,
-            compute_source: ComputeSource::Unknown,
+            compute_source: ComputeSource::Declared,
         };
         assert_eq!(e.total_s(), 3.75);
     }

@@ -216,6 +216,11 @@ pub struct ServiceDesc {
     /// Operations as a function of the size parameters, e.g. `2*m*n*k`.
     #[serde(default)]
     pub complexity: Option<String>,
+    /// Seconds a call takes on any server, for services whose time is set by their arguments
+    /// rather than by a machine's speed (e.g. `sleep`: `seconds`); an expression over the size
+    /// parameters. The agent then knows such a call's time before any has run.
+    #[serde(default)]
+    pub duration: Option<String>,
 }
 
 /// A service description that does not hold together.
@@ -244,6 +249,14 @@ pub enum ServiceError {
     /// The complexity is not a valid expression over the size parameters.
     #[error("service `{service}`: {source}")]
     Complexity {
+        /// Service name.
+        service: String,
+        /// The expression error.
+        source: ComplexityError,
+    },
+    /// The duration is not a valid expression over the size parameters.
+    #[error("service `{service}`, in its duration: {source}")]
+    Duration {
         /// Service name.
         service: String,
         /// The expression error.
@@ -346,7 +359,20 @@ impl ServiceDesc {
             }
         }
         self.compiled_complexity()?;
+        self.compiled_duration()?;
         Ok(())
+    }
+
+    /// The parsed duration, if the service declares one.
+    pub fn compiled_duration(&self) -> Result<Option<Complexity>, ServiceError> {
+        self.duration
+            .as_deref()
+            .map(|e| Complexity::parse(e, &self.size_params))
+            .transpose()
+            .map_err(|source| ServiceError::Duration {
+                service: self.name.clone(),
+                source,
+            })
     }
 
     /// The parsed complexity, if the service declares one.
@@ -509,20 +535,26 @@ impl ServiceDesc {
 
     /// The bytes the outputs will take, as far as their shapes are known from the inputs.
     pub fn output_bytes_estimate(&self, inputs: &[Value]) -> u64 {
+        self.output_bytes(inputs).iter().sum()
+    }
+
+    /// The bytes each output (OUT and INOUT arguments, in order) will take, as far as its shape
+    /// is known from the inputs: scalars 8, strings and bytes 0 (unknown until produced).
+    pub fn output_bytes(&self, inputs: &[Value]) -> Vec<u64> {
         self.outputs()
             .map(|a| match &a.ty {
                 ArgType::Int | ArgType::Double => 8,
                 ArgType::Str | ArgType::Bytes => 0,
-                ArgType::Vector { elem, len } => {
-                    self.resolve(inputs, len).unwrap_or(0).max(0) as u64 * elem.size() as u64
-                }
+                ArgType::Vector { elem, len } => (self.resolve(inputs, len).unwrap_or(0).max(0)
+                    as u64)
+                    .saturating_mul(elem.size() as u64),
                 ArgType::Matrix { elem, rows, cols } => {
                     let r = self.resolve(inputs, rows).unwrap_or(0).max(0) as u64;
                     let c = self.resolve(inputs, cols).unwrap_or(0).max(0) as u64;
                     r.saturating_mul(c).saturating_mul(elem.size() as u64)
                 }
             })
-            .sum()
+            .collect()
     }
 
     /// Checks the inputs and builds the call profile the agent ranks servers with.
@@ -653,6 +685,7 @@ mod tests {
 
     fn dgemm() -> ServiceDesc {
         ServiceDesc {
+            duration: None,
             name: "dgemm".into(),
             doc: String::new(),
             args: vec![

@@ -88,7 +88,7 @@ impl fmt::Debug for Array {
 }
 
 macro_rules! typed_array {
-    ($from:ident, $to:ident, $t:ty, $elem:expr) => {
+    ($from:ident, $try_from:ident, $to:ident, $t:ty, $elem:expr) => {
         /// Builds an array from native values (row-major).
         pub fn $from(rows: u64, cols: u64, values: &[$t]) -> Array {
             let mut data = Vec::with_capacity(values.len() * std::mem::size_of::<$t>());
@@ -101,6 +101,23 @@ macro_rules! typed_array {
                 cols,
                 data,
             }
+        }
+
+        /// Like the infallible builder, but `None` instead of aborting when the buffer cannot be
+        /// allocated: for arrays whose size a request chose.
+        pub fn $try_from(rows: u64, cols: u64, values: &[$t]) -> Option<Array> {
+            let mut data = Vec::new();
+            data.try_reserve_exact(values.len().checked_mul(std::mem::size_of::<$t>())?)
+                .ok()?;
+            for v in values {
+                data.extend_from_slice(&v.to_le_bytes());
+            }
+            Some(Array {
+                elem: $elem,
+                rows,
+                cols,
+                data,
+            })
         }
 
         /// The elements as native values, or `None` for another element type or a short buffer.
@@ -124,10 +141,10 @@ macro_rules! typed_array {
 }
 
 impl Array {
-    typed_array!(from_f64, to_f64, f64, ElemType::F64);
-    typed_array!(from_f32, to_f32, f32, ElemType::F32);
-    typed_array!(from_i32, to_i32, i32, ElemType::I32);
-    typed_array!(from_i64, to_i64, i64, ElemType::I64);
+    typed_array!(from_f64, try_from_f64, to_f64, f64, ElemType::F64);
+    typed_array!(from_f32, try_from_f32, to_f32, f32, ElemType::F32);
+    typed_array!(from_i32, try_from_i32, to_i32, i32, ElemType::I32);
+    typed_array!(from_i64, try_from_i64, to_i64, i64, ElemType::I64);
 
     /// Number of elements the shape promises.
     pub fn len(&self) -> u64 {

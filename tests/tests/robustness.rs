@@ -2,25 +2,17 @@
 //! close such connections and keep serving everyone else.
 
 use gridwise_e2e::{FAST_HEARTBEATS, Grid};
-use gridwise_proto::{ErrorCode, Value};
+use gridwise_proto::{ErrorCode, Value, wire};
 use rand::{Rng, SeedableRng};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 fn hello_frame() -> Vec<u8> {
-    // A well-formed hello (magic, version 1, no token, who) so the frame that follows is read
-    // by the RPC layer itself.
-    let mut body = Vec::new();
-    body.extend_from_slice(b"GRIDWISE");
-    body.extend_from_slice(&1u32.to_le_bytes());
-    body.push(0); // token: None
-    let who = b"fuzzer";
-    body.extend_from_slice(&(who.len() as u64).to_le_bytes());
-    body.extend_from_slice(who);
-    let mut f = (body.len() as u32).to_be_bytes().to_vec();
-    f.extend_from_slice(&body);
-    f
+    // A well-formed client hello without a token, so the frame that follows is read by the RPC
+    // layer itself.
+    let dial = wire::DialConfig::new(wire::Role::Client, None);
+    wire::hello_frame(&dial, "fuzzer")
 }
 
 fn abuse(addr: &str, rng: &mut impl Rng) {
@@ -97,7 +89,7 @@ fn random_bytes_and_oversized_frames_leave_daemons_serving() {
 #[test]
 fn a_grid_with_a_token_refuses_strangers() {
     let mut extra: Vec<&str> = FAST_HEARTBEATS.to_vec();
-    extra.extend(["--token", "s3cret"]);
+    extra.extend(["--client-token", "s3cret", "--server-token", "s3rver"]);
     let mut g = Grid::agent(&extra);
     g.server("guarded", "calibrate = false\n");
     g.wait_up(1);

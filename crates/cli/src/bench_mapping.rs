@@ -57,6 +57,10 @@ fn rank_1000() -> anyhow::Result<f64> {
     for i in 0..1000 {
         core.register(
             Registration {
+                secret: None,
+                instance: String::new(),
+                max_frame_bytes: u64::MAX,
+                memory_budget_bytes: u64::MAX,
                 name: format!("s{i:04}"),
                 addr: format!("10.0.{}.{}:7000", i / 250, i % 250),
                 slots: 1,

@@ -159,8 +159,10 @@ pub struct LocalGrid {
     pub servers: Vec<Daemon>,
     /// The servers' names, in start order.
     pub names: Vec<String>,
-    /// The shared token the agent was started with, passed on to servers and clients.
-    pub token: Option<String>,
+    /// The client token the agent was started with, passed on to servers and clients.
+    pub client_token: Option<String>,
+    /// The server token the agent was started with, passed on to servers.
+    pub server_token: Option<String>,
     server: Launcher,
     agent_launcher: Launcher,
     agent_args: Vec<String>,
@@ -168,8 +170,8 @@ pub struct LocalGrid {
 }
 
 impl LocalGrid {
-    /// Starts an agent on an ephemeral loopback port with extra flags (`--token T` among them
-    /// makes the grid use that token).
+    /// Starts an agent on an ephemeral loopback port with extra flags (`--client-token C` and
+    /// `--server-token S` among them make the grid use those tokens).
     pub fn start(
         agent: &Launcher,
         server: Launcher,
@@ -186,11 +188,14 @@ impl LocalGrid {
         let mut args = agent.prefix.clone();
         args.extend(["--listen".to_string(), "127.0.0.1:0".into()]);
         args.extend_from_slice(&kept);
-        let token = agent_args
-            .iter()
-            .position(|a| a == "--token")
-            .and_then(|i| agent_args.get(i + 1))
-            .cloned();
+        let flag = |name: &str| {
+            agent_args
+                .iter()
+                .position(|a| a == name)
+                .and_then(|i| agent_args.get(i + 1))
+                .cloned()
+        };
+        let (client_token, server_token) = (flag("--client-token"), flag("--server-token"));
         let launcher = agent.clone();
         let agent = Daemon::spawn(
             &agent.program,
@@ -202,7 +207,8 @@ impl LocalGrid {
             agent,
             servers: Vec::new(),
             names: Vec::new(),
-            token,
+            client_token,
+            server_token,
             server,
             agent_launcher: launcher,
             agent_args: kept,
@@ -248,8 +254,11 @@ impl LocalGrid {
             "--agent".into(),
             self.agent.addr.clone(),
         ]);
-        if let Some(t) = &self.token {
-            args.extend(["--token".to_string(), t.clone()]);
+        if let Some(t) = &self.client_token {
+            args.extend(["--client-token".to_string(), t.clone()]);
+        }
+        if let Some(t) = &self.server_token {
+            args.extend(["--server-token".to_string(), t.clone()]);
         }
         let log = self.dir.path().join(format!("{name}.log"));
         let d = Daemon::spawn(&self.server.program, &args, &log, name)?;
@@ -261,7 +270,7 @@ impl LocalGrid {
     /// Client settings for this grid.
     pub fn client_config(&self) -> gridwise_client::ClientConfig {
         let mut cfg = gridwise_client::ClientConfig::with_agent(self.agent.addr.clone());
-        cfg.token = self.token.clone();
+        cfg.token = self.client_token.clone();
         cfg
     }
 

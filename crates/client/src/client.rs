@@ -8,9 +8,9 @@ use crate::handle::{Binding, FunctionHandle};
 use crate::session::{CancelFlag, CompletionGuard, SessionId, Sessions};
 use gridwise_proto::wire;
 use gridwise_proto::{
-    AgentStatus, CallError, CallId, CallProfile, Candidate, DataHandle, ErrorCode, Etc,
-    ExecuteRequest, LinkInfo, ModelExport, ModelSummary, Pong, RankOptions, Ranking, RemoteRef,
-    ServiceDesc, ServiceSummary, Ticket, Timing, Value,
+    AgentStatus, CallError, CallErrorKind, CallId, CallProfile, Candidate, DataHandle, ErrorCode,
+    Etc, ExecuteReply, ExecuteRequest, LinkInfo, ModelExport, ModelSummary, Pong, RankOptions,
+    Ranking, RemoteRef, ServiceDesc, ServiceSummary, Ticket, Timing, Value,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -83,6 +83,38 @@ async fn unless_cancelled<F: Future>(cancel: Option<&CancelFlag>, fut: F) -> Opt
     }
 }
 
+/// How one attempt to run a call on one server ended.
+pub(crate) enum Attempt {
+    /// It ran.
+    Done(ExecuteReply, f64),
+    /// The server could not be reached, or refused before running it: another may take it.
+    NotRun(String),
+    /// It was sent, and then the server died or stopped answering: it may have run, and it may
+    /// be what brought the server down.
+    Crashed(String),
+    /// A final answer about the call: it failed, timed out, or was cancelled.
+    Failed(CallError, GrpcError),
+}
+
+/// Why a call failed, for the graph runner: the error, and the remote inputs found lost.
+pub(crate) struct Failure {
+    pub(crate) error: GrpcError,
+    pub(crate) lost: Vec<DataHandle>,
+}
+
+impl From<GrpcError> for Failure {
+    fn from(error: GrpcError) -> Self {
+        Failure {
+            error,
+            lost: Vec::new(),
+        }
+    }
+}
+
+/// Crash-like failures after which a call is given up: once a server has died under it, the
+/// call is tried on one more server; if that one dies too, the call may be what kills them.
+const CRASHES_TOLERATED: usize = 2;
+
 impl Inner {
     /// Gives up an assignment in the background.
     pub(crate) fn release_later(self: &Arc<Self>, ticket: Ticket) {
@@ -94,7 +126,88 @@ impl Inner {
         });
     }
 
-    /// The call path: rank, then try the candidates in order.
+    /// Sends the call to the server at `addr` and waits for it, watching that the server keeps
+    /// answering; `cancel` stops it (on the server too).
+    pub(crate) async fn attempt(
+        &self,
+        addr: &str,
+        who: &str,
+        req: ExecuteRequest,
+        cancel: Option<&CancelFlag>,
+    ) -> Attempt {
+        let service = req.service.clone();
+        let cancelled = || {
+            let e = GrpcError::cancelled(format!("the call to `{service}`"));
+            Attempt::Failed(
+                CallError::new(CallErrorKind::Cancelled, e.message.clone()),
+                e,
+            )
+        };
+        let Some(conn) = unless_cancelled(cancel, self.conn.server(addr)).await else {
+            return cancelled();
+        };
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => return Attempt::NotRun(format!("{who}: {}", e.message)),
+        };
+        if cancel.is_some_and(CancelFlag::is_cancelled) {
+            return cancelled();
+        }
+        let call_id = req.call_id;
+        let mut watch = self.conn.liveness.watch(addr);
+        let sent_at = Instant::now();
+        let ctx = wire::context(self.call_timeout);
+        let mut exec = std::pin::pin!(conn.client.execute(ctx, req));
+        let never = CancelFlag::default();
+        let cancel_flag = cancel.unwrap_or(&never);
+        let reply = tokio::select! {
+            biased;
+            r = &mut exec => r,
+            _ = cancel_flag.cancelled() => {
+                // Tell the server first; dropping `exec` afterwards stops waiting.
+                self.cancel_on_server(&conn.client, call_id, who).await;
+                return cancelled();
+            }
+            _ = watch.unresponsive() => {
+                self.conn.drop_server(addr, conn.epoch);
+                return Attempt::Crashed(format!(
+                    "{who} stopped answering during the call (no answer to pings for {:.1} s)",
+                    self.conn.liveness.limit().as_secs_f64()
+                ));
+            }
+        };
+        let round_trip_s = sent_at.elapsed().as_secs_f64();
+        match reply {
+            Ok(Ok(rep)) => Attempt::Done(rep, round_trip_s),
+            Ok(Err(e)) if e.retryable() => Attempt::NotRun(format!("{who}: {e}")),
+            Ok(Err(e)) => {
+                let g = call_failed(who, e.clone());
+                Attempt::Failed(e, g)
+            }
+            Err(TransportError::DeadlineExceeded) => {
+                // Not retried: the call may still be running there.
+                let g = GrpcError::communication(format!(
+                    "{who} did not answer `{service}` within {} s (call_timeout_s)",
+                    self.call_timeout.as_secs()
+                ));
+                Attempt::Failed(
+                    CallError::new(CallErrorKind::Internal, g.message.clone()),
+                    g,
+                )
+            }
+            Err(e) => {
+                if connection_lost(&e) {
+                    self.conn.drop_server(addr, conn.epoch);
+                }
+                Attempt::Crashed(format!(
+                    "{who} closed the connection during the call ({})",
+                    transport_text(&e)
+                ))
+            }
+        }
+    }
+
+    /// The call path: rank, then try the candidates in order (see [`Inner::run_call_from`]).
     pub(crate) async fn run_call(
         self: &Arc<Self>,
         service: &str,
@@ -104,9 +217,50 @@ impl Inner {
         cancel: Option<&CancelFlag>,
         keep_outputs: Vec<u32>,
     ) -> Result<CallResult, GrpcError> {
+        self.run_call_from(
+            service,
+            binding,
+            profile,
+            inputs,
+            cancel,
+            keep_outputs,
+            Vec::new(),
+        )
+        .await
+        .map_err(|f| f.error)
+    }
+
+    /// The call path: rank, then try the candidates in order — servers that did not answer
+    /// lately last. A server that cannot be reached or refuses leads to the next; a server that
+    /// dies or stops answering during the call counts as a crash (`crashes` holds those already
+    /// met, e.g. on a graph's planned server), and after two the call fails rather than walk
+    /// the grid: it may be what kills them.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn run_call_from(
+        self: &Arc<Self>,
+        service: &str,
+        binding: &Binding,
+        profile: CallProfile,
+        inputs: Vec<Value>,
+        cancel: Option<&CancelFlag>,
+        keep_outputs: Vec<u32>,
+        mut crashes: Vec<String>,
+    ) -> Result<CallResult, Failure> {
         let cancelled = || GrpcError::cancelled(format!("the call to `{service}`"));
         if cancel.is_some_and(CancelFlag::is_cancelled) {
-            return Err(cancelled());
+            return Err(cancelled().into());
+        }
+        let limit = self.conn.max_frame_bytes() as u64;
+        if profile.in_bytes > limit {
+            return Err(GrpcError::new(
+                ErrorCode::OtherErrorCode,
+                format!(
+                    "the inputs of `{service}` take {:.1} MB, more than one frame may carry ({:.1} MB, max_frame_bytes); keep large values on a server and pass them as remote values, or split the call",
+                    profile.in_bytes as f64 / 1e6,
+                    limit as f64 / 1e6
+                ),
+            )
+            .into());
         }
         let opts = RankOptions {
             pin_server: binding.server().map(str::to_string),
@@ -130,7 +284,7 @@ impl Inner {
                                 inner.release_later(r.ticket);
                             }
                         });
-                        return Err(cancelled());
+                        return Err(cancelled().into());
                     }
                 }
             }
@@ -142,62 +296,33 @@ impl Inner {
             return Err(GrpcError::new(
                 ErrorCode::ServerNotFound,
                 format!("the agent found no server for `{service}`"),
-            ));
+            )
+            .into());
         }
+        // Servers that did not answer lately go last (the agent may not know yet).
+        let mut order: Vec<&Candidate> = ranking.candidates.iter().collect();
+        order.sort_by_key(|c| self.conn.liveness.is_suspect(&c.addr));
         let mut inputs = inputs;
         let mut failures: Vec<String> = Vec::new();
-        for (i, cand) in ranking.candidates.iter().enumerate() {
+        for (i, cand) in order.iter().enumerate() {
             let who = format!("{} ({})", cand.name, cand.addr);
-            let Some(conn) = unless_cancelled(cancel, self.conn.server(&cand.addr)).await else {
-                self.release_later(ranking.ticket);
-                return Err(cancelled());
-            };
-            let conn = match conn {
-                Ok(c) => c,
-                Err(e) => {
-                    failures.push(format!("{who}: {}", e.message));
-                    continue;
-                }
-            };
-            if cancel.is_some_and(CancelFlag::is_cancelled) {
-                self.release_later(ranking.ticket);
-                return Err(cancelled());
-            }
             // Later candidates need the inputs too; the last attempt takes them.
             let sent = if i + 1 < n {
                 inputs.clone()
             } else {
                 std::mem::take(&mut inputs)
             };
-            let call_id = CallId::new_random();
             let req = ExecuteRequest {
-                call_id,
+                call_id: CallId::new_random(),
                 ticket: Some(ranking.ticket),
                 service: service.to_string(),
                 inputs: sent,
                 sent_at_unix_ns: unix_ns(),
                 keep_outputs: keep_outputs.clone(),
+                reply_limit_bytes: limit,
             };
-            let sent_at = Instant::now();
-            let ctx = wire::context(self.call_timeout);
-            let reply = match cancel {
-                None => conn.client.execute(ctx, req).await,
-                Some(c) => {
-                    let mut exec = std::pin::pin!(conn.client.execute(ctx, req));
-                    tokio::select! {
-                        biased;
-                        r = &mut exec => r,
-                        _ = c.cancelled() => {
-                            // Tell the server first; dropping `exec` afterwards stops waiting.
-                            self.cancel_on_server(&conn.client, call_id, &who).await;
-                            return Err(cancelled());
-                        }
-                    }
-                }
-            };
-            let round_trip_s = sent_at.elapsed().as_secs_f64();
-            match reply {
-                Ok(Ok(rep)) => {
+            match self.attempt(&cand.addr, &who, req, cancel).await {
+                Attempt::Done(rep, round_trip_s) => {
                     return Ok(CallResult {
                         outputs: rep.outputs,
                         server: rep.server,
@@ -208,24 +333,31 @@ impl Inner {
                         attempts: (i + 1) as u32,
                     });
                 }
-                Ok(Err(e)) if e.retryable() => {
-                    tracing::debug!(server = %who, "call refused, trying the next server: {e}");
-                    failures.push(format!("{who}: {e}"));
+                Attempt::NotRun(why) => {
+                    tracing::debug!(server = %who, "not run there, trying the next server: {why}");
+                    failures.push(why);
                 }
-                Ok(Err(e)) => return Err(call_failed(&who, e)),
-                Err(TransportError::DeadlineExceeded) => {
-                    // Not retried: the call may still be running there.
-                    return Err(GrpcError::communication(format!(
-                        "{who} did not answer `{service}` within {} s (call_timeout_s)",
-                        self.call_timeout.as_secs()
-                    )));
-                }
-                Err(e) => {
-                    if connection_lost(&e) {
-                        self.conn.drop_server(&cand.addr, conn.epoch);
+                Attempt::Crashed(why) => {
+                    tracing::warn!(server = %who, call = %service, "{why}");
+                    crashes.push(why);
+                    if crashes.len() >= CRASHES_TOLERATED {
+                        self.release_later(ranking.ticket);
+                        return Err(GrpcError::communication(format!(
+                            "`{service}` was not retried further: the servers it ran on died or stopped answering during it, twice ({}); the call may be what brings them down (too large for their memory?), so it was not sent to more servers",
+                            crashes.join("; ")
+                        ))
+                        .into());
                     }
-                    tracing::debug!(server = %who, "call failed, trying the next server: {e}");
-                    failures.push(format!("{who}: {}", transport_text(&e)));
+                    failures.push(crashes.last().cloned().unwrap_or_default());
+                }
+                Attempt::Failed(e, g) => {
+                    if e.kind == CallErrorKind::Cancelled {
+                        self.release_later(ranking.ticket);
+                    }
+                    return Err(Failure {
+                        error: g,
+                        lost: e.lost,
+                    });
                 }
             }
         }
@@ -234,7 +366,8 @@ impl Inner {
             "every candidate server failed for `{service}` ({} tried): {}",
             n,
             failures.join("; ")
-        )))
+        ))
+        .into())
     }
 
     /// Tells a server to stop a call, waiting (a bounded time) for its answer.

@@ -1,7 +1,7 @@
 //! Client configuration: a TOML file plus `GRIDWISE_CLIENT_*` environment overrides.
 
 use crate::error::GrpcError;
-use gridwise_proto::wire::WireConfig;
+use gridwise_proto::wire::{DialConfig, Role};
 use gridwise_proto::{ErrorCode, Policy};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -14,18 +14,25 @@ pub const ENV_PREFIX: &str = "GRIDWISE_CLIENT";
 
 /// How a client reaches the grid.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ClientConfig {
     /// The agent's address, `host:port`.
     pub agent: String,
-    /// The shared secret, when the daemons require one.
+    /// The grid's client token, when the daemons require one.
     pub token: Option<String>,
     /// How long opening a connection (TCP + hello) may take, ms.
     pub connect_timeout_ms: u64,
     /// How long an agent request (rank, describe, status, ...) may take, ms.
     pub agent_timeout_ms: u64,
-    /// How long one remote call may run before the client gives up on it, seconds.
+    /// How long one remote call may run before the client gives up on it, seconds. A server
+    /// that stops answering is noticed much sooner (`liveness_interval_ms`); this bounds calls
+    /// on servers that answer but never finish.
     pub call_timeout_s: u64,
+    /// How often a server running one of this client's calls is pinged, ms; after three
+    /// intervals without an answer its calls move to another server.
+    pub liveness_interval_ms: u64,
+    /// How long calls wait for an unreachable agent to come back (a restart) before failing, s.
+    pub agent_retry_s: u64,
     /// Largest frame accepted from a peer, bytes.
     pub max_frame_bytes: usize,
     /// A ranking policy other than the agent's default.
@@ -39,7 +46,9 @@ impl Default for ClientConfig {
             token: None,
             connect_timeout_ms: 5000,
             agent_timeout_ms: 30_000,
-            call_timeout_s: 30 * 24 * 3600,
+            call_timeout_s: 24 * 3600,
+            liveness_interval_ms: 1000,
+            agent_retry_s: 30,
             max_frame_bytes: 1 << 30,
             policy: None,
         }
@@ -114,7 +123,32 @@ impl ClientConfig {
                 ),
             ));
         }
+        cfg.check().map_err(|e| {
+            GrpcError::new(
+                ErrorCode::ConfigfileError,
+                format!("configuration file {shown}: {e}"),
+            )
+        })?;
         Ok(cfg)
+    }
+
+    /// Refuses values no client could work with, naming the setting.
+    pub fn check(&self) -> Result<(), String> {
+        gridwise_proto::wire::check_max_frame(self.max_frame_bytes)?;
+        for (key, v) in [
+            ("connect_timeout_ms", self.connect_timeout_ms),
+            ("agent_timeout_ms", self.agent_timeout_ms),
+            ("call_timeout_s", self.call_timeout_s),
+            ("liveness_interval_ms", self.liveness_interval_ms),
+        ] {
+            if v == 0 {
+                return Err(format!("{key} = 0 must be positive"));
+            }
+        }
+        if self.token.as_deref() == Some("") {
+            return Err("token may not be empty: remove it or give it a value".into());
+        }
+        Ok(())
     }
 
     /// The settings as TOML, e.g. to write a sample file.
@@ -122,15 +156,28 @@ impl ClientConfig {
         toml::to_string(self).map_err(|e| GrpcError::new(ErrorCode::OtherErrorCode, e.to_string()))
     }
 
-    /// The connection settings for the wire layer.
-    pub fn wire(&self) -> WireConfig {
+    /// The connection settings for the wire layer, presenting `principal` as the owner of
+    /// this client's tickets and kept values.
+    pub fn wire(&self, principal: &str) -> DialConfig {
         let connect = Duration::from_millis(self.connect_timeout_ms.max(1));
-        WireConfig {
-            token: self.token.clone(),
+        DialConfig {
+            role: Role::Client,
+            credential: self.token.clone(),
+            principal: principal.to_string(),
             max_frame_bytes: self.max_frame_bytes,
             connect_timeout: connect,
             hello_timeout: connect,
         }
+    }
+
+    /// How often servers running this client's calls are pinged.
+    pub fn liveness_interval(&self) -> Duration {
+        Duration::from_millis(self.liveness_interval_ms.max(1))
+    }
+
+    /// How long calls wait for the agent to come back.
+    pub fn agent_retry(&self) -> Duration {
+        Duration::from_secs(self.agent_retry_s)
     }
 
     /// The deadline of agent requests.
@@ -162,7 +209,7 @@ mod tests {
         assert_eq!(c.agent, "127.0.0.1:7000");
         assert_eq!(c.policy, Some(Policy::RoundRobin));
         assert_eq!(c.connect_timeout_ms, 5000);
-        assert_eq!(c.call_timeout_s, 30 * 24 * 3600);
+        assert_eq!(c.call_timeout_s, 24 * 3600);
         assert_eq!(c.max_frame_bytes, 1 << 30);
     }
 
@@ -217,5 +264,22 @@ mod tests {
             ClientConfig::load(f.path(), Some(HashMap::new())).unwrap(),
             c
         );
+    }
+
+    #[test]
+    fn unknown_keys_and_nonsense_are_refused() {
+        let f = file("agent = \"a:1\"\ntokn = \"x\"\n");
+        let e = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ConfigfileError);
+        assert!(e.message.contains("tokn"), "{e}");
+        for (text, key) in [
+            ("max_frame_bytes = 0", "max_frame_bytes = 0"),
+            ("liveness_interval_ms = 0", "liveness_interval_ms"),
+            ("token = \"\"", "token may not be empty"),
+        ] {
+            let f = file(&format!("agent = \"a:1\"\n{text}\n"));
+            let e = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap_err();
+            assert!(e.message.contains(key), "{text}: {e}");
+        }
     }
 }

@@ -1,9 +1,11 @@
-//! Connections: one to the agent (re-opened once when it breaks), a pool of server
-//! connections by address, and the cache of service descriptions.
+//! Connections: one to the agent (re-opened, with backoff, while the agent restarts), a pool of
+//! server connections by address, the liveness watch of the servers running calls, and the
+//! cache of service descriptions.
 
 use crate::config::ClientConfig;
 use crate::error::GrpcError;
-use gridwise_proto::wire::{self, WireConfig};
+use crate::liveness::Liveness;
+use gridwise_proto::wire::{self, DialConfig};
 use gridwise_proto::{
     AgentApiClient, AgentStatus, CallProfile, Candidate, GraphPlan, GraphRequest, LinkInfo,
     ModelExport, ModelSummary, RankOptions, Ranking, RpcError, ServerApiClient, ServiceDesc,
@@ -21,6 +23,12 @@ use tokio::runtime::Handle;
 /// How long a failed connection attempt to a server is remembered, so that many calls do not
 /// each wait out the same dead address.
 const CONNECT_FAILURE_MEMORY: Duration = Duration::from_millis(500);
+/// A pooled server connection idle for longer than this is replaced rather than reused: the
+/// server closes idle connections (its `idle_timeout_s`, 300 s by default), and a request sent
+/// just as it does would be lost in flight.
+const IDLE_REUSE: Duration = Duration::from_secs(120);
+/// First and longest wait between attempts to reach an agent that is not answering.
+const AGENT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -52,7 +60,7 @@ type Live<C> = (Arc<C>, Arc<AtomicBool>);
 async fn open_agent(
     rt: Handle,
     addr: String,
-    wire_cfg: WireConfig,
+    wire_cfg: DialConfig,
 ) -> Result<Live<AgentApiClient>, GrpcError> {
     let rt2 = rt.clone();
     on_runtime(&rt, async move {
@@ -76,7 +84,7 @@ async fn open_agent(
 async fn open_server(
     rt: Handle,
     addr: String,
-    wire_cfg: WireConfig,
+    wire_cfg: DialConfig,
 ) -> Result<Live<ServerApiClient>, GrpcError> {
     let rt2 = rt.clone();
     on_runtime(&rt, async move {
@@ -104,11 +112,19 @@ pub(crate) struct ServerConn {
     pub(crate) client: Arc<ServerApiClient>,
     /// Cleared when the connection closes.
     alive: Arc<AtomicBool>,
+    /// When it was last handed out.
+    last_used: Arc<Mutex<Instant>>,
 }
 
 impl ServerConn {
-    fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
+    /// Whether it may be handed out again: open, and not idle long enough for the server to be
+    /// about to close it.
+    fn is_usable(&self) -> bool {
+        self.alive.load(Ordering::Acquire) && lock(&self.last_used).elapsed() < IDLE_REUSE
+    }
+
+    fn touch(&self) {
+        *lock(&self.last_used) = Instant::now();
     }
 }
 
@@ -135,8 +151,11 @@ struct ServerSlot {
 pub(crate) struct Conn {
     rt: Handle,
     agent_addr: String,
-    wire_cfg: WireConfig,
+    wire_cfg: DialConfig,
     agent_timeout: Duration,
+    agent_retry: Duration,
+    /// The servers running this client's calls, pinged while they do.
+    pub(crate) liveness: Arc<Liveness>,
     agent: Mutex<AgentConn>,
     agent_reconnect: tokio::sync::Mutex<()>,
     servers: Mutex<HashMap<String, Arc<ServerSlot>>>,
@@ -146,13 +165,22 @@ pub(crate) struct Conn {
 impl Conn {
     /// Connects to the agent now (so a wrong address fails here).
     pub(crate) async fn open(cfg: &ClientConfig, rt: Handle) -> Result<Conn, GrpcError> {
-        let wire_cfg = cfg.wire();
+        // This client's own key: the daemons record it as the owner of what it makes.
+        let principal = uuid::Uuid::new_v4().simple().to_string();
+        let wire_cfg = cfg.wire(&principal);
         let (client, alive) = open_agent(rt.clone(), cfg.agent.clone(), wire_cfg.clone()).await?;
+        let liveness = Arc::new(Liveness::new(
+            rt.clone(),
+            wire_cfg.clone(),
+            cfg.liveness_interval(),
+        ));
         Ok(Conn {
             rt,
             agent_addr: cfg.agent.clone(),
             wire_cfg,
             agent_timeout: cfg.agent_timeout(),
+            agent_retry: cfg.agent_retry(),
+            liveness,
             agent: Mutex::new(AgentConn {
                 epoch: 0,
                 client,
@@ -167,6 +195,11 @@ impl Conn {
     /// The agent's address.
     pub(crate) fn agent_addr(&self) -> &str {
         &self.agent_addr
+    }
+
+    /// The largest frame this client accepts (and may send).
+    pub(crate) fn max_frame_bytes(&self) -> usize {
+        self.wire_cfg.max_frame_bytes
     }
 
     fn agent_ctx(&self) -> Context {
@@ -209,36 +242,71 @@ impl Conn {
         Ok(client)
     }
 
-    /// One agent request; when the connection turns out to be broken it is re-opened and the
-    /// request sent once more (agent requests are safe to repeat).
+    /// One agent request. When the connection is broken it is re-opened and the request sent
+    /// again (agent requests are safe to repeat); while the agent cannot be reached at all (it
+    /// is restarting), attempts go on with backoff for up to `agent_retry_s`.
     async fn agent_call<T, F, Fut>(&self, f: F) -> Result<T, GrpcError>
     where
         F: Fn(Arc<AgentApiClient>, Context) -> Fut,
         Fut: Future<Output = Result<T, TransportError>>,
     {
-        let (epoch, client, alive) = {
-            let cur = lock(&self.agent);
-            (
-                cur.epoch,
-                cur.client.clone(),
-                cur.alive.load(Ordering::Acquire),
-            )
-        };
-        // A connection known to be closed is replaced before use.
-        let client = if alive {
-            client
-        } else {
-            self.reconnect_agent(epoch).await?
-        };
-        match f(client, self.agent_ctx()).await {
-            Ok(v) => Ok(v),
-            Err(e) if connection_lost(&e) => {
-                let client = self.reconnect_agent(epoch).await?;
-                f(client, self.agent_ctx())
-                    .await
-                    .map_err(|e| self.agent_error(&e))
+        let deadline = Instant::now() + self.agent_retry;
+        let mut backoff = AGENT_BACKOFF.0;
+        let mut lost_once = false;
+        loop {
+            let (epoch, client, alive) = {
+                let cur = lock(&self.agent);
+                (
+                    cur.epoch,
+                    cur.client.clone(),
+                    cur.alive.load(Ordering::Acquire),
+                )
+            };
+            // A connection known to be closed is replaced before use.
+            let attempt = if alive {
+                Ok(client)
+            } else {
+                self.reconnect_agent(epoch).await
+            };
+            let outcome = match attempt {
+                Ok(client) => match f(client, self.agent_ctx()).await {
+                    Ok(v) => return Ok(v),
+                    Err(e) if connection_lost(&e) => {
+                        // Drop it, so the next attempt reconnects.
+                        self.mark_agent_lost(epoch);
+                        if !lost_once {
+                            // A connection that broke while idle: reconnect at once.
+                            lost_once = true;
+                            continue;
+                        }
+                        self.agent_error(&e)
+                    }
+                    Err(e) => return Err(self.agent_error(&e)),
+                },
+                // Refused (wrong credentials, a full agent) is an answer: no retrying.
+                Err(e) if e.code != gridwise_proto::ErrorCode::CommunicationFailed => {
+                    return Err(e);
+                }
+                Err(e) => e,
+            };
+            if Instant::now() + backoff > deadline {
+                return Err(GrpcError::communication(format!(
+                    "{} (the agent has not answered for {} s, agent_retry_s)",
+                    outcome.message,
+                    self.agent_retry.as_secs()
+                )));
             }
-            Err(e) => Err(self.agent_error(&e)),
+            tracing::debug!(agent = %self.agent_addr, "agent unreachable, retrying: {}", outcome.message);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(AGENT_BACKOFF.1);
+        }
+    }
+
+    /// Forgets the agent connection `epoch` after it broke.
+    fn mark_agent_lost(&self, epoch: u64) {
+        let cur = lock(&self.agent);
+        if cur.epoch == epoch {
+            cur.alive.store(false, Ordering::Release);
         }
     }
 
@@ -355,14 +423,16 @@ impl Conn {
             }
         };
         if let Some(c) = lock(&slot.current).as_ref()
-            && c.is_alive()
+            && c.is_usable()
         {
+            c.touch();
             return Ok(c.clone());
         }
         let mut connecting = slot.connecting.lock().await;
         if let Some(c) = lock(&slot.current).as_ref()
-            && c.is_alive()
+            && c.is_usable()
         {
+            c.touch();
             return Ok(c.clone());
         }
         if let Some((at, e)) = &connecting.last_failure
@@ -378,6 +448,7 @@ impl Conn {
                     epoch: connecting.epoch,
                     client,
                     alive,
+                    last_used: Arc::new(Mutex::new(Instant::now())),
                 };
                 *lock(&slot.current) = Some(c.clone());
                 Ok(c)

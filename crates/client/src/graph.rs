@@ -31,19 +31,17 @@
 //!    the kept outputs it still needs, a few times per their holders' `data_idle_ttl_s`, so a
 //!    value may wait for its consumer longer than that limit.
 
-use crate::client::call_failed;
-use crate::client::{GridClient, unix_ns};
+use crate::client::{Attempt, GridClient, unix_ns};
 use crate::error::GrpcError;
 use crate::handle::Binding;
-use gridwise_proto::wire;
 use gridwise_proto::{
-    ArgDesc, ArgType, CallId, CallProfile, DataHandle, Dim, ErrorCode, ExecuteRequest, GraphCall,
-    GraphEdge, GraphPlan, GraphRequest, RemoteRef, ServiceDesc, Ticket, Timing, Value,
+    ArgDesc, ArgType, CallErrorKind, CallId, CallProfile, DataHandle, Dim, ErrorCode,
+    ExecuteRequest, GraphCall, GraphEdge, GraphPlan, GraphRequest, RemoteRef, ServiceDesc, Ticket,
+    Timing, Value,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tarpc::client::RpcError as TransportError;
 use tokio::sync::Notify;
 
 /// An argument of a graph call: a value the client sends, or an output of an earlier call.
@@ -402,27 +400,8 @@ impl Graph {
                 after[w[0] as usize] = Some(w[1] as usize);
             }
         }
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                outputs: vec![None; n],
-                dispatched: vec![false; n],
-                left: prepared.consumers.iter().map(Vec::len).collect(),
-                records: vec![None; n],
-                failed: None,
-                freed: 0,
-            }),
-            wake: (0..n).map(|_| Notify::new()).collect(),
-            consumers: prepared.consumers.clone(),
-            next: after,
-            wanted: wanted.clone(),
-        });
-        let t0 = Instant::now();
-        let mut set = tokio::task::JoinSet::new();
-        for i in 0..n {
-            let job = Job {
-                i,
-                client: self.client.clone(),
-                shared: shared.clone(),
+        let specs: Vec<Spec> = (0..n)
+            .map(|i| Spec {
                 name: self.calls[i].name.clone(),
                 service: self.calls[i].service.clone(),
                 args: self.calls[i].args.clone(),
@@ -436,17 +415,69 @@ impl Graph {
                 } else {
                     (0..prepared.descs[i].outputs().count() as u32).collect()
                 },
-                t0,
-            };
-            set.spawn_on(job.run(), &inner.rt);
+            })
+            .collect();
+        let t0 = Instant::now();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                outputs: vec![None; n],
+                dispatched: vec![false; n],
+                left: prepared.consumers.iter().map(Vec::len).collect(),
+                records: vec![None; n],
+                runs: vec![0; n],
+                failed: None,
+                freed: 0,
+            }),
+            wake: (0..n).map(|_| Notify::new()).collect(),
+            consumers: prepared.consumers.clone(),
+            next: after,
+            wanted: wanted.clone(),
+            specs,
+            client: self.client.clone(),
+            t0,
+            tasks: Mutex::new(tokio::task::JoinSet::new()),
+        });
+        for i in 0..n {
+            shared.spawn(i, false);
         }
         // Holders free what nobody touches for a while; what this graph keeps stays touched.
         let renewer = inner
             .rt
             .spawn(renew_kept(shared.clone(), self.client.clone()));
         let _stop_renewing = AbortOnDrop(renewer);
-        while set.join_next().await.is_some() {}
+        shared.join_all().await;
         let makespan_s = t0.elapsed().as_secs_f64();
+
+        // The requested outputs come back; one whose holder lost it is made again first.
+        let mut fetched = HashMap::new();
+        let mut kept = Vec::new();
+        for i in (0..n).filter(|&i| wanted[i]) {
+            let back = loop {
+                let vals = {
+                    let st = lock(&shared.state);
+                    if st.failed.is_some() {
+                        break None;
+                    }
+                    st.outputs[i].clone()
+                };
+                let Some(vals) = vals else { break None };
+                match fetch_all(&self.client, &vals).await {
+                    Ok((back, refs)) => {
+                        kept.extend(refs);
+                        break Some(back);
+                    }
+                    Err(e) => {
+                        tracing::warn!(call = %self.calls[i].name, "its output is lost ({}): making it again", e.message);
+                        let refs: Vec<DataHandle> = refs(&vals).map(|r| r.handle).collect();
+                        shared.lost(&refs, &[i]);
+                        shared.join_all().await;
+                    }
+                }
+            };
+            if let Some(back) = back {
+                fetched.insert(i, back);
+            }
+        }
 
         let (failed, outputs, records, mut freed) = {
             let mut st = lock(&shared.state);
@@ -458,7 +489,7 @@ impl Graph {
             )
         };
         if let Some(err) = failed {
-            let mut kept = Vec::new();
+            let mut kept = kept;
             for (i, o) in outputs.iter().enumerate() {
                 match o {
                     Some(vals) => kept.extend(refs(vals)),
@@ -469,30 +500,6 @@ impl Graph {
             }
             let _ = self.client.free(&kept).await;
             return Err(err);
-        }
-        let mut fetched = HashMap::new();
-        let mut kept = Vec::new();
-        for (i, o) in outputs.into_iter().enumerate() {
-            let Some(vals) = o else { continue };
-            if !wanted[i] {
-                continue;
-            }
-            let mut back = Vec::with_capacity(vals.len());
-            for v in vals {
-                match v {
-                    Value::Ref(r) => {
-                        back.push(self.client.fetch(&r).await.map_err(|e| {
-                            invalid(format!(
-                                "fetching `{}`'s output from {}: {}",
-                                self.calls[i].name, r.holder, e.message
-                            ))
-                        })?);
-                        kept.push(r);
-                    }
-                    v => back.push(v),
-                }
-            }
-            fetched.insert(i, back);
         }
         freed += self.client.free(&kept).await.unwrap_or(0);
         let calls = records
@@ -517,6 +524,26 @@ impl Graph {
             outputs: fetched,
         })
     }
+}
+
+/// Brings back every value of `vals` (kept ones from their holders): the values, and the
+/// references fetched (to free).
+async fn fetch_all(
+    client: &GridClient,
+    vals: &[Value],
+) -> Result<(Vec<Value>, Vec<RemoteRef>), GrpcError> {
+    let mut back = Vec::with_capacity(vals.len());
+    let mut fetched = Vec::new();
+    for v in vals {
+        match v {
+            Value::Ref(r) => {
+                back.push(client.fetch(r).await?);
+                fetched.push(r.clone());
+            }
+            v => back.push(v.clone()),
+        }
+    }
+    Ok((back, fetched))
 }
 
 /// Renews the graph's kept values that are still to be used or fetched, a few times per their
@@ -563,15 +590,36 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// How many times one call may run: its first run, and remaking its outputs after they were
+/// lost (each loss needs a server holding them to die or restart).
+const MAX_RUNS: u32 = 4;
+
 struct State {
-    /// Each finished call's outputs (kept ones as [`Value::Ref`]).
+    /// Each finished call's outputs (kept ones as [`Value::Ref`]); `None` again while lost
+    /// outputs are being made again.
     outputs: Vec<Option<Vec<Value>>>,
     dispatched: Vec<bool>,
-    /// Consumers of each call that have not finished yet.
+    /// Runs of each call's consumers that have not finished yet (a consumer run again to remake
+    /// a lost value counts again): its kept outputs are needed while positive.
     left: Vec<usize>,
     records: Vec<Option<CallRecord>>,
+    /// Runs started per call.
+    runs: Vec<u32>,
     failed: Option<GrpcError>,
     freed: u32,
+}
+
+/// What one call of the graph is, whichever run of it.
+struct Spec {
+    name: String,
+    service: String,
+    args: Vec<GraphArg>,
+    desc: Arc<ServiceDesc>,
+    producers: Vec<usize>,
+    before: Option<usize>,
+    server: gridwise_proto::PlannedServer,
+    ticket: Ticket,
+    keep: Vec<u32>,
 }
 
 struct Shared {
@@ -583,6 +631,10 @@ struct Shared {
     next: Vec<Option<usize>>,
     /// Whether each call's outputs come back to the client.
     wanted: Vec<bool>,
+    specs: Vec<Spec>,
+    client: GridClient,
+    t0: Instant,
+    tasks: Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl Shared {
@@ -597,23 +649,87 @@ impl Shared {
             w.notify_one();
         }
     }
+
+    /// Starts a run of call `i`: its first (in plan order, on its planned server), or a run to
+    /// make its lost outputs again (ranked afresh).
+    fn spawn(self: &Arc<Self>, i: usize, again: bool) {
+        let job = Job {
+            i,
+            shared: self.clone(),
+            again,
+        };
+        lock(&self.tasks).spawn_on(job.run(), &self.client.inner.rt);
+    }
+
+    /// Waits until no run is in flight (runs may start more runs meanwhile).
+    async fn join_all(&self) {
+        loop {
+            let mut set = std::mem::take(&mut *lock(&self.tasks));
+            if set.is_empty() {
+                return;
+            }
+            while set.join_next().await.is_some() {}
+        }
+    }
+
+    /// The values `handles` are gone (their holder died or restarted) and `consumers` need
+    /// them: every call that made one runs again, unless it already does. Each run again of a
+    /// producer also counts as a consumer of its own producers, so they keep their outputs.
+    fn lost(self: &Arc<Self>, handles: &[DataHandle], consumers: &[usize]) {
+        let mut again = Vec::new();
+        {
+            let mut st = lock(&self.state);
+            let mut producers: Vec<usize> = consumers
+                .iter()
+                .flat_map(|&c| self.specs[c].producers.iter().copied())
+                .collect();
+            // A call whose own outputs were lost (at the final fetch) is its own producer.
+            producers.extend(consumers.iter().filter(|&&c| {
+                st.outputs[c]
+                    .as_deref()
+                    .is_some_and(|o| refs(o).any(|r| handles.contains(&r.handle)))
+            }));
+            producers.sort_unstable();
+            producers.dedup();
+            for p in producers {
+                let holds_lost = st.outputs[p].as_deref().is_some_and(|o| {
+                    refs(o).any(|r| handles.is_empty() || handles.contains(&r.handle))
+                });
+                if !holds_lost {
+                    continue;
+                }
+                if st.runs[p] >= MAX_RUNS {
+                    if st.failed.is_none() {
+                        st.failed = Some(GrpcError::communication(format!(
+                            "graph call `{}`: its outputs were lost {} times (the servers holding them died or restarted); giving up",
+                            self.specs[p].name, st.runs[p]
+                        )));
+                    }
+                    continue;
+                }
+                st.outputs[p] = None;
+                for &pp in &self.specs[p].producers {
+                    st.left[pp] += 1;
+                }
+                again.push(p);
+            }
+        }
+        for p in again {
+            tracing::info!(call = %self.specs[p].name, "its outputs were lost: running it again");
+            self.spawn(p, true);
+        }
+        if lock(&self.state).failed.is_some() {
+            self.wake_all();
+        }
+    }
 }
 
-/// One call of a run, from waiting for its inputs to freeing what it no longer needs.
+/// One run of one call, from waiting for its inputs to freeing what it no longer needs.
 struct Job {
     i: usize,
-    client: GridClient,
     shared: Arc<Shared>,
-    name: String,
-    service: String,
-    args: Vec<GraphArg>,
-    desc: Arc<ServiceDesc>,
-    producers: Vec<usize>,
-    before: Option<usize>,
-    server: gridwise_proto::PlannedServer,
-    ticket: Ticket,
-    keep: Vec<u32>,
-    t0: Instant,
+    /// A run to make lost outputs again: no turn to wait for, ranked afresh.
+    again: bool,
 }
 
 enum Ready {
@@ -621,87 +737,125 @@ enum Ready {
     Abandon,
 }
 
+enum Outcome {
+    Ran(Vec<Value>, String, Timing, bool),
+    Lost(Vec<DataHandle>),
+    Failed(GrpcError),
+}
+
 impl Job {
+    fn spec(&self) -> &Spec {
+        &self.shared.specs[self.i]
+    }
+
     async fn run(self) {
-        let inputs = match self.wait_ready().await {
-            Ready::Go(inputs) => inputs,
-            Ready::Abandon => return,
-        };
-        let sent = self.t0.elapsed().as_secs_f64();
-        let result = self.execute(inputs).await;
-        let reply = self.t0.elapsed().as_secs_f64();
-        let mut to_free = Vec::new();
-        let failed = result.is_err();
-        {
-            let mut st = lock(&self.shared.state);
+        let shared = self.shared.clone();
+        loop {
+            let inputs = match self.wait_ready().await {
+                Ready::Go(inputs) => inputs,
+                Ready::Abandon => return,
+            };
+            lock(&shared.state).runs[self.i] += 1;
+            let sent = shared.t0.elapsed().as_secs_f64();
+            let result = self.execute(inputs).await;
+            let reply = shared.t0.elapsed().as_secs_f64();
             match result {
-                Ok((outputs, server, timing, fell_back)) => {
-                    // On one host the server's clock is the client's: the call ended when the
-                    // server replied, and ran for the server's time after its queue.
-                    let end = (sent + timing.input_transfer_s + timing.server_s).min(reply);
-                    let start = (end - (timing.server_s - timing.queue_wait_s).max(0.0)).max(sent);
-                    st.records[self.i] = Some(CallRecord {
-                        name: self.name.clone(),
-                        server,
-                        fell_back,
-                        start_s: start,
-                        end_s: end,
-                        timing,
-                    });
-                    st.outputs[self.i] = Some(outputs);
-                    for &p in &self.producers {
-                        st.left[p] -= 1;
-                        if !self.shared.still_needed(&st, p)
-                            && let Some(vals) = &st.outputs[p]
-                        {
-                            to_free.extend(refs(vals));
-                        }
-                    }
-                    // Nothing uses this call's outputs and nobody wants them.
-                    if !self.shared.still_needed(&st, self.i)
-                        && let Some(vals) = &st.outputs[self.i]
-                    {
-                        to_free.extend(refs(vals));
-                    }
+                Outcome::Ran(outputs, server, timing, fell_back) => {
+                    self.finish(outputs, server, timing, fell_back, sent, reply)
+                        .await;
+                    return;
                 }
-                Err(e) => {
+                Outcome::Lost(handles) => {
+                    // Its inputs are made again; then it runs again.
+                    shared.lost(&handles, &[self.i]);
+                }
+                Outcome::Failed(e) => {
+                    let mut st = lock(&shared.state);
                     if st.failed.is_none() {
                         st.failed = Some(GrpcError::new(
                             e.code,
-                            format!("graph call `{}` failed: {}", self.name, e.message),
+                            format!("graph call `{}` failed: {}", self.spec().name, e.message),
                         ));
                     }
+                    drop(st);
+                    shared.wake_all();
+                    return;
                 }
             }
-        }
-        if failed {
-            self.shared.wake_all();
-        } else {
-            for &c in &self.shared.consumers[self.i] {
-                self.shared.wake[c].notify_one();
-            }
-        }
-        if !to_free.is_empty()
-            && let Ok(k) = self.client.free(&to_free).await
-        {
-            lock(&self.shared.state).freed += k;
         }
     }
 
-    /// Waits until the inputs exist and the call before it on its server has gone out; marks
-    /// it dispatched and returns its inputs.
+    /// Records a run's outputs, frees what nothing needs any more, wakes the consumers.
+    async fn finish(
+        &self,
+        outputs: Vec<Value>,
+        server: String,
+        timing: Timing,
+        fell_back: bool,
+        sent: f64,
+        reply: f64,
+    ) {
+        let shared = &self.shared;
+        let mut to_free = Vec::new();
+        {
+            let mut st = lock(&shared.state);
+            // On one host the server's clock is the client's: the call ended when the server
+            // replied, and ran for the server's time after its queue.
+            let end = (sent + timing.input_transfer_s + timing.server_s).min(reply);
+            let start = (end - (timing.server_s - timing.queue_wait_s).max(0.0)).max(sent);
+            st.records[self.i] = Some(CallRecord {
+                name: self.spec().name.clone(),
+                server,
+                fell_back: fell_back || self.again,
+                start_s: start,
+                end_s: end,
+                timing,
+            });
+            st.outputs[self.i] = Some(outputs);
+            for &p in &self.spec().producers {
+                st.left[p] = st.left[p].saturating_sub(1);
+                if !shared.still_needed(&st, p)
+                    && let Some(vals) = &st.outputs[p]
+                {
+                    to_free.extend(refs(vals));
+                }
+            }
+            // Nothing uses this call's outputs and nobody wants them.
+            if !shared.still_needed(&st, self.i)
+                && let Some(vals) = &st.outputs[self.i]
+            {
+                to_free.extend(refs(vals));
+            }
+        }
+        for &c in &shared.consumers[self.i] {
+            shared.wake[c].notify_one();
+        }
+        if !to_free.is_empty()
+            && let Ok(k) = shared.client.free(&to_free).await
+        {
+            lock(&shared.state).freed += k;
+        }
+    }
+
+    /// Waits until the inputs exist and (for a first run) the call before it on its server
+    /// has gone out; returns its inputs.
     async fn wait_ready(&self) -> Ready {
+        let shared = &self.shared;
         loop {
             {
-                let mut st = lock(&self.shared.state);
+                let mut st = lock(&shared.state);
                 if st.failed.is_some() {
                     return Ready::Abandon;
                 }
-                let inputs_ready = self.producers.iter().all(|&p| st.outputs[p].is_some());
-                let turn = self.before.is_none_or(|b| st.dispatched[b]);
+                let spec = self.spec();
+                let inputs_ready = spec.producers.iter().all(|&p| st.outputs[p].is_some());
+                let turn = self.again
+                    || st.dispatched[self.i]
+                    || spec.before.is_none_or(|b| st.dispatched[b]);
                 if inputs_ready && turn {
+                    let first = !st.dispatched[self.i];
                     st.dispatched[self.i] = true;
-                    let inputs = self
+                    let inputs = spec
                         .args
                         .iter()
                         .map(|a| match a {
@@ -715,72 +869,71 @@ impl Job {
                         .collect();
                     drop(st);
                     // The next call on this server may go now.
-                    if let Some(next) = self.shared.next[self.i] {
-                        self.shared.wake[next].notify_one();
+                    if first && let Some(next) = shared.next[self.i] {
+                        shared.wake[next].notify_one();
                     }
                     return Ready::Go(inputs);
                 }
             }
             // A wake-up sent since the check above is stored as a permit, so none is missed.
-            self.shared.wake[self.i].notified().await;
+            shared.wake[self.i].notified().await;
         }
     }
 
-    /// Sends the call to its planned server; if that server cannot take it, ranks it afresh.
-    async fn execute(
-        &self,
-        inputs: Vec<Value>,
-    ) -> Result<(Vec<Value>, String, Timing, bool), GrpcError> {
-        let inner = &self.client.inner;
-        let who = format!("{} ({})", self.server.name, self.server.addr);
-        let direct = async {
-            let conn = inner.conn.server(&self.server.addr).await?;
+    /// Sends a first run to its planned server; if that server cannot take it (or for a run
+    /// again), ranks it afresh like a single call.
+    async fn execute(&self, inputs: Vec<Value>) -> Outcome {
+        let spec = self.spec();
+        let inner = &self.shared.client.inner;
+        let mut crashes = Vec::new();
+        if !self.again {
+            let who = format!("{} ({})", spec.server.name, spec.server.addr);
             let req = ExecuteRequest {
                 call_id: CallId::new_random(),
-                ticket: Some(self.ticket),
-                service: self.service.clone(),
+                ticket: Some(spec.ticket),
+                service: spec.service.clone(),
                 inputs: inputs.clone(),
                 sent_at_unix_ns: unix_ns(),
-                keep_outputs: self.keep.clone(),
+                keep_outputs: spec.keep.clone(),
+                reply_limit_bytes: inner.conn.max_frame_bytes() as u64,
             };
-            match conn
-                .client
-                .execute(wire::context(inner.call_timeout), req)
-                .await
-            {
-                Ok(Ok(rep)) => Ok(Ok(rep)),
-                Ok(Err(e)) if e.retryable() => Err(GrpcError::from(e)),
-                Ok(Err(e)) => Ok(Err(call_failed(&who, e))),
-                Err(TransportError::DeadlineExceeded) => Ok(Err(GrpcError::communication(
-                    format!("{who} did not answer within the call timeout"),
-                ))),
-                Err(e) => {
-                    if crate::conn::connection_lost(&e) {
-                        inner.conn.drop_server(&self.server.addr, conn.epoch);
-                    }
-                    Err(GrpcError::transport(&who, &e))
+            match inner.attempt(&spec.server.addr, &who, req, None).await {
+                Attempt::Done(rep, _) => {
+                    return Outcome::Ran(rep.outputs, rep.server, rep.timing, false);
+                }
+                Attempt::Failed(e, _) if e.kind == CallErrorKind::InputLost => {
+                    return Outcome::Lost(e.lost);
+                }
+                Attempt::Failed(_, g) => return Outcome::Failed(g),
+                Attempt::NotRun(why) => {
+                    tracing::debug!(call = %spec.name, "planned server did not take it, ranking afresh: {why}");
+                }
+                Attempt::Crashed(why) => {
+                    tracing::warn!(call = %spec.name, "{why}; ranking afresh");
+                    crashes.push(why);
                 }
             }
+            inner.release_later(spec.ticket);
+        }
+        let profile: CallProfile = match spec.desc.profile(&inputs) {
+            Ok(p) => p,
+            Err(e) => return Outcome::Failed(e.into()),
         };
-        match direct.await {
-            Ok(Ok(rep)) => Ok((rep.outputs, rep.server, rep.timing, false)),
-            Ok(Err(e)) => Err(e),
-            Err(e) => {
-                tracing::debug!(call = %self.name, server = %who, "planned server failed, ranking afresh: {e}");
-                inner.release_later(self.ticket);
-                let profile: CallProfile = self.desc.profile(&inputs)?;
-                let r = inner
-                    .run_call(
-                        &self.service,
-                        &Binding::Default,
-                        profile,
-                        inputs,
-                        None,
-                        self.keep.clone(),
-                    )
-                    .await?;
-                Ok((r.outputs, r.server, r.timing, true))
-            }
+        match inner
+            .run_call_from(
+                &spec.service,
+                &Binding::Default,
+                profile,
+                inputs,
+                None,
+                spec.keep.clone(),
+                crashes,
+            )
+            .await
+        {
+            Ok(r) => Outcome::Ran(r.outputs, r.server, r.timing, true),
+            Err(f) if !f.lost.is_empty() => Outcome::Lost(f.lost),
+            Err(f) => Outcome::Failed(f.error),
         }
     }
 }

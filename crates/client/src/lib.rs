@@ -43,6 +43,7 @@ pub mod error;
 pub mod graph;
 pub mod grpc;
 pub mod handle;
+mod liveness;
 pub mod session;
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! In-process test agent and servers on 127.0.0.1 (tests only).
 
 use futures::StreamExt;
-use gridwise_proto::wire::{self, WireConfig};
+use gridwise_proto::wire;
 use gridwise_proto::*;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 /// The services every test server offers.
 pub fn services() -> Vec<ServiceDesc> {
     let two_ints = |name: &str| ServiceDesc {
+        duration: None,
         name: name.into(),
         doc: String::new(),
         args: vec![
@@ -52,12 +53,12 @@ macro_rules! listen {
         let serve = $serve;
         tokio::spawn(wire::accept_loop(
             l,
-            WireConfig::default(),
+            wire::AcceptConfig::new(1 << 30, 1 << 32),
             $name.to_string(),
-            move |framed, peer| {
+            move |conn| {
                 let serve = serve.clone();
                 async move {
-                    BaseChannel::with_defaults(wire::server_transport(framed, peer))
+                    BaseChannel::with_defaults(wire::server_transport(conn))
                         .execute(serve)
                         .for_each(|f| async move {
                             tokio::spawn(f);
@@ -94,7 +95,7 @@ fn etc(i: usize) -> Etc {
         transfer_in_s: 0.0,
         compute_s: i as f64,
         transfer_out_s: 0.0,
-        compute_source: ComputeSource::Unknown,
+        compute_source: ComputeSource::Assumed { seconds: 0.0 },
     }
 }
 
@@ -211,6 +212,7 @@ impl AgentApi for TestAgent {
     async fn status(self, _: Context) -> AgentStatus {
         let servers = self.0.servers.lock().unwrap().clone();
         AgentStatus {
+            storage: Default::default(),
             policy: Policy::Mct,
             uptime_s: 1.0,
             ranked: self.0.ranks.load(Ordering::SeqCst),
@@ -258,6 +260,10 @@ impl ServerApi for TestServer {
         ))
     }
 
+    async fn pull(self, _: Context, h: DataHandle, _: String) -> Result<Value, CallError> {
+        Err(CallError::input_lost(h, "the test server keeps no value"))
+    }
+
     async fn free(self, _: Context, _: Vec<DataHandle>) -> u32 {
         0
     }
@@ -272,6 +278,7 @@ impl ServerApi for TestServer {
 
     async fn hello(self, _: Context) -> ServerInfo {
         ServerInfo {
+            instance: String::new(),
             name: self.0.name.clone(),
             services: services(),
             slots: 1,
@@ -336,6 +343,7 @@ impl ServerApi for TestServer {
     }
     async fn ping(self, _: Context) -> Pong {
         Pong {
+            executed: 0,
             name: self.0.name.clone(),
             load: LoadSample::default(),
             held_values: 0,

@@ -37,6 +37,7 @@ fn service(
     complexity: Option<&str>,
 ) -> ServiceDesc {
     ServiceDesc {
+        duration: None,
         name: name.to_string(),
         doc: doc.to_string(),
         args,
@@ -102,20 +103,21 @@ pub struct SleepKernel {
 }
 
 impl SleepKernel {
-    /// The kernel with its service description.
+    /// The kernel with its service description: its time is its argument on every server,
+    /// which the description declares (`duration`), so the agent knows the queue it makes.
     pub fn new() -> Self {
-        Self {
-            desc: service(
-                "sleep",
-                "Waits the given number of seconds; for testing timeouts and cancellation.",
-                vec![
-                    arg("seconds", ArgMode::In, "int", "How long to wait (>= 0)."),
-                    arg("slept", ArgMode::Out, "double", "Seconds actually waited."),
-                ],
-                &[],
-                None,
-            ),
-        }
+        let mut desc = service(
+            "sleep",
+            "Waits the given number of seconds; for testing timeouts and cancellation.",
+            vec![
+                arg("seconds", ArgMode::In, "int", "How long to wait (>= 0)."),
+                arg("slept", ArgMode::Out, "double", "Seconds actually waited."),
+            ],
+            &["seconds"],
+            None,
+        );
+        desc.duration = Some("seconds".into());
+        Self { desc }
     }
 }
 
@@ -371,7 +373,9 @@ impl Kernel for DgemmKernel {
                 1,
             );
         }
-        Ok(vec![Value::Matrix(Array::from_f64(m as u64, n as u64, &c))])
+        // The server's memory budget counted this copy; allocate it fallibly all the same.
+        let out = Array::try_from_f64(m as u64, n as u64, &c).ok_or_else(too_big)?;
+        Ok(vec![Value::Matrix(out)])
     }
 
     fn calibration_inputs(&self) -> Option<Vec<Value>> {

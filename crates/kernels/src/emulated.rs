@@ -145,6 +145,7 @@ impl EmulatedSpec {
             self.doc.clone()
         };
         let desc = ServiceDesc {
+            duration: None,
             name: self.name.clone(),
             doc,
             args: self.args(),

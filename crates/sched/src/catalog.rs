@@ -3,6 +3,7 @@
 //! A service stays in the catalog after its last server leaves, so the agent can tell "nobody
 //! ever offered this" (a typo) from "its servers are down" (wait or retry).
 
+use crate::registry::KernelHistory;
 use gridwise_proto::{Complexity, ErrorCode, RpcError, ServiceDesc};
 use std::collections::HashMap;
 
@@ -20,6 +21,11 @@ pub struct CatalogEntry {
     pub desc: ServiceDesc,
     /// The parsed complexity, if the description has one (parsed once, evaluated per call).
     pub complexity: Option<Complexity>,
+    /// The parsed duration (seconds on any server), if the description declares one.
+    pub duration: Option<Complexity>,
+    /// Kernel times of the service's successful calls on every server: the estimate for a
+    /// server that has run none yet.
+    pub grid_history: KernelHistory,
 }
 
 impl CatalogEntry {
@@ -54,6 +60,11 @@ impl Catalog {
     /// The service called `name`.
     pub fn get(&self, name: &str) -> Option<&CatalogEntry> {
         self.by_name.get(name).map(|i| &self.entries[i.0])
+    }
+
+    /// Notes a successful call's kernel time in the service's grid-wide history.
+    pub fn record(&mut self, idx: ServiceIdx, kernel_s: f64) {
+        self.entries[idx.0].grid_history.record(kernel_s);
     }
 
     /// The service at `idx` (indices come from this catalog, so it exists).
@@ -130,6 +141,7 @@ impl Catalog {
             if changed {
                 e.desc = desc.clone();
                 e.complexity = complexity;
+                e.duration = duration_of(desc);
             }
             return (idx, changed);
         }
@@ -138,10 +150,17 @@ impl Catalog {
             idx,
             desc: desc.clone(),
             complexity,
+            duration: duration_of(desc),
+            grid_history: KernelHistory::default(),
         });
         self.by_name.insert(desc.name.clone(), idx);
         (idx, false)
     }
+}
+
+/// The parsed duration of an admitted description (admission validated it).
+fn duration_of(desc: &ServiceDesc) -> Option<Complexity> {
+    desc.compiled_duration().ok().flatten()
 }
 
 /// A description in one line, for conflict messages.

@@ -25,6 +25,17 @@ pub struct CoreConfig {
     pub load_sample: Duration,
     /// Load-average window w of the band model, in samples (the history keeps 2w − 1).
     pub load_window: usize,
+    /// Registrations one source may make per second (on average)…
+    pub registrations_per_s: f64,
+    /// … and at once.
+    pub registration_burst: f64,
+    /// Up servers one source may have registered.
+    pub max_servers_per_source: usize,
+    /// A server down for this long is forgotten, with its models.
+    pub server_retention: Duration,
+    /// For this long after the agent starts, a call finding no live server waits for the
+    /// servers it knew to register again instead of failing.
+    pub restore_grace: Duration,
 }
 
 impl Default for CoreConfig {
@@ -39,6 +50,11 @@ impl Default for CoreConfig {
             heartbeat_interval: Duration::from_secs(1),
             load_sample: Duration::from_secs(60),
             load_window: 60,
+            registrations_per_s: 20.0,
+            registration_burst: 100.0,
+            max_servers_per_source: 256,
+            server_retention: Duration::from_secs(7 * 24 * 3600),
+            restore_grace: Duration::from_secs(5),
         }
     }
 }
@@ -55,6 +71,9 @@ pub enum ConfigError {
     /// No candidates would ever be returned.
     #[error("max candidates must be at least 1")]
     MaxCandidates,
+    /// A count or rate that must be positive is not.
+    #[error("{0} must be a positive number")]
+    NotPositive(&'static str),
     /// Heartbeats would never be asked for, or servers would time out between two of them.
     #[error(
         "heartbeat interval ({interval:?}) must be positive and shorter than the heartbeat timeout ({timeout:?})"
@@ -81,6 +100,22 @@ impl CoreConfig {
         }
         if self.max_candidates == 0 {
             return Err(ConfigError::MaxCandidates);
+        }
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        for (name, ok) in [
+            ("registrations_per_s", positive(self.registrations_per_s)),
+            (
+                "registration_burst",
+                self.registration_burst.is_finite() && self.registration_burst >= 1.0,
+            ),
+            ("max_servers_per_source", self.max_servers_per_source > 0),
+            ("load_window", self.load_window > 0),
+            ("ticket_ttl_s", !self.ticket_ttl.is_zero()),
+            ("load_sample_s", !self.load_sample.is_zero()),
+        ] {
+            if !ok {
+                return Err(ConfigError::NotPositive(name));
+            }
         }
         if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.heartbeat_timeout {
             return Err(ConfigError::Heartbeat {

@@ -11,15 +11,18 @@ use crate::queue::{Assignment, TicketIndex};
 use crate::registry::{Registry, ServerEntry};
 use gridwise_proto::{
     Ack, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, Etc, Heartbeat, LinkInfo,
-    LinkSample, Policy, RankOptions, Ranking, RegisterReply, Registration, RpcError, ServerId,
-    ServiceDesc, ServiceSummary, Ticket,
+    LinkSample, Policy, RankOptions, Ranking, RpcError, ServerId, ServiceDesc, ServiceSummary,
+    Ticket,
 };
 use std::collections::HashSet;
 use std::time::Duration;
 
+mod admission;
 mod graph_map;
 mod models;
 mod prune;
+
+pub use admission::{Refusal, Registering};
 
 pub use graph_map::MAX_GRAPH_CELLS;
 
@@ -33,15 +36,20 @@ pub struct AgentCore {
     registry: Registry,
     tickets: TicketIndex,
     model: Box<dyn ComputeModel>,
-    next_ticket: u64,
+    // Tickets and server secrets are keyed hashes of a counter, so no peer can guess one.
+    key: std::hash::RandomState,
+    issued: u64,
+    limiter: admission::RegistrationLimiter,
+    // Servers forgotten since the last `take_forgotten`, so the shell deletes them from disk.
+    forgotten: Vec<String>,
     ranked: u64,
     // Round-robin turns per service, so each service's calls rotate over its own servers.
     rr_turns: Vec<u64>,
     // Reused by `rank` so that a decision allocates only its answer.
     scratch: Vec<Keyed>,
-    // Model points changed since the last `take_dirty_points` (server slot, service, sizes), so
+    // Model points changed since the last `take_dirty_points` (server, service, sizes), so
     // the shell persists only what changed.
-    dirty: HashSet<(usize, ServiceIdx, Vec<i64>)>,
+    dirty: HashSet<(ServerId, ServiceIdx, Vec<i64>)>,
     links: Links,
     // Per service, providers ordered by calibrated rate for exact MCT pruning (see `prune`).
     rate_orders: Vec<prune::RateOrder>,
@@ -82,7 +90,10 @@ impl AgentCore {
             registry: Registry::new(),
             tickets: TicketIndex::default(),
             model: Box::new(FpmModel),
-            next_ticket: 1,
+            key: std::hash::RandomState::new(),
+            issued: 0,
+            limiter: admission::RegistrationLimiter::default(),
+            forgotten: Vec::new(),
             ranked: 0,
             rr_turns: Vec::new(),
             scratch: Vec::new(),
@@ -157,72 +168,22 @@ impl AgentCore {
         self.registry.by_name(name)
     }
 
-    /// A server joins, or re-joins under its name (keeping its id). Nothing changes unless the
-    /// whole registration is acceptable.
-    pub fn register(
-        &mut self,
-        reg: Registration,
-        now: Duration,
-    ) -> Result<RegisterReply, RpcError> {
-        let refuse = |m: String| Err(RpcError::new(ErrorCode::RpcRefused, m));
-        if reg.name.trim().is_empty() {
-            return refuse(
-                "registration refused: the server name is empty; give the server a unique `name`"
-                    .into(),
-            );
-        }
-        if reg.addr.trim().is_empty() {
-            return refuse(format!(
-                "registration of server `{}` refused: its address is empty; set the host:port \
-                 clients reach it at",
-                reg.name
-            ));
-        }
-        if reg.slots == 0 {
-            return refuse(format!(
-                "registration of server `{}` refused: it declares 0 slots; `slots` must be at \
-                 least 1",
-                reg.name
-            ));
-        }
-        let mut complexities = Vec::with_capacity(reg.services.len());
-        for (i, desc) in reg.services.iter().enumerate() {
-            if reg.services[..i].iter().any(|d| d.name == desc.name) {
-                return refuse(format!(
-                    "registration of server `{}` refused: service `{}` is listed twice",
-                    reg.name, desc.name
-                ));
-            }
-            let other = self
-                .catalog
-                .get(&desc.name)
-                .and_then(|e| self.registry.other_provider(e.idx, &reg.name));
-            complexities.push(self.catalog.admit(&reg.name, desc, other)?);
-        }
-
-        let services: Vec<(ServiceIdx, bool)> = reg
-            .services
-            .iter()
-            .zip(complexities)
-            .map(|(d, c)| self.catalog.upsert(d, c))
-            .collect();
-        self.rr_turns.resize(self.catalog.len(), 0);
-        self.invalidate_rate_orders();
-        let tickets = &mut self.tickets;
-        let (_, server_id) = self.registry.register(reg, &services, now, |t| {
-            tickets.remove(t);
-        });
-        Ok(RegisterReply {
-            server_id,
-            heartbeat_interval_ms: u64::try_from(self.config.heartbeat_interval.as_millis())
-                .unwrap_or(u64::MAX),
-        })
-    }
-
     /// A server is alive. Unknown and down servers are told to register again.
     pub fn heartbeat(&mut self, hb: &Heartbeat, now: Duration) -> Ack {
+        self.heartbeat_joined(hb, now).0
+    }
+
+    /// [`heartbeat`](Self::heartbeat), also saying whether it is the server's first since it
+    /// registered (the moment it has proved alive and is worth saving).
+    pub fn heartbeat_joined(&mut self, hb: &Heartbeat, now: Duration) -> (Ack, bool) {
         self.registry
             .heartbeat(hb, now, self.config.load_sample, self.config.load_window)
+    }
+
+    /// Servers forgotten since the last call (never proved alive, or gone too long), for the
+    /// shell to delete from its store.
+    pub fn take_forgotten(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.forgotten)
     }
 
     /// A server's finished calls. Their tickets are cleared wherever they are pending (the
@@ -236,36 +197,51 @@ impl AgentCore {
         let Some(slot) = self.registry.slot_of(server) else {
             return Ack::Reregister;
         };
-        let catalog = &self.catalog;
         let e = self.registry.entry_mut(slot);
+        let mut learned = Vec::new();
         for r in reports {
             e.completed += 1;
             if !r.ok {
                 continue;
             }
-            let Some(svc) = catalog.get(&r.service) else {
+            let Some(svc) = self.catalog.get(&r.service) else {
                 continue;
             };
-            if let Some(o) = e.offers.iter_mut().find(|o| o.service == svc.idx) {
+            let Some(o) = e.offers.iter_mut().find(|o| o.service == svc.idx) else {
+                continue;
+            };
+            learned.push((svc.idx, r.timing.kernel_s));
+            if !svc.sizes_match(&r.sizes) {
                 o.history.record(r.timing.kernel_s);
-                // Online refinement: every real call is a sample of the model at its size.
-                let work = svc.complexity.as_ref().and_then(|c| c.eval(&r.sizes).ok());
-                if let Some(work) = work
-                    && r.timing.kernel_s > 0.0
-                    && svc.sizes_match(&r.sizes)
-                {
-                    let x: Vec<i64> = r.sizes.iter().map(|(_, v)| *v).collect();
-                    o.model.add_sample(&x, work / r.timing.kernel_s);
-                    self.dirty.insert((slot, svc.idx, x));
-                }
+                continue;
+            }
+            let x: Vec<i64> = r.sizes.iter().map(|(_, v)| *v).collect();
+            o.record(&x, r.timing.kernel_s);
+            // Online refinement: every real call is a sample of the model at its size.
+            let work = svc.complexity.as_ref().and_then(|c| c.eval(&r.sizes).ok());
+            if let Some(work) = work
+                && r.timing.kernel_s > 0.0
+            {
+                o.model.add_sample(&x, work / r.timing.kernel_s);
+                self.dirty.insert((e.id, svc.idx, x));
             }
         }
+        for (idx, kernel_s) in learned {
+            self.catalog.record(idx, kernel_s);
+        }
+        let e = self.registry.entry_mut(slot);
         if e.is_up() {
             e.last_heard = now;
             Ack::Ok
         } else {
             Ack::Reregister
         }
+    }
+
+    /// A client gives back an assignment it holds; false if it was not pending or is held by
+    /// another client (nobody may clear another's reservations).
+    pub fn release_by(&mut self, ticket: Ticket, holder: &str) -> bool {
+        self.tickets.held_by(ticket, holder) && self.release(ticket)
     }
 
     /// Forgets an assignment (reported, given up, or expired); false if it was not pending.
@@ -291,12 +267,30 @@ impl AgentCore {
         for (t, slot) in self.tickets.expire(now, self.config.ticket_ttl) {
             self.registry.entry_mut(slot).queue.remove(t);
         }
+        let gone = self.forget_stale(now);
+        let down = down
+            .into_iter()
+            .filter(|id| !gone.iter().any(|(g, _)| g == id))
+            .collect();
+        self.forgotten
+            .extend(gone.into_iter().map(|(_, name)| name));
         down
     }
 
     /// Ranks the live servers able to run the call and records an assignment to the first.
     pub fn rank(
         &mut self,
+        profile: &CallProfile,
+        opts: &RankOptions,
+        now: Duration,
+    ) -> Result<Ranking, RpcError> {
+        self.rank_for(None, profile, opts, now)
+    }
+
+    /// [`rank`](Self::rank) for the client `holder`: only it may release the assignment.
+    pub fn rank_for(
+        &mut self,
+        holder: Option<&str>,
         profile: &CallProfile,
         opts: &RankOptions,
         now: Duration,
@@ -313,16 +307,8 @@ impl AgentCore {
         let (candidates, slot, service, pinned) = result?;
 
         let first = &candidates[0];
-        let ticket = Ticket(self.next_ticket);
-        self.next_ticket += 1;
-        self.registry.entry_mut(slot).queue.push(Assignment {
-            ticket,
-            assigned_at: now,
-            compute_s: first.etc.compute_s,
-            finish_s: now.as_secs_f64() + first.etc.total_s(),
-        });
-        self.tickets.insert(ticket, slot, now);
-        self.ranked += 1;
+        let (compute_s, finish_s) = (first.etc.compute_s, now.as_secs_f64() + first.etc.total_s());
+        let ticket = self.assign(slot, compute_s, finish_s, holder, now);
         if policy == Policy::RoundRobin && !pinned {
             self.rr_turns[service.0] += 1;
         }
@@ -331,6 +317,29 @@ impl AgentCore {
             candidates,
             policy,
         })
+    }
+
+    /// Records a call predicted to compute `compute_s` and finish at `finish_s` on the server in
+    /// `slot`, under a new ticket held by `holder`: the one bookkeeping of single calls and
+    /// graph reservations alike.
+    pub(crate) fn assign(
+        &mut self,
+        slot: usize,
+        compute_s: f64,
+        finish_s: f64,
+        holder: Option<&str>,
+        now: Duration,
+    ) -> Ticket {
+        let ticket = self.new_ticket();
+        self.registry.entry_mut(slot).queue.push(Assignment {
+            ticket,
+            assigned_at: now,
+            compute_s,
+            finish_s,
+        });
+        self.tickets.insert(ticket, slot, now, holder);
+        self.ranked += 1;
+        ticket
     }
 
     /// Every candidate for the call with its ETC breakdown, in the order `rank` would use now;
@@ -358,6 +367,8 @@ impl AgentCore {
             uptime_s: now.as_secs_f64(),
             servers,
             ranked: self.ranked,
+            // The shell knows its storage; the core does not touch a disk.
+            storage: Default::default(),
         }
     }
 
@@ -498,9 +509,14 @@ impl AgentCore {
     ) -> Result<(), RpcError> {
         keyed.clear();
         let mut cannot_run: Vec<&str> = Vec::new();
+        let mut too_big: Vec<&ServerEntry> = Vec::new();
         for (pos, &slot) in source.slots().iter().enumerate() {
             let e = self.registry.entry(slot);
             if !e.is_up() {
+                continue;
+            }
+            if !e.can_hold(call.profile) {
+                too_big.push(e);
                 continue;
             }
             if !self.model.feasible(e, call.svc, call.profile) {
@@ -515,6 +531,11 @@ impl AgentCore {
             keyed.push(Keyed { key, pos });
         }
         if keyed.is_empty() {
+            if cannot_run.is_empty()
+                && let Some(biggest) = too_big.iter().max_by_key(|e| e.memory_budget_bytes)
+            {
+                return Err(too_big_error(call, biggest));
+            }
             if !cannot_run.is_empty() {
                 let sizes: Vec<String> = call
                     .profile
@@ -553,6 +574,11 @@ impl AgentCore {
             .collect()
     }
 
+    /// Whether `e` may get the call at all: up, able to hold it, and not ruled out by its model.
+    fn eligible(&self, e: &ServerEntry, call: &Call<'_>) -> bool {
+        e.is_up() && e.can_hold(call.profile) && self.model.feasible(e, call.svc, call.profile)
+    }
+
     fn estimate(&self, server: &ServerEntry, call: &Call<'_>) -> Etc {
         etc::estimate(
             self.model.as_ref(),
@@ -565,6 +591,31 @@ impl AgentCore {
             call.now,
         )
     }
+}
+
+/// No live server can hold the call: say what it needs and the most any server offers.
+fn too_big_error(call: &Call<'_>, biggest: &ServerEntry) -> RpcError {
+    let p = call.profile;
+    let mb = |b: u64| b as f64 / 1e6;
+    let detail = if p.in_bytes > biggest.max_frame_bytes {
+        format!(
+            "its inputs take {:.1} MB, more than the largest frame a server accepts ({:.1} MB at {}); send large inputs as remote values or split the call",
+            mb(p.in_bytes),
+            mb(biggest.max_frame_bytes),
+            biggest.name
+        )
+    } else {
+        format!(
+            "it needs {:.1} MB of memory (inputs and outputs, twice), and the largest memory budget is {:.1} MB ({}); use smaller sizes, or raise memory_budget_bytes where the memory exists",
+            mb(p.footprint_bytes()),
+            mb(biggest.memory_budget_bytes),
+            biggest.name
+        )
+    };
+    RpcError::new(
+        ErrorCode::ServerNotFound,
+        format!("no live server can take `{}`: {detail}", call.svc.name()),
+    )
 }
 
 fn not_offered(service: &str) -> RpcError {
@@ -620,6 +671,8 @@ fn list_or_none(names: &[String]) -> String {
 
 #[cfg(test)]
 mod graph_map_tests;
+#[cfg(test)]
+mod hardening_tests;
 #[cfg(test)]
 mod model_tests;
 #[cfg(test)]

@@ -32,10 +32,26 @@ pub trait ComputeModel: Send + Sync {
     }
 }
 
-/// GridSolve's stock estimate: complexity ÷ the server's calibrated rate, else the mean of past
-/// kernel times, else unknown (zero).
+/// The time assumed for a call nothing is known about (no complexity, no duration, no call of
+/// its service finished anywhere), s: not zero, so that a burst of such calls queues up in the
+/// estimates and spreads over the servers instead of piling onto one; replaced by measured
+/// times as soon as one call finishes.
+pub const ASSUMED_UNKNOWN_S: f64 = 1.0;
+
+/// GridSolve's stock estimate, extended to services no formula describes: the declared
+/// duration, else complexity ÷ the server's calibrated rate, else the mean of past kernel times
+/// (at these sizes, else at any size; on this server, else on the others), else
+/// [`ASSUMED_UNKNOWN_S`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RateModel;
+
+/// The service's declared duration at the call's sizes, if it declares one.
+pub fn declared(service: &CatalogEntry, profile: &CallProfile) -> Option<f64> {
+    service
+        .duration
+        .as_ref()
+        .and_then(|d| d.eval(&profile.sizes).ok())
+}
 
 impl ComputeModel for RateModel {
     fn compute(
@@ -43,15 +59,34 @@ impl ComputeModel for RateModel {
         server: &ServerEntry,
         service: &CatalogEntry,
         work: Option<f64>,
-        _profile: &CallProfile,
+        profile: &CallProfile,
     ) -> (f64, ComputeSource) {
+        if let Some(t) = declared(service, profile) {
+            return (t, ComputeSource::Declared);
+        }
         if let (Some(work), Some(rate)) = (work, server.rate(service.idx)) {
             return (work / rate, ComputeSource::CalibratedRate { rate });
         }
-        match server.history(service.idx) {
-            Some(h) if h.calls > 0 => (h.mean_s, ComputeSource::History { calls: h.calls }),
-            _ => (0.0, ComputeSource::Unknown),
+        if let Some(o) = server.offer(service.idx) {
+            let x: Vec<i64> = profile.sizes.iter().map(|(_, v)| *v).collect();
+            if let Some(h) = o.by_size.get(&x).filter(|h| h.calls > 0) {
+                return (h.mean_s, ComputeSource::HistoryAtSize { calls: h.calls });
+            }
+            if o.history.calls > 0 {
+                let h = o.history;
+                return (h.mean_s, ComputeSource::History { calls: h.calls });
+            }
         }
+        let g = service.grid_history;
+        if g.calls > 0 {
+            return (g.mean_s, ComputeSource::GridHistory { calls: g.calls });
+        }
+        (
+            ASSUMED_UNKNOWN_S,
+            ComputeSource::Assumed {
+                seconds: ASSUMED_UNKNOWN_S,
+            },
+        )
     }
 }
 
@@ -150,7 +185,15 @@ mod tests {
         };
         assert_eq!(work(svc, &p), None);
         let (t, src) = RateModel.compute(r.entry(slot), svc, None, &p);
-        assert_eq!((t, src), (0.0, ComputeSource::Unknown));
+        assert_eq!(
+            (t, src),
+            (
+                ASSUMED_UNKNOWN_S,
+                ComputeSource::Assumed {
+                    seconds: ASSUMED_UNKNOWN_S
+                }
+            )
+        );
         let h = &mut r.entry_mut(slot).offers[1].history;
         h.record(0.5);
         h.record(1.5);
@@ -165,7 +208,7 @@ mod tests {
             let svc = cat.get("dgemm").unwrap();
             let p = dgemm_profile(10, 10, 10);
             let (_, src) = RateModel.compute(r.entry(slot), svc, work(svc, &p), &p);
-            assert_eq!(src, ComputeSource::Unknown);
+            assert!(matches!(src, ComputeSource::Assumed { .. }), "{src:?}");
             r.entry_mut(slot).offers[0].history.record(2.0);
             let (t, src) = RateModel.compute(r.entry(slot), svc, work(svc, &p), &p);
             assert_eq!((t, src), (2.0, ComputeSource::History { calls: 1 }));
@@ -215,7 +258,7 @@ mod tests {
                 _: Option<f64>,
                 _: &CallProfile,
             ) -> (f64, ComputeSource) {
-                (f64::NAN, ComputeSource::Unknown)
+                (f64::NAN, ComputeSource::Declared)
             }
         }
         let (cat, r, slot) = setup(1e9);

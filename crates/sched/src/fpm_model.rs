@@ -26,6 +26,9 @@ impl ComputeModel for FpmModel {
         work: Option<f64>,
         profile: &CallProfile,
     ) -> (f64, ComputeSource) {
+        if let Some(t) = crate::etc::declared(service, profile) {
+            return (t, ComputeSource::Declared);
+        }
         let model = server.offer(service.idx).map(|o| &o.model);
         if let (Some(work), Some(m)) = (work, model)
             && !m.is_empty()

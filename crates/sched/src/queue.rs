@@ -6,7 +6,7 @@
 
 use gridwise_proto::Ticket;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 /// One ranked call, not yet reported.
@@ -94,36 +94,84 @@ impl ServerQueue {
     }
 }
 
-/// Where every pending ticket is, and when it was issued, so a report finds it on whatever
-/// server it was assigned to and old tickets are expired oldest first.
+/// Where every pending ticket is, who holds it and when it was issued, so a report finds it on
+/// whatever server it was assigned to, only its holder may give it back, and old tickets are
+/// expired oldest first.
 #[derive(Clone, Debug, Default)]
 pub struct TicketIndex {
-    // Tickets are issued in increasing order at non-decreasing times, so the map's order is
-    // also issue-time order and expiry stops at the first ticket still young enough.
-    pending: BTreeMap<Ticket, (usize, Duration)>,
+    pending: HashMap<Ticket, Pending>,
+    // Issue order, for expiry. Tickets that left `pending` stay here until they reach the
+    // front (or a compaction), so removal is O(1).
+    order: VecDeque<(Duration, Ticket)>,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    server: usize,
+    holder: Option<String>,
 }
 
 impl TicketIndex {
-    /// Records `ticket` as pending on server slot `server`.
-    pub fn insert(&mut self, ticket: Ticket, server: usize, assigned_at: Duration) {
-        self.pending.insert(ticket, (server, assigned_at));
+    /// Records `ticket` as pending on server slot `server`, held by `holder` (the client
+    /// that asked for it, if known).
+    pub fn insert(
+        &mut self,
+        ticket: Ticket,
+        server: usize,
+        assigned_at: Duration,
+        holder: Option<&str>,
+    ) {
+        self.pending.insert(
+            ticket,
+            Pending {
+                server,
+                holder: holder.map(str::to_string),
+            },
+        );
+        self.order.push_back((assigned_at, ticket));
+        if self.order.len() > 2 * self.pending.len() + 1024 {
+            let pending = &self.pending;
+            self.order.retain(|(_, t)| pending.contains_key(t));
+        }
     }
 
     /// Forgets `ticket`, returning the server slot it was pending on.
     pub fn remove(&mut self, ticket: Ticket) -> Option<usize> {
-        self.pending.remove(&ticket).map(|(s, _)| s)
+        self.pending.remove(&ticket).map(|p| p.server)
+    }
+
+    /// Whether `ticket` is pending.
+    pub fn contains(&self, ticket: Ticket) -> bool {
+        self.pending.contains_key(&ticket)
+    }
+
+    /// Whether `who` may give `ticket` back: its holder, or anyone for a ticket without one.
+    pub fn held_by(&self, ticket: Ticket, who: &str) -> bool {
+        self.pending
+            .get(&ticket)
+            .is_some_and(|p| p.holder.as_deref().is_none_or(|h| h == who))
+    }
+
+    /// Moves the tickets pending on slot `from` to slot `to` (the registry moved a server).
+    pub fn renumber(&mut self, from: usize, to: usize) {
+        for p in self.pending.values_mut() {
+            if p.server == from {
+                p.server = to;
+            }
+        }
     }
 
     /// Removes and returns the tickets issued more than `ttl` before `now`, with their server slots.
     pub fn expire(&mut self, now: Duration, ttl: Duration) -> Vec<(Ticket, usize)> {
         let mut out = Vec::new();
-        while let Some(entry) = self.pending.first_entry() {
-            let (server, at) = *entry.get();
+        while let Some(&(at, t)) = self.order.front() {
             if now.saturating_sub(at) <= ttl {
                 break;
             }
-            out.push((*entry.key(), server));
-            entry.remove();
+            self.order.pop_front();
+            if let Some(p) = self.pending.remove(&t) {
+                out.push((t, p.server));
+            }
         }
         out
     }
@@ -203,14 +251,17 @@ mod tests {
     #[test]
     fn tickets_expire_oldest_first() {
         let mut t = TicketIndex::default();
-        t.insert(Ticket(1), 0, Duration::from_secs(1));
-        t.insert(Ticket(2), 1, Duration::from_secs(5));
-        t.insert(Ticket(3), 0, Duration::from_secs(9));
+        t.insert(Ticket(10), 0, Duration::from_secs(1), None);
+        t.insert(Ticket(2), 1, Duration::from_secs(5), Some("alice"));
+        t.insert(Ticket(3), 0, Duration::from_secs(9), Some("bob"));
+        assert!(t.held_by(Ticket(3), "bob") && !t.held_by(Ticket(3), "alice"));
+        assert!(t.held_by(Ticket(10), "anyone"));
+        assert!(!t.held_by(Ticket(99), "bob"));
         let ttl = Duration::from_secs(4);
         assert!(t.expire(Duration::from_secs(5), ttl).is_empty());
         assert_eq!(
             t.expire(Duration::from_secs(10), ttl),
-            vec![(Ticket(1), 0), (Ticket(2), 1)]
+            vec![(Ticket(10), 0), (Ticket(2), 1)]
         );
         assert_eq!(t.remove(Ticket(3)), Some(0));
         assert!(t.is_empty());

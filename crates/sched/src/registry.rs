@@ -8,8 +8,8 @@ use crate::queue::ServerQueue;
 use gridwise_fpm::load::{LoadAverageMatrix, LoadFunctions, LoadHistory};
 use gridwise_fpm::model::Fpm;
 use gridwise_proto::{
-    Ack, Heartbeat, LoadSample, ModelProgress, Registration, ServerId, ServerState, ServerStatus,
-    Ticket,
+    Ack, CallProfile, Heartbeat, LoadSample, ModelProgress, Registration, ServerId, ServerState,
+    ServerStatus, Ticket,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -35,6 +35,10 @@ impl KernelHistory {
     }
 }
 
+/// Distinct sizes whose kernel times a server keeps per service; calls at other sizes still
+/// count in the service's overall history.
+const SIZES_REMEMBERED: usize = 4096;
+
 /// A service as one server offers it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Offer {
@@ -44,6 +48,9 @@ pub struct Offer {
     pub rate: Option<f64>,
     /// Kernel times of its past calls here.
     pub history: KernelHistory,
+    /// Kernel times of its past calls here, per size vector: the time model of services
+    /// whose time no complexity formula gives (e.g. a simulation step).
+    pub by_size: HashMap<Vec<i64>, KernelHistory>,
     /// Its functional performance model of this service: benchmark points from the server's
     /// model builder and samples from real calls.
     pub model: Fpm,
@@ -135,6 +142,36 @@ pub struct ServerEntry {
     pub load_track: LoadTrack,
     /// Calls assigned to it and not yet reported.
     pub queue: ServerQueue,
+    /// Random per server process, as its registration said.
+    pub instance: String,
+    /// The secret the agent issued at its registration; a re-registration presenting it is
+    /// this server coming back.
+    pub secret: String,
+    /// The peer address the registration came from (registrations are limited per source).
+    pub source: String,
+    /// Whether it has sent a heartbeat since it registered (the shell saves it then).
+    pub joined: bool,
+    /// Whether it has ever sent a heartbeat: a registration that never did is forgotten at
+    /// the heartbeat timeout, not marked down and kept.
+    pub proven: bool,
+    /// Whether it was restored from the agent's store and has not registered since.
+    pub restored: bool,
+    /// Bytes one call may take there (inputs, outputs and their working copies).
+    pub memory_budget_bytes: u64,
+    /// Its frame limit, bytes.
+    pub max_frame_bytes: u64,
+}
+
+impl Offer {
+    /// Records a successful call's kernel time at its sizes.
+    pub fn record(&mut self, x: &[i64], kernel_s: f64) {
+        self.history.record(kernel_s);
+        if let Some(h) = self.by_size.get_mut(x) {
+            h.record(kernel_s);
+        } else if self.by_size.len() < SIZES_REMEMBERED {
+            self.by_size.entry(x.to_vec()).or_default().record(kernel_s);
+        }
+    }
 }
 
 /// Whether a rate can divide a complexity into a meaningful time.
@@ -143,9 +180,16 @@ fn usable(rate: f64) -> bool {
 }
 
 impl ServerEntry {
-    /// Whether it may get calls.
+    /// Whether it is up (heartbeats arrive).
     pub fn is_up(&self) -> bool {
         self.state == ServerState::Up
+    }
+
+    /// Whether the call fits what the server accepts: its memory budget for the call's
+    /// footprint ([`CallProfile::footprint_bytes`]) and its frame limit for the inputs sent.
+    pub fn can_hold(&self, profile: &CallProfile) -> bool {
+        profile.footprint_bytes() <= self.memory_budget_bytes
+            && profile.in_bytes <= self.max_frame_bytes
     }
 
     /// Its data for `service`, if it offers it.
@@ -288,6 +332,7 @@ impl Registry {
         now: Duration,
         mut on_drop: impl FnMut(Ticket),
     ) -> (usize, ServerId) {
+        let instance = reg.instance.clone();
         let slot = match self.by_name.get(&reg.name) {
             Some(&s) => s,
             None => self.add(&reg.name, now),
@@ -305,9 +350,13 @@ impl Registry {
                 .iter()
                 .position(|o| o.service == service && !changed)
                 .map(|i| old_offers.swap_remove(i));
-            let (history, model) = match kept {
-                Some(o) => (o.history, o.model),
-                None => (KernelHistory::default(), Fpm::new(desc.size_params.clone())),
+            let (history, by_size, model) = match kept {
+                Some(o) => (o.history, o.by_size, o.model),
+                None => (
+                    KernelHistory::default(),
+                    HashMap::new(),
+                    Fpm::new(desc.size_params.clone()),
+                ),
             };
             let rate = reg
                 .rates
@@ -318,6 +367,7 @@ impl Registry {
                 service,
                 rate,
                 history,
+                by_size,
                 model,
             });
             self.add_provider(service, slot);
@@ -333,10 +383,46 @@ impl Registry {
         e.default_rate = reg.default_rate;
         e.memory_bytes = reg.memory_bytes;
         e.cores = reg.cores;
+        e.memory_budget_bytes = reg.memory_budget_bytes;
+        e.max_frame_bytes = reg.max_frame_bytes;
+        e.instance = instance;
         e.state = ServerState::Up;
+        e.joined = false;
+        e.restored = false;
         e.last_heard = now;
         e.load = LoadSample::default();
         (slot, e.id)
+    }
+
+    /// Forgets the server in `slot` entirely. The last server takes its slot: returns the
+    /// removed entry and, if one moved, the slot it moved from.
+    pub(crate) fn remove(&mut self, slot: usize) -> (ServerEntry, Option<usize>) {
+        let services: Vec<ServiceIdx> = self.servers[slot]
+            .offers
+            .iter()
+            .map(|o| o.service)
+            .collect();
+        for svc in services {
+            self.remove_provider(svc, slot);
+        }
+        let last = self.servers.len() - 1;
+        let gone = self.servers.swap_remove(slot);
+        self.by_name.remove(&gone.name);
+        self.by_id.remove(&gone.id);
+        if slot == last {
+            return (gone, None);
+        }
+        let moved = &self.servers[slot];
+        self.by_name.insert(moved.name.clone(), slot);
+        self.by_id.insert(moved.id, slot);
+        for o in &moved.offers {
+            if let Some(list) = self.providers.get_mut(o.service.0) {
+                for s in list.iter_mut().filter(|s| **s == last) {
+                    *s = slot;
+                }
+            }
+        }
+        (gone, Some(last))
     }
 
     /// Gives a server the id it had before (restoring from storage), so that ids stay stable
@@ -368,6 +454,14 @@ impl Registry {
             progress: Vec::new(),
             load_track: LoadTrack::default(),
             queue: ServerQueue::default(),
+            instance: String::new(),
+            secret: String::new(),
+            source: String::new(),
+            joined: false,
+            proven: false,
+            restored: false,
+            memory_budget_bytes: u64::MAX,
+            max_frame_bytes: u64::MAX,
         });
         self.by_name.insert(name.to_string(), slot);
         self.by_id.insert(id, slot);
@@ -399,9 +493,12 @@ impl Registry {
         now: Duration,
         sample_every: Duration,
         window: usize,
-    ) -> Ack {
+    ) -> (Ack, bool) {
         match self.slot_of(hb.server_id).map(|s| &mut self.servers[s]) {
             Some(e) if e.is_up() => {
+                let first = !e.joined;
+                e.joined = true;
+                e.proven = true;
                 e.last_heard = now;
                 e.load = hb.load;
                 e.progress.clone_from(&hb.models);
@@ -409,9 +506,9 @@ impl Registry {
                     e.load_track
                         .observe(now, hb.load.loadavg_1m, sample_every, window);
                 }
-                Ack::Ok
+                (Ack::Ok, first)
             }
-            _ => Ack::Reregister,
+            _ => (Ack::Reregister, false),
         }
     }
 
@@ -529,18 +626,22 @@ mod tests {
             models: Vec::new(),
         };
         let (every, w) = (secs(60), 60);
-        assert_eq!(r.heartbeat(&hb, secs(3), every, w), Ack::Ok);
+        assert_eq!(r.heartbeat(&hb, secs(3), every, w), (Ack::Ok, true));
+        assert_eq!(r.heartbeat(&hb, secs(3), every, w), (Ack::Ok, false));
         assert_eq!(r.get(id).unwrap().load.queued, 2);
         assert!(r.sweep(secs(13), secs(10), |_| {}).is_empty());
         assert_eq!(r.sweep(secs(14), secs(10), |_| {}), vec![id]);
         assert_eq!(r.get(id).unwrap().state, ServerState::Down);
-        assert_eq!(r.heartbeat(&hb, secs(15), every, w), Ack::Reregister);
+        assert_eq!(r.heartbeat(&hb, secs(15), every, w).0, Ack::Reregister);
         let stranger = Heartbeat {
             server_id: ServerId::new_random(),
             load: LoadSample::default(),
             models: Vec::new(),
         };
-        assert_eq!(r.heartbeat(&stranger, secs(15), every, w), Ack::Reregister);
+        assert_eq!(
+            r.heartbeat(&stranger, secs(15), every, w).0,
+            Ack::Reregister
+        );
         assert!(r.sweep(secs(100), secs(10), |_| {}).is_empty());
     }
 }

@@ -13,6 +13,7 @@ pub fn dgemm() -> ServiceDesc {
 /// `echo(x) -> y`, no size parameters, no complexity.
 pub fn echo() -> ServiceDesc {
     ServiceDesc {
+        duration: None,
         name: "echo".into(),
         doc: String::new(),
         args: vec![
@@ -27,6 +28,7 @@ pub fn echo() -> ServiceDesc {
 /// A service with no arguments.
 pub fn named(name: &str) -> ServiceDesc {
     ServiceDesc {
+        duration: None,
         name: name.into(),
         doc: String::new(),
         args: vec![],
@@ -38,6 +40,10 @@ pub fn named(name: &str) -> ServiceDesc {
 /// A one-slot server at 1 Gop/s offering `services`.
 pub fn registration(name: &str, services: &[ServiceDesc]) -> Registration {
     Registration {
+        secret: None,
+        instance: String::new(),
+        max_frame_bytes: u64::MAX,
+        memory_budget_bytes: u64::MAX,
         name: name.into(),
         addr: format!("{name}.example:7000"),
         slots: 1,

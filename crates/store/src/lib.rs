@@ -88,7 +88,7 @@ mod writer;
 pub use error::StoreError;
 pub use schema::SCHEMA_VERSION;
 pub use store::{DB_FILE, PointRow, PointSource, Snapshot, Store, StoredTiming};
-pub use writer::{Op, Writer, WriterConfig};
+pub use writer::{Op, Writer, WriterConfig, WriterHealth};
 
 #[cfg(test)]
 mod tests;

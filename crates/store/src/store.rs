@@ -245,6 +245,14 @@ impl Store {
         Ok(())
     }
 
+    /// How long a statement waits for another connection's lock before failing (5 s unless
+    /// changed).
+    pub fn set_busy_timeout(&self, wait: Duration) {
+        if let Err(e) = self.conn.busy_timeout(wait) {
+            tracing::warn!(error = %e, "cannot change the database's busy timeout");
+        }
+    }
+
     /// The database file (`:memory:` for an in-memory store).
     pub fn path(&self) -> &Path {
         &self.path
@@ -391,6 +399,24 @@ impl Store {
                     at_unix_s,
                     json
                 ])?;
+            Ok(())
+        })
+    }
+
+    /// Deletes a server and everything stored about it (its model points, timings and load
+    /// history): a server the agent forgot must not come back at the next start.
+    pub fn forget_server(&self, name: &str) -> Result<(), StoreError> {
+        self.atomic("forgetting a server", |s| {
+            for table in [
+                "servers WHERE name",
+                "model_points WHERE server",
+                "timings WHERE server",
+                "load_history WHERE server",
+            ] {
+                s.conn
+                    .prepare_cached(&format!("DELETE FROM {table} = ?1"))?
+                    .execute(params![name])?;
+            }
             Ok(())
         })
     }

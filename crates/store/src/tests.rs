@@ -10,6 +10,7 @@ use std::time::Duration;
 
 fn service(name: &str, complexity: &str) -> ServiceDesc {
     ServiceDesc {
+        duration: None,
         name: name.into(),
         doc: format!("{name} for tests"),
         args: vec![
@@ -23,6 +24,10 @@ fn service(name: &str, complexity: &str) -> ServiceDesc {
 
 fn registration(name: &str, port: u16) -> Registration {
     Registration {
+        secret: None,
+        instance: String::new(),
+        max_frame_bytes: u64::MAX,
+        memory_budget_bytes: u64::MAX,
         name: name.into(),
         addr: format!("127.0.0.1:{port}"),
         slots: 2,
@@ -630,4 +635,62 @@ proptest! {
         want.sort_by(|a, b| (&a.server, &a.service, &a.x).cmp(&(&b.server, &b.service, &b.x)));
         prop_assert_eq!(store.snapshot().unwrap().points, want);
     }
+}
+
+#[test]
+fn a_forgotten_server_leaves_nothing_behind() {
+    let store = Store::open_in_memory().unwrap();
+    let id = fill(&store);
+    let before = store.snapshot().unwrap();
+    assert!(!before.servers.is_empty());
+    let name = before.servers[0].1.name.clone();
+    store.forget_server(&name).unwrap();
+    let after = store.snapshot().unwrap();
+    assert!(
+        after
+            .servers
+            .iter()
+            .all(|(i, r, _)| *i != id && r.name != name)
+    );
+    assert!(after.points.iter().all(|p| p.server != name));
+    assert!(after.load.iter().all(|(s, _, _)| *s != name));
+    assert!(store.timings(&name, "scale", 100).unwrap().is_empty());
+}
+
+#[test]
+fn writes_that_fail_while_the_database_is_held_are_retried_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store.set_busy_timeout(Duration::from_millis(20));
+    let w = Writer::spawn_with(
+        store,
+        WriterConfig {
+            retry_every: Duration::from_millis(50),
+            ..small_config()
+        },
+    );
+    // Another process takes the database and holds it.
+    let holder = rusqlite::Connection::open(dir.path().join(crate::DB_FILE)).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let id = ServerId::new_random();
+    send_everything(&w, id);
+    w.flush();
+    let h = w.health();
+    assert!(!h.ok, "{h:?}");
+    assert!(h.pending > 0, "{h:?}");
+    assert!(
+        h.last_error.as_deref().unwrap_or("").contains("lock"),
+        "{h:?}"
+    );
+    // Released: the kept writes land, in order, and health says so.
+    holder.execute_batch("COMMIT").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !w.health().ok && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let h = w.health();
+    assert!(h.ok && h.pending == 0 && h.dropped == 0, "{h:?}");
+    drop(w);
+    let snap = Store::open(dir.path()).unwrap().snapshot().unwrap();
+    assert_eq!(snap, expected_snapshot(id));
 }

@@ -1,9 +1,17 @@
 //! The background writer: the agent hands it operations and never waits for the disk.
+//!
+//! A write that fails for a reason that may pass (the disk is full, another process holds the
+//! database, an I/O error) is kept and retried, in order, until it succeeds: what the agent
+//! learns while its disk is unwell reaches the disk once it recovers, and [`Writer::health`]
+//! says meanwhile that it has not. Only writes that can never succeed (a value that cannot be
+//! encoded) are dropped, with a log line.
 
 use crate::error::StoreError;
 use crate::store::{PointRow, Store};
 use gridwise_proto::{CallReport, Registration, ServerId, ServiceDesc};
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::thread::JoinHandle;
@@ -24,6 +32,8 @@ pub enum Op {
     Timings(String, f64, Vec<CallReport>),
     /// [`Store::add_load`]: server name, seconds since the Unix epoch, one-minute load average.
     Load(String, f64, f64),
+    /// [`Store::forget_server`]: server name.
+    Forget(String),
     /// Answers on the channel once every operation sent before it is committed.
     Flush(Sender<()>),
 }
@@ -38,12 +48,13 @@ impl Op {
             Op::Points(_) => "model points",
             Op::Timings(..) => "timings",
             Op::Load(..) => "load sample",
+            Op::Forget(_) => "forgetting a server",
             Op::Flush(_) => "flush",
         }
     }
 }
 
-/// How the [`Writer`] batches and prunes.
+/// How the [`Writer`] batches, prunes and retries.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WriterConfig {
     /// Most operations in one transaction.
@@ -56,9 +67,13 @@ pub struct WriterConfig {
     pub keep_timings_per_pair: usize,
     /// Load samples kept per server.
     pub keep_load_per_server: usize,
-    /// Operations that may wait for the disk; beyond this [`Writer::send`] drops them (with a
-    /// warning) rather than block the caller or grow without bound.
+    /// Operations that may wait for the writer thread; beyond this [`Writer::send`] drops them
+    /// (with a warning) rather than block the caller or grow without bound.
     pub queue_capacity: usize,
+    /// How often failed writes are tried again.
+    pub retry_every: Duration,
+    /// Failed writes kept for retrying; beyond this the oldest are given up (and counted).
+    pub retry_capacity: usize,
 }
 
 impl Default for WriterConfig {
@@ -70,8 +85,23 @@ impl Default for WriterConfig {
             keep_timings_per_pair: 10_000,
             keep_load_per_server: 10_000,
             queue_capacity: 100_000,
+            retry_every: Duration::from_secs(1),
+            retry_capacity: 100_000,
         }
     }
+}
+
+/// Whether what was sent reaches the disk.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriterHealth {
+    /// False while writes fail.
+    pub ok: bool,
+    /// The error of the last failed attempt, while writes fail.
+    pub last_error: Option<String>,
+    /// Writes kept for retrying.
+    pub pending: u64,
+    /// Writes given up: the queue or the retry queue overflowed, or they can never succeed.
+    pub dropped: u64,
 }
 
 /// Writes on its own thread: the caller never waits for the disk.
@@ -80,6 +110,7 @@ pub struct Writer {
     tx: Option<SyncSender<Op>>,
     handle: Option<JoinHandle<()>>,
     dropped: Arc<AtomicU64>,
+    health: Arc<Mutex<WriterHealth>>,
 }
 
 impl Writer {
@@ -91,31 +122,53 @@ impl Writer {
     /// Starts the writer thread with `config`.
     pub fn spawn_with(store: Store, config: WriterConfig) -> Writer {
         let (tx, rx) = mpsc::sync_channel(config.queue_capacity.max(1));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let health = Arc::new(Mutex::new(WriterHealth {
+            ok: true,
+            ..WriterHealth::default()
+        }));
+        let thread = Thread {
+            store,
+            config,
+            retry: VecDeque::new(),
+            dropped: dropped.clone(),
+            health: health.clone(),
+        };
         let spawned = std::thread::Builder::new()
             .name("gridwise-store".into())
-            .spawn(move || run(store, rx, config));
+            .spawn(move || thread.run(rx));
         match spawned {
             Ok(handle) => Writer {
                 tx: Some(tx),
                 handle: Some(handle),
-                dropped: Arc::new(AtomicU64::new(0)),
+                dropped,
+                health,
             },
             Err(e) => {
                 tracing::error!(
                     error = %e,
                     "cannot start the database writer thread; nothing will be saved"
                 );
-                Writer {
+                let w = Writer {
                     tx: None,
                     handle: None,
-                    dropped: Arc::new(AtomicU64::new(0)),
-                }
+                    dropped,
+                    health,
+                };
+                w.set_health(false, Some(format!("the writer thread did not start: {e}")));
+                w
             }
         }
     }
 
-    /// Queues a write; never blocks on I/O. When the queue is full (the disk stalls), the
-    /// operation is dropped with a warning.
+    fn set_health(&self, ok: bool, error: Option<String>) {
+        let mut h = lock(&self.health);
+        h.ok = ok;
+        h.last_error = error;
+    }
+
+    /// Queues a write; never blocks on I/O. When the queue is full (the writer thread cannot
+    /// keep up), the operation is dropped with a warning.
     pub fn send(&self, op: Op) {
         let Some(tx) = &self.tx else {
             self.note_dropped(op.kind(), "the writer thread is not running");
@@ -140,12 +193,21 @@ impl Writer {
         }
     }
 
-    /// Operations dropped so far because the queue was full or the thread had stopped.
+    /// Operations given up so far (queue or retry queue full, thread stopped, or a write that
+    /// can never succeed).
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Waits until everything sent so far is on disk (for shutdown and tests).
+    /// Whether writes reach the disk, and what waits to be retried.
+    pub fn health(&self) -> WriterHealth {
+        let mut h = lock(&self.health).clone();
+        h.dropped = self.dropped();
+        h
+    }
+
+    /// Waits until everything sent so far has been tried once (for shutdown and tests); what
+    /// failed stays queued for retrying.
     pub fn flush(&self) {
         let Some(tx) = &self.tx else { return };
         let (ack_tx, ack_rx) = mpsc::channel();
@@ -172,6 +234,10 @@ impl Drop for Writer {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Applies one operation (a savepoint of its own inside the batch).
 fn apply(store: &Store, op: &Op) -> Result<(), StoreError> {
     match op {
@@ -181,118 +247,179 @@ fn apply(store: &Store, op: &Op) -> Result<(), StoreError> {
         Op::Points(rows) => store.upsert_points(rows),
         Op::Timings(server, at, reports) => store.add_timings(server, *at, reports),
         Op::Load(server, at, l) => store.add_load(server, *at, *l),
+        Op::Forget(name) => store.forget_server(name),
         Op::Flush(_) => Ok(()),
     }
 }
 
-/// Commits a batch in one transaction; a failing operation is rolled back alone and logged.
-fn write_batch(store: &Store, batch: &[Op]) {
-    let writes = batch
-        .iter()
-        .filter(|op| !matches!(op, Op::Flush(_)))
-        .count();
-    if writes == 0 {
-        return;
-    }
-    // Without the outer transaction each operation still commits on its own.
-    let in_tx = match store.begin_batch() {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::error!(error = %e, "writing operations one by one");
-            false
-        }
-    };
-    let mut failed = 0usize;
-    for op in batch {
-        if let Err(e) = apply(store, op) {
-            failed += 1;
-            // One line per failing batch kind is enough to diagnose; avoid floods.
-            if failed <= 3 {
-                tracing::error!(op = op.kind(), error = %e, "not saved to the database");
-            }
-        }
-    }
-    if failed > 3 {
-        tracing::error!(failed, "more operations were not saved to the database");
-    }
-    if in_tx {
-        if let Err(e) = store.commit_batch() {
-            tracing::error!(error = %e, lost = writes, "a batch of writes was not saved");
-        }
-    }
+/// Whether a write that failed with `e` may succeed later.
+fn may_pass(e: &StoreError) -> bool {
+    !matches!(e, StoreError::Encode { .. })
 }
 
-fn prune(store: &Store, config: &WriterConfig) {
-    if let Err(e) = store.prune(config.keep_timings_per_pair, config.keep_load_per_server) {
-        tracing::error!(error = %e, "pruning the history failed; it will be retried");
-    }
+/// The writer thread's state.
+struct Thread {
+    store: Store,
+    config: WriterConfig,
+    /// Writes that failed and may succeed later, oldest first.
+    retry: VecDeque<Op>,
+    dropped: Arc<AtomicU64>,
+    health: Arc<Mutex<WriterHealth>>,
 }
 
-/// The writer thread.
-fn run(store: Store, rx: Receiver<Op>, config: WriterConfig) {
-    // Bound the history right away: the limits may have shrunk since the last run.
-    prune(&store, &config);
-    let mut last_prune = Instant::now();
-    let mut dirty = false;
-    loop {
-        // Idle and nothing new to prune: sleep until the next operation.
-        let next = if dirty {
-            rx.recv_timeout(config.prune_every.saturating_sub(last_prune.elapsed()))
-        } else {
-            rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
-        };
-        let first = match next {
-            Ok(op) => op,
-            Err(RecvTimeoutError::Timeout) => {
-                if dirty {
-                    prune(&store, &config);
-                    dirty = false;
+impl Thread {
+    /// Commits `ops` in one transaction (each a savepoint of its own): returns the flushes to
+    /// answer, and keeps what failed (and may pass) for the next attempt.
+    fn write(&mut self, ops: Vec<Op>) -> Vec<Sender<()>> {
+        let mut acks = Vec::new();
+        let writes: Vec<Op> = ops
+            .into_iter()
+            .filter_map(|op| match op {
+                Op::Flush(ack) => {
+                    acks.push(ack);
+                    None
                 }
-                last_prune = Instant::now();
-                continue;
+                op => Some(op),
+            })
+            .collect();
+        if writes.is_empty() {
+            return acks;
+        }
+        let store = &self.store;
+        // Without the outer transaction each operation still commits on its own.
+        let in_tx = store.begin_batch().is_ok();
+        let mut failed: Vec<(Op, StoreError)> = Vec::new();
+        let mut done: Vec<Op> = Vec::new();
+        for op in writes {
+            match apply(store, &op) {
+                Ok(()) => done.push(op),
+                Err(e) => failed.push((op, e)),
             }
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        let mut batch = vec![first];
-        let deadline = Instant::now() + config.max_batch_wait;
-        let mut closed = false;
-        while batch.len() < config.max_batch_ops.max(1)
-            && !matches!(batch.last(), Some(Op::Flush(_)))
-        {
-            let left = deadline.saturating_duration_since(Instant::now());
-            // Take what is already queued even when the wait is over.
-            let next = if left.is_zero() {
-                rx.try_recv().map_err(|e| match e {
-                    mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
-                    mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
-                })
+        }
+        let mut last_error = None;
+        let mut kept = Vec::new();
+        if in_tx && let Err(e) = store.commit_batch() {
+            // The commit rolled back everything the batch did: all of it is to do again.
+            last_error = Some(e.to_string());
+            kept = done;
+        }
+        for (op, e) in failed {
+            if may_pass(&e) {
+                last_error = Some(e.to_string());
+                kept.push(op);
             } else {
-                rx.recv_timeout(left)
-            };
-            match next {
-                Ok(op) => batch.push(op),
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => {
-                    closed = true;
-                    break;
-                }
+                tracing::error!(op = op.kind(), error = %e, "not saved to the database (it never can be)");
+                self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
-        write_batch(&store, &batch);
-        dirty |= batch.iter().any(|op| !matches!(op, Op::Flush(_)));
-        for op in batch {
-            if let Op::Flush(ack) = op {
+        // Retried writes go first, so they stay in the order they were sent.
+        for op in kept.into_iter().rev() {
+            self.retry.push_front(op);
+        }
+        while self.retry.len() > self.config.retry_capacity.max(1) {
+            self.retry.pop_back();
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut h = lock(&self.health);
+        let was_ok = h.ok;
+        h.ok = last_error.is_none();
+        h.pending = self.retry.len() as u64;
+        match &last_error {
+            Some(e) if was_ok => {
+                tracing::error!(error = %e, pending = h.pending, "database writes fail; keeping them and retrying every {:?}", self.config.retry_every)
+            }
+            None if !was_ok => tracing::info!("database writes succeed again"),
+            _ => {}
+        }
+        h.last_error = last_error;
+        acks
+    }
+
+    fn prune(&self) {
+        let c = &self.config;
+        if let Err(e) = self
+            .store
+            .prune(c.keep_timings_per_pair, c.keep_load_per_server)
+        {
+            tracing::error!(error = %e, "pruning the history failed; it will be retried");
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Op>) {
+        // Bound the history right away: the limits may have shrunk since the last run.
+        self.prune();
+        let mut last_prune = Instant::now();
+        let mut dirty = false;
+        loop {
+            // Idle, nothing to retry and nothing new to prune: sleep until the next operation.
+            let wait = if !self.retry.is_empty() {
+                Some(self.config.retry_every)
+            } else if dirty {
+                Some(self.config.prune_every.saturating_sub(last_prune.elapsed()))
+            } else {
+                None
+            };
+            let next = match wait {
+                Some(w) => rx.recv_timeout(w),
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            let first = match next {
+                Ok(op) => Some(op),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let mut batch: Vec<Op> = self.retry.drain(..).collect();
+            let mut closed = false;
+            if let Some(first) = first {
+                batch.push(first);
+                let deadline = Instant::now() + self.config.max_batch_wait;
+                while batch.len() < self.config.max_batch_ops.max(1)
+                    && !matches!(batch.last(), Some(Op::Flush(_)))
+                {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    // Take what is already queued even when the wait is over.
+                    let next = if left.is_zero() {
+                        rx.try_recv().map_err(|e| match e {
+                            mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
+                            mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+                        })
+                    } else {
+                        rx.recv_timeout(left)
+                    };
+                    match next {
+                        Ok(op) => batch.push(op),
+                        Err(RecvTimeoutError::Timeout) => break,
+                        Err(RecvTimeoutError::Disconnected) => {
+                            closed = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            dirty |= batch.iter().any(|op| !matches!(op, Op::Flush(_)));
+            for ack in self.write(batch) {
                 // The flusher may have given up waiting; nothing to do then.
                 let _ = ack.send(());
             }
+            if closed {
+                break;
+            }
+            if dirty && last_prune.elapsed() >= self.config.prune_every {
+                self.prune();
+                dirty = false;
+                last_prune = Instant::now();
+            }
         }
-        if closed {
-            break;
-        }
-        if dirty && last_prune.elapsed() >= config.prune_every {
-            prune(&store, &config);
-            dirty = false;
-            last_prune = Instant::now();
+        // Closing: one last try for what is still to retry.
+        if !self.retry.is_empty() {
+            let left: Vec<Op> = self.retry.drain(..).collect();
+            self.write(left);
+            if !self.retry.is_empty() {
+                tracing::error!(
+                    lost = self.retry.len(),
+                    "the database is still failing at shutdown: these writes are lost"
+                );
+            }
         }
     }
 }

@@ -13,9 +13,12 @@ pub struct AgentArgs {
     /// Address to listen on, e.g. 0.0.0.0:7000 (port 0 picks a free port).
     #[arg(long)]
     pub listen: Option<String>,
-    /// Shared secret clients and servers must present.
+    /// The secret clients must present (needs --server-token too).
     #[arg(long)]
-    pub token: Option<String>,
+    pub client_token: Option<String>,
+    /// The secret servers must present to register (different from the client token).
+    #[arg(long)]
+    pub server_token: Option<String>,
     /// Default ranking policy: mct, round-robin, constant-speed.
     #[arg(long)]
     pub policy: Option<String>,
@@ -35,7 +38,8 @@ impl AgentArgs {
     pub fn load(&self) -> anyhow::Result<AgentConfig> {
         let o = gridwise_proto::settings::flag_overrides(&[
             ("listen", self.listen.clone()),
-            ("token", self.token.clone()),
+            ("client_token", self.client_token.clone()),
+            ("server_token", self.server_token.clone()),
             ("policy", self.policy.clone()),
             (
                 "data_dir",

@@ -1,6 +1,7 @@
 //! The agent's settings: `gridwise-agent --config agent.toml`, `GRIDWISE_AGENT_*`, flags.
 
 use gridwise_proto::Policy;
+use gridwise_proto::wire::{self, AcceptConfig, ConnLimits, Credentials, DialConfig, Role};
 use gridwise_sched::CoreConfig;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -14,8 +15,11 @@ pub struct AgentConfig {
     pub listen: String,
     /// Name in logs and hellos.
     pub name: String,
-    /// Shared secret every client and server must present (none: anyone on the network may connect).
-    pub token: Option<String>,
+    /// The secret clients present (none: any client may connect). Needs `server_token` too.
+    pub client_token: Option<String>,
+    /// The secret servers present to register (none: anyone may register a server). It must
+    /// differ from `client_token`, or every client could register as a server.
+    pub server_token: Option<String>,
     /// Default ranking policy: `mct`, `round-robin` or `constant-speed`.
     pub policy: String,
     /// How often servers send heartbeats, ms.
@@ -39,15 +43,41 @@ pub struct AgentConfig {
     pub load_sample_s: f64,
     /// Band-model window in samples (the history keeps 2w − 1).
     pub load_window: usize,
+    /// Bytes that frames still arriving may hold at once, over all connections.
+    pub memory_budget_bytes: u64,
+    /// Connections open at once, in all (kept below the open-file limit).
+    pub max_connections: usize,
+    /// Connections open at once from one address; past a cap the longest-idle one is closed.
+    pub max_connections_per_peer: usize,
+    /// A connection with nothing in flight and nothing arriving for this long is closed, s.
+    pub idle_timeout_s: f64,
+    /// A frame that stops arriving half-way for this long closes its connection, s.
+    pub stall_timeout_s: f64,
+    /// Dial every registering server to check it is at the address it gives (and dial the
+    /// holder of a name someone else registers, to see whether it is gone).
+    pub verify_servers: bool,
+    /// Registrations one source address may make per second, on average…
+    pub registrations_per_s: f64,
+    /// … and in a burst.
+    pub registration_burst: f64,
+    /// Up servers one source address may have registered.
+    pub max_servers_per_source: usize,
+    /// A server down for this long is forgotten with its models, s.
+    pub server_retention_s: f64,
+    /// After a restart, calls that find no live server wait this long for the servers the
+    /// agent knew to register again, s.
+    pub restore_grace_s: f64,
 }
 
 impl Default for AgentConfig {
     fn default() -> Self {
         let core = CoreConfig::default();
+        let limits = ConnLimits::default();
         Self {
             listen: "127.0.0.1:7000".into(),
             name: "agent".into(),
-            token: None,
+            client_token: None,
+            server_token: None,
             policy: core.policy.to_string(),
             heartbeat_interval_ms: core.heartbeat_interval.as_millis() as u64,
             heartbeat_timeout_ms: core.heartbeat_timeout.as_millis() as u64,
@@ -59,6 +89,17 @@ impl Default for AgentConfig {
             data_dir: PathBuf::from("gridwise-data"),
             load_sample_s: core.load_sample.as_secs_f64(),
             load_window: core.load_window,
+            memory_budget_bytes: 256 << 20,
+            max_connections: limits.max_connections,
+            max_connections_per_peer: limits.max_per_peer,
+            idle_timeout_s: limits.idle_timeout.as_secs_f64(),
+            stall_timeout_s: limits.stall_timeout.as_secs_f64(),
+            verify_servers: true,
+            registrations_per_s: core.registrations_per_s,
+            registration_burst: core.registration_burst,
+            max_servers_per_source: core.max_servers_per_source,
+            server_retention_s: core.server_retention.as_secs_f64(),
+            restore_grace_s: core.restore_grace.as_secs_f64(),
         }
     }
 }
@@ -75,15 +116,93 @@ impl AgentConfig {
             default_latency_s: self.default_latency_s,
             ticket_ttl: Duration::from_secs(self.ticket_ttl_s),
             max_candidates: self.max_candidates,
-            load_sample: Duration::try_from_secs_f64(self.load_sample_s).map_err(|_| {
-                anyhow::anyhow!(
-                    "load_sample_s must be a positive number of seconds, not {}",
-                    self.load_sample_s
-                )
-            })?,
+            load_sample: seconds("load_sample_s", self.load_sample_s)?,
             load_window: self.load_window,
+            registrations_per_s: self.registrations_per_s,
+            registration_burst: self.registration_burst,
+            max_servers_per_source: self.max_servers_per_source,
+            server_retention: seconds("server_retention_s", self.server_retention_s)?,
+            restore_grace: seconds("restore_grace_s", self.restore_grace_s)?,
         };
         core.validate()?;
         Ok(core)
+    }
+
+    /// How the agent accepts connections, checked.
+    pub fn accept(&self) -> anyhow::Result<AcceptConfig> {
+        wire::check_max_frame(self.max_frame_bytes).map_err(anyhow::Error::msg)?;
+        let credentials = Credentials {
+            client_token: self.client_token.clone(),
+            server_token: self.server_token.clone(),
+        };
+        credentials.check().map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(
+            self.memory_budget_bytes >= self.max_frame_bytes as u64,
+            "memory_budget_bytes ({}) must hold at least one frame of max_frame_bytes ({})",
+            self.memory_budget_bytes,
+            self.max_frame_bytes
+        );
+        let limits = ConnLimits {
+            max_connections: self.max_connections,
+            max_per_peer: self.max_connections_per_peer,
+            idle_timeout: seconds("idle_timeout_s", self.idle_timeout_s)?,
+            stall_timeout: seconds("stall_timeout_s", self.stall_timeout_s)?,
+        };
+        limits.check().map_err(anyhow::Error::msg)?;
+        let mut cfg = AcceptConfig::new(self.max_frame_bytes, self.memory_budget_bytes);
+        cfg.credentials = credentials;
+        cfg.limits = limits;
+        Ok(cfg)
+    }
+
+    /// How the agent dials servers to check them, if it does.
+    pub fn dial(&self) -> Option<DialConfig> {
+        self.verify_servers.then(|| {
+            let mut d = DialConfig::new(Role::Server, self.server_token.clone());
+            d.connect_timeout = Duration::from_secs(2);
+            d.hello_timeout = Duration::from_secs(2);
+            d.max_frame_bytes = 1 << 20;
+            d
+        })
+    }
+}
+
+/// A setting in seconds as a duration: positive and finite, or an error naming it.
+fn seconds(key: &str, v: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(v)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow::anyhow!("{key} must be a positive number of seconds, not {v}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deploy_example_parses_and_passes_the_checks() {
+        let c: AgentConfig = toml::from_str(include_str!("../../../deploy/agent.toml")).unwrap();
+        c.core().unwrap();
+        c.accept().unwrap();
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_the_setting_named() {
+        let bad = |text: &str| {
+            let c: AgentConfig = toml::from_str(text).unwrap();
+            match c.core().and_then(|_| c.accept()) {
+                Ok(_) => panic!("{text} was accepted"),
+                Err(e) => e.to_string(),
+            }
+        };
+        assert!(bad("max_frame_bytes = 0").contains("max_frame_bytes = 0"));
+        assert!(bad("client_token = \"x\"").contains("server_token"));
+        assert!(bad("client_token = \"x\"\nserver_token = \"x\"").contains("same"));
+        assert!(bad("idle_timeout_s = 0.0").contains("idle_timeout_s"));
+        assert!(bad("load_sample_s = -1.0").contains("load_sample_s"));
+        assert!(bad("max_candidates = 0").contains("candidates"));
+        assert!(bad("registrations_per_s = 0.0").contains("registrations_per_s"));
+        let e = toml::from_str::<AgentConfig>("tokn = \"x\"").unwrap_err();
+        assert!(e.to_string().contains("tokn"), "{e}");
     }
 }

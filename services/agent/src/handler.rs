@@ -1,93 +1,266 @@
-//! The tarpc face of the agent: each RPC locks the core, asks it, and answers. No decision is
-//! made here.
+//! The tarpc face of the agent: each RPC checks who asks (the connection's [`Peer`]), locks
+//! the core, asks it, and answers. No decision is made here; what is decided here is only what
+//! needs the network — dialling a registering server to check that it is where it says, and
+//! dialling the holder of a contested name to see whether it is still there.
 
 use crate::persist::{points_op, unix_now};
+use gridwise_proto::wire::{self, DialConfig, Peer, Role};
 use gridwise_proto::{
-    Ack, AgentApi, AgentStatus, CallProfile, CallReport, Candidate, GraphPlan, GraphRequest,
-    Heartbeat, LinkInfo, LinkSample, ModelExport, ModelPoint, ModelSummary, RankOptions, Ranking,
-    RegisterReply, Registration, RpcError, ServerId, ServiceDesc, ServiceSummary, Ticket,
+    Ack, AgentApi, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, GraphPlan,
+    GraphRequest, Heartbeat, LinkInfo, LinkSample, ModelExport, ModelPoint, ModelSummary,
+    RankOptions, Ranking, RegisterReply, Registration, RpcError, ServerApiClient, ServerId,
+    ServiceDesc, ServiceSummary, StorageHealth, Ticket,
 };
-use gridwise_sched::AgentCore;
+use gridwise_sched::{AgentCore, Refusal, Registering};
 use gridwise_store::{Op, Writer};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tarpc::context::Context;
 
-/// Shared agent state: the decision core and the instant its clock starts at.
+/// How long checking a registering server (or a name's holder) may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The agent as one connection sees it: the shared state, who is asking, and — on a server's
+/// connection — which server registered on it.
 #[derive(Clone)]
 pub struct AgentHandler {
-    core: Arc<Mutex<AgentCore>>,
+    shared: Arc<Shared>,
+    peer: Peer,
+    bound: Arc<Mutex<Option<Bound>>>,
+}
+
+/// The server a connection registered, and its registration (saved at its first heartbeat).
+struct Bound {
+    id: ServerId,
+    reg: Registration,
+}
+
+struct Shared {
+    core: Mutex<AgentCore>,
     epoch: Instant,
-    writer: Option<Arc<Writer>>,
+    writer: Option<Writer>,
+    /// How to dial servers to check them; `None` checks nothing (in-process tests).
+    dial: Option<DialConfig>,
+    registered: tokio::sync::Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn refused(message: String) -> RpcError {
+    RpcError::new(ErrorCode::RpcRefused, message)
 }
 
 impl AgentHandler {
-    /// Wraps a core; what it learns is written through `writer`, if any.
-    pub fn new(core: AgentCore, writer: Option<Writer>) -> Self {
+    /// Wraps a core; what it learns is written through `writer`, if any; registering servers
+    /// are checked by dialling them with `dial`, if any. The handler itself acts for the agent
+    /// (every right); connections get theirs from [`AgentHandler::for_peer`].
+    pub fn new(core: AgentCore, writer: Option<Writer>, dial: Option<DialConfig>) -> Self {
         Self {
-            core: Arc::new(Mutex::new(core)),
-            epoch: Instant::now(),
-            writer: writer.map(Arc::new),
+            shared: Arc::new(Shared {
+                core: Mutex::new(core),
+                epoch: Instant::now(),
+                writer,
+                dial,
+                registered: tokio::sync::Notify::new(),
+            }),
+            peer: Peer::local(Role::Server, "agent"),
+            bound: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// The handler of a new connection from `peer`.
+    pub fn for_peer(&self, peer: &Peer) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            peer: peer.clone(),
+            bound: Arc::new(Mutex::new(None)),
         }
     }
 
     fn persist(&self, op: Option<Op>) {
-        if let (Some(w), Some(op)) = (&self.writer, op) {
+        if let (Some(w), Some(op)) = (&self.shared.writer, op) {
             w.send(op);
         }
     }
 
-    /// Waits until everything learned so far is on disk.
+    /// Waits until everything learned so far has been tried on disk.
     pub fn flush(&self) {
-        if let Some(w) = &self.writer {
+        if let Some(w) = &self.shared.writer {
             w.flush();
         }
     }
 
     /// Monotonic time since start: the core's clock.
     pub fn now(&self) -> Duration {
-        self.epoch.elapsed()
+        self.shared.epoch.elapsed()
     }
 
     /// The core, locked. A panic while holding the lock must not wedge the agent, so a poisoned
     /// lock is taken over: the core's methods leave it consistent between calls.
     pub fn core(&self) -> MutexGuard<'_, AgentCore> {
-        self.core.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.shared.core)
     }
 
-    /// Marks silent servers down and forgets stale assignments.
+    /// Marks silent servers down, forgets stale ones (on disk too) and expires old tickets.
     pub fn sweep(&self) {
         let now = self.now();
-        let down = self.core().sweep(now);
+        let (down, forgotten) = {
+            let mut core = self.core();
+            let down = core.sweep(now);
+            (down, core.take_forgotten())
+        };
         for id in down {
             tracing::warn!(server = %id, "no heartbeat within the timeout: marked down");
+        }
+        for name in forgotten {
+            tracing::info!(server = %name, "forgotten: it never sent a heartbeat, or has been down longer than server_retention_s");
+            self.persist(Some(Op::Forget(name)));
+        }
+    }
+
+    /// Whether what is learned reaches the disk.
+    pub fn storage(&self) -> StorageHealth {
+        match &self.shared.writer {
+            None => StorageHealth {
+                ok: true,
+                ..StorageHealth::default()
+            },
+            Some(w) => {
+                let h = w.health();
+                StorageHealth {
+                    ok: h.ok,
+                    last_error: h.last_error,
+                    pending_writes: h.pending,
+                    dropped_writes: h.dropped,
+                }
+            }
+        }
+    }
+
+    fn is_server(&self) -> bool {
+        self.peer.role == Role::Server
+    }
+
+    /// The server this connection registered, if `id` is it.
+    fn bound_to(&self, id: ServerId) -> bool {
+        self.is_server() && lock(&self.bound).as_ref().is_some_and(|b| b.id == id)
+    }
+
+    /// Asks the server at `addr` who it is.
+    async fn identify(&self, dial: &DialConfig, addr: &str) -> Result<(String, String), String> {
+        let ask = async {
+            let (framed, _) = wire::connect(addr, dial, "agent")
+                .await
+                .map_err(|e| e.to_string())?;
+            let client =
+                ServerApiClient::new(wire::client_config(), wire::client_transport(framed)).spawn();
+            let info = client
+                .hello(wire::context(CHECK_TIMEOUT))
+                .await
+                .map_err(|e| format!("{addr} did not say who it is: {e}"))?;
+            Ok((info.name, info.instance))
+        };
+        tokio::time::timeout(CHECK_TIMEOUT, ask)
+            .await
+            .unwrap_or_else(|_| Err(format!("{addr} did not answer within {CHECK_TIMEOUT:?}")))
+    }
+
+    /// Checks that the server registering is at the address it gave.
+    async fn verify(&self, reg: &Registration) -> Result<(), RpcError> {
+        let Some(dial) = &self.shared.dial else {
+            return Ok(());
+        };
+        match self.identify(dial, &reg.addr).await {
+            Ok((name, instance)) if name == reg.name && instance == reg.instance => Ok(()),
+            Ok((name, _)) => Err(refused(format!(
+                "registration of `{}` refused: the server at {} is `{name}`, not this one; register the address this server listens on",
+                reg.name, reg.addr
+            ))),
+            Err(e) => Err(refused(format!(
+                "registration of `{}` refused: the agent cannot reach it at {} ({e}); set `advertise` to an address the agent and clients can reach",
+                reg.name, reg.addr
+            ))),
+        }
+    }
+
+    /// Whether the process holding a name is gone from its address.
+    async fn holder_gone(&self, addr: &str, instance: &str) -> bool {
+        let Some(dial) = &self.shared.dial else {
+            return false;
+        };
+        match self.identify(dial, addr).await {
+            Ok((_, there)) => there != instance,
+            Err(_) => true,
         }
     }
 }
 
 impl AgentApi for AgentHandler {
     async fn register(self, _: Context, reg: Registration) -> Result<RegisterReply, RpcError> {
-        let (name, addr) = (reg.name.clone(), reg.addr.clone());
-        let r = self.core().register(reg.clone(), self.now());
-        match &r {
-            Ok(reply) => {
-                tracing::info!(server = %reply.server_id, %name, %addr, "server registered");
+        let name = reg.name.clone();
+        if !self.is_server() {
+            tracing::warn!(peer = %self.peer.addr, %name, "a client tried to register as a server");
+            return Err(refused(format!(
+                "only servers may register: this connection presented the client credential; a server presents `server_token` (refused `{name}`)"
+            )));
+        }
+        if let Err(e) = self.verify(&reg).await {
+            tracing::warn!(peer = %self.peer.addr, %name, "registration refused: {}", e.message);
+            return Err(e);
+        }
+        let mut ctx = Registering {
+            source: self.peer.addr.ip().to_string(),
+            holder_gone: false,
+        };
+        let mut result = self.core().register_from(reg.clone(), &ctx, self.now());
+        if let Err(Refusal::Contested { addr, instance, .. }) = &result
+            && self.holder_gone(addr, instance).await
+        {
+            tracing::info!(%name, old = %addr, "the name's previous server no longer answers there: replacing it");
+            ctx.holder_gone = true;
+            result = self.core().register_from(reg.clone(), &ctx, self.now());
+        }
+        let reply = result.map_err(Refusal::into_rpc);
+        match &reply {
+            Ok(r) => {
+                tracing::info!(server = %r.server_id, %name, addr = %reg.addr, "server registered");
                 for d in &reg.services {
                     self.persist(Some(Op::Service(d.clone())));
                 }
-                self.persist(Some(Op::Server(reply.server_id, reg, unix_now())));
+                // Saved at its first heartbeat: a registration that never beats leaves nothing.
+                let mut saved = reg;
+                saved.secret = None;
+                *lock(&self.bound) = Some(Bound {
+                    id: r.server_id,
+                    reg: saved,
+                });
+                self.shared.registered.notify_waiters();
             }
-            Err(e) => tracing::warn!(%name, "registration refused: {e}"),
+            Err(e) => {
+                tracing::warn!(%name, peer = %self.peer.addr, "registration refused: {}", e.message)
+            }
         }
-        r
+        reply
     }
 
     async fn heartbeat(self, _: Context, hb: Heartbeat) -> Ack {
-        let (ack, name) = {
+        if !self.bound_to(hb.server_id) {
+            return Ack::Reregister;
+        }
+        let (ack, first, name) = {
             let mut core = self.core();
-            let ack = core.heartbeat(&hb, self.now());
-            (ack, core.server(hb.server_id).map(|e| e.name.clone()))
+            let (ack, first) = core.heartbeat_joined(&hb, self.now());
+            (
+                ack,
+                first,
+                core.server(hb.server_id).map(|e| e.name.clone()),
+            )
         };
+        if first && let Some(b) = lock(&self.bound).as_ref() {
+            self.persist(Some(Op::Server(b.id, b.reg.clone(), unix_now())));
+        }
         // The server's own benchmarks are not load the calls will meet.
         if let (Some(name), false) = (name, hb.load.benchmarking) {
             self.persist(Some(Op::Load(name, unix_now(), hb.load.loadavg_1m)));
@@ -96,6 +269,9 @@ impl AgentApi for AgentHandler {
     }
 
     async fn report(self, _: Context, server: ServerId, reports: Vec<CallReport>) -> Ack {
+        if !self.bound_to(server) {
+            return Ack::Reregister;
+        }
         let (ack, name, dirty) = {
             let mut core = self.core();
             let ack = core.report(server, &reports, self.now());
@@ -123,7 +299,26 @@ impl AgentApi for AgentHandler {
         profile: CallProfile,
         options: RankOptions,
     ) -> Result<Ranking, RpcError> {
-        self.core().rank(&profile, &options, self.now())
+        let holder = Some(self.peer.principal.as_str());
+        loop {
+            // Registered before asking, so a registration between the two is not missed.
+            let registered = self.shared.registered.notified();
+            let now = self.now();
+            let (result, waiting) = {
+                let mut core = self.core();
+                let r = core.rank_for(holder, &profile, &options, now);
+                let waiting = r.is_err() && core.awaiting_servers(now);
+                (r, waiting)
+            };
+            match result {
+                Err(e) if waiting && e.code == ErrorCode::ServerNotFound => {
+                    // Just restarted: the servers it knew are registering again.
+                    let left = self.core().config().restore_grace.saturating_sub(now);
+                    let _ = tokio::time::timeout(left, registered).await;
+                }
+                r => return r,
+            }
+        }
     }
 
     async fn explain(
@@ -136,14 +331,21 @@ impl AgentApi for AgentHandler {
     }
 
     async fn release(self, _: Context, ticket: Ticket) {
-        self.core().release(ticket);
+        if !self.core().release_by(ticket, &self.peer.principal) {
+            tracing::debug!(%ticket, peer = %self.peer.addr, "release of a ticket that is not pending or not this peer's: ignored");
+        }
     }
 
     async fn status(self, _: Context) -> AgentStatus {
-        self.core().status(self.now())
+        let mut s = self.core().status(self.now());
+        s.storage = self.storage();
+        s
     }
 
     async fn model_points(self, _: Context, server: ServerId, points: Vec<ModelPoint>) -> Ack {
+        if !self.bound_to(server) {
+            return Ack::Reregister;
+        }
         let (ack, dirty) = {
             let mut core = self.core();
             (core.model_points(server, &points), core.take_dirty_points())
@@ -153,6 +355,9 @@ impl AgentApi for AgentHandler {
     }
 
     async fn links(self, _: Context, server: ServerId, samples: Vec<LinkSample>) -> Ack {
+        if !self.bound_to(server) {
+            return Ack::Reregister;
+        }
         self.core().record_links(server, &samples, self.now())
     }
 
@@ -166,7 +371,8 @@ impl AgentApi for AgentHandler {
 
     async fn map_graph(self, _: Context, request: GraphRequest) -> Result<GraphPlan, RpcError> {
         let now = self.now();
-        self.core().map_graph(&request, now)
+        let holder = Some(self.peer.principal.as_str());
+        self.core().map_graph_for(holder, &request, now)
     }
 
     async fn models(self, _: Context) -> Vec<ModelSummary> {

@@ -14,22 +14,27 @@ use gridwise_sched::AgentCore;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Binds, announces `listening <addr>` on stdout (tools that start the agent read it to learn an
-/// ephemeral port), and serves until the process ends.
+/// Opens the data directory and restores what earlier runs learned, binds, announces
+/// `listening <addr>` on stdout (tools that start the agent read it to learn an ephemeral
+/// port), and serves until the process ends. Nothing is announced unless the agent can serve.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let core_cfg = cfg.core()?;
+    let accept = cfg.accept()?;
+    let mut core = AgentCore::new(core_cfg.clone());
+    let store = gridwise_store::Store::open(&cfg.data_dir)
+        .map_err(|e| anyhow::anyhow!("cannot open the agent's data directory: {e}"))?;
+    let stale = persist::restore(&mut core, &store, core_cfg.server_retention)?;
+    let writer = gridwise_store::Writer::spawn(store);
+    for name in stale {
+        writer.send(gridwise_store::Op::Forget(name));
+    }
     let listener = TcpListener::bind(&cfg.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr()?;
+    let handler = AgentHandler::new(core, Some(writer), cfg.dial());
     gridwise_proto::settings::announce(&addr.to_string());
     tracing::info!(%addr, policy = %core_cfg.policy, "agent listening");
-
-    let mut core = AgentCore::new(core_cfg.clone());
-    let store = gridwise_store::Store::open(&cfg.data_dir)
-        .map_err(|e| anyhow::anyhow!("cannot open the agent's data directory: {e}"))?;
-    persist::restore(&mut core, &store)?;
-    let handler = AgentHandler::new(core, Some(gridwise_store::Writer::spawn(store)));
     let sweeper = handler.clone();
     let period = (core_cfg.heartbeat_timeout / 4).max(Duration::from_millis(20));
     tokio::spawn(async move {
@@ -40,14 +45,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         }
     });
 
-    let wire_cfg = wire::WireConfig {
-        token: cfg.token.clone(),
-        max_frame_bytes: cfg.max_frame_bytes,
-        ..wire::WireConfig::default()
-    };
     let flusher = handler.clone();
     tokio::select! {
-        _ = gridwise_proto::serve_forever!(listener, wire_cfg, cfg.name.clone(), handler) => {}
+        _ = gridwise_proto::serve_forever!(listener, accept, cfg.name.clone(), move |peer: &wire::Peer| handler.for_peer(peer)) => {}
         _ = shutdown_signal() => {
             tracing::info!("shutting down: writing what was learned to {}", cfg.data_dir.display());
             flusher.flush();

@@ -15,13 +15,25 @@ pub fn unix_now() -> f64 {
 }
 
 /// Loads servers (down until they register again) and model points into a fresh core.
-pub fn restore(core: &mut AgentCore, store: &Store) -> anyhow::Result<()> {
+/// Servers last seen longer than `retention` ago are not restored: their names are returned,
+/// for deleting from the store.
+pub fn restore(
+    core: &mut AgentCore,
+    store: &Store,
+    retention: Duration,
+) -> anyhow::Result<Vec<String>> {
     let snap = store
         .snapshot()
         .map_err(|e| anyhow::anyhow!("cannot read the agent's data: {e}"))?;
+    let now = unix_now();
     let mut servers = 0;
-    for (id, reg, _last_seen) in snap.servers {
+    let mut stale = Vec::new();
+    for (id, reg, last_seen) in snap.servers {
         let name = reg.name.clone();
+        if now - last_seen > retention.as_secs_f64() {
+            stale.push(name);
+            continue;
+        }
         match core.restore_server(id, reg, Duration::ZERO) {
             Ok(()) => servers += 1,
             Err(e) => tracing::warn!(server = %name, "not restored: {e}"),
@@ -37,7 +49,13 @@ pub fn restore(core: &mut AgentCore, store: &Store) -> anyhow::Result<()> {
     if servers > 0 || points > 0 {
         tracing::info!(servers, points, "restored what earlier runs learned");
     }
-    Ok(())
+    if !stale.is_empty() {
+        tracing::info!(
+            servers = stale.len(),
+            "forgetting servers gone longer than server_retention_s"
+        );
+    }
+    Ok(stale)
 }
 
 fn from_row(p: &PointRow) -> (PointStats, PointSource) {

@@ -16,6 +16,9 @@ use tokio::sync::mpsc;
 /// Reports or points kept while the agent is unreachable; the oldest go first beyond this.
 const UNSENT_MAX: usize = 100_000;
 const RPC_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest wait between two registration attempts: an agent that restarts is back in
+/// business as soon as its servers are, so they retry often.
+const REGISTER_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
 struct Linked {
     client: AgentApiClient,
@@ -79,8 +82,8 @@ async fn probe_agent(
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     agent: String,
-    wire_cfg: wire::WireConfig,
-    reg: Registration,
+    wire_cfg: wire::DialConfig,
+    mut reg: Registration,
     handler: ServerHandler,
     mut inbox: mpsc::UnboundedReceiver<ToAgent>,
     batch_max: usize,
@@ -99,8 +102,23 @@ pub async fn run(
     loop {
         let Some(link) = &linked else {
             match register(&agent, &wire_cfg, &reg).await {
-                Ok((l, every)) => {
+                Ok((l, every, secret)) => {
                     tracing::info!(server = %l.id, %agent, "registered with the agent");
+                    // Proof that it is this server the next time it registers.
+                    reg.secret = Some(secret);
+                    // The first heartbeat at once: until it arrives the agent does not keep
+                    // the registration.
+                    let hb = Heartbeat {
+                        server_id: l.id,
+                        load: handler.load(),
+                        models: handler.progress(),
+                    };
+                    if let Err(e) = l.client.heartbeat(wire::context(RPC_TIMEOUT), hb).await {
+                        tracing::warn!(
+                            "first heartbeat to the agent failed ({e}); registering again"
+                        );
+                        continue;
+                    }
                     if every != interval {
                         interval = every;
                         tick = tokio::time::interval(interval);
@@ -124,7 +142,7 @@ pub async fn run(
                         outbox.push(m);
                     }
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    backoff = (backoff * 2).min(REGISTER_BACKOFF_MAX);
                 }
             }
             continue;
@@ -243,9 +261,9 @@ fn delivered(r: Result<Ack, tarpc::client::RpcError>, n: usize, what: &str) -> b
 
 async fn register(
     agent: &str,
-    wire_cfg: &wire::WireConfig,
+    wire_cfg: &wire::DialConfig,
     reg: &Registration,
-) -> anyhow::Result<(Linked, Duration)> {
+) -> anyhow::Result<(Linked, Duration, String)> {
     let (framed, _) = wire::connect(agent, wire_cfg, &format!("server {}", reg.name)).await?;
     let client = AgentApiClient::new(wire::client_config(), wire::client_transport(framed)).spawn();
     let reply = client
@@ -258,5 +276,6 @@ async fn register(
             id: reply.server_id,
         },
         every,
+        reply.secret,
     ))
 }

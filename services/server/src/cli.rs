@@ -22,9 +22,12 @@ pub struct ServerArgs {
     /// The agent's address.
     #[arg(long)]
     pub agent: Option<String>,
-    /// Shared secret.
+    /// The secret clients must present (needs --server-token).
     #[arg(long)]
-    pub token: Option<String>,
+    pub client_token: Option<String>,
+    /// The secret this server presents to the agent and its peers.
+    #[arg(long)]
+    pub server_token: Option<String>,
     /// Calls run at once.
     #[arg(long)]
     pub slots: Option<u32>,
@@ -44,7 +47,8 @@ impl ServerArgs {
             ("listen", self.listen.clone()),
             ("advertise", self.advertise.clone()),
             ("agent", self.agent.clone()),
-            ("token", self.token.clone()),
+            ("client_token", self.client_token.clone()),
+            ("server_token", self.server_token.clone()),
             ("slots", self.slots.map(|v| v.to_string())),
             ("calibrate", self.no_calibrate.then(|| "false".to_string())),
         ]);

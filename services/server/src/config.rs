@@ -2,6 +2,7 @@
 
 use crate::model_manager::ModelConfig;
 use gridwise_kernels::EmulatedSpec;
+use gridwise_proto::wire::{self, ConnLimits, Credentials, DialConfig, Role};
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -17,8 +18,10 @@ pub struct ServerConfig {
     pub advertise: Option<String>,
     /// The agent's address.
     pub agent: String,
-    /// Shared secret: presented to the agent and required from clients.
-    pub token: Option<String>,
+    /// The secret clients must present (none: any client may call). Needs `server_token`.
+    pub client_token: Option<String>,
+    /// The secret this server presents to the agent and to its peers, and requires from them.
+    pub server_token: Option<String>,
     /// Calls run at once; the rest queue (default: number of cores).
     pub slots: Option<u32>,
     /// Built-in services to offer: any of add, sleep, loop, fail, dgemm.
@@ -44,16 +47,31 @@ pub struct ServerConfig {
     /// A kept output nobody has read for this long is freed, s (0: never). It bounds what a
     /// client that died mid-graph leaves behind.
     pub data_idle_ttl_s: f64,
+    /// Bytes calls may take at once: each call's inputs and outputs, twice (working copies and
+    /// the reply being serialised). A call needing more is refused before it runs; calls that
+    /// fit wait for each other. Default: half of the memory the process may use (physical
+    /// memory, or its address-space limit if lower).
+    pub memory_budget_bytes: Option<u64>,
+    /// Connections open at once, in all.
+    pub max_connections: usize,
+    /// Connections open at once from one address; past a cap the longest-idle one is closed.
+    pub max_connections_per_peer: usize,
+    /// A connection with nothing in flight and nothing arriving for this long is closed, s.
+    pub idle_timeout_s: f64,
+    /// A frame that stops arriving half-way for this long closes its connection, s.
+    pub stall_timeout_s: f64,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
+        let limits = ConnLimits::default();
         Self {
             name: None,
             listen: "127.0.0.1:0".into(),
             advertise: None,
             agent: "127.0.0.1:7000".into(),
-            token: None,
+            client_token: None,
+            server_token: None,
             slots: None,
             builtins: gridwise_kernels::BUILTIN_NAMES
                 .iter()
@@ -68,6 +86,11 @@ impl Default for ServerConfig {
             data_max_bytes: None,
             link_probe_s: 60.0,
             data_idle_ttl_s: 3600.0,
+            memory_budget_bytes: None,
+            max_connections: limits.max_connections,
+            max_connections_per_peer: limits.max_per_peer,
+            idle_timeout_s: limits.idle_timeout.as_secs_f64(),
+            stall_timeout_s: limits.stall_timeout.as_secs_f64(),
         }
     }
 }
@@ -84,9 +107,72 @@ impl ServerConfig {
                 "{key} = {v} must be a number of seconds ≥ 0 (0: never)"
             );
         }
+        for (key, v) in [
+            ("idle_timeout_s", self.idle_timeout_s),
+            ("stall_timeout_s", self.stall_timeout_s),
+        ] {
+            anyhow::ensure!(
+                v.is_finite() && v > 0.0,
+                "{key} = {v} must be a positive number of seconds"
+            );
+        }
+        wire::check_max_frame(self.max_frame_bytes).map_err(anyhow::Error::msg)?;
+        self.credentials().check().map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(
+            self.report_batch_max > 0,
+            "report_batch_max must be at least 1"
+        );
+        anyhow::ensure!(
+            self.slots != Some(0),
+            "slots = 0 would run nothing: give at least 1 (or leave it out for one per core)"
+        );
+        if let Some(b) = self.memory_budget_bytes {
+            anyhow::ensure!(
+                b >= MIN_BUDGET,
+                "memory_budget_bytes = {b} is below the {MIN_BUDGET} bytes (16 MiB) a server needs to take any call"
+            );
+        }
+        self.limits()?;
         Ok(())
     }
+
+    /// The credentials clients and peers must present.
+    pub fn credentials(&self) -> Credentials {
+        Credentials {
+            client_token: self.client_token.clone(),
+            server_token: self.server_token.clone(),
+        }
+    }
+
+    /// Connection caps and timeouts, checked.
+    pub fn limits(&self) -> anyhow::Result<ConnLimits> {
+        let l = ConnLimits {
+            max_connections: self.max_connections,
+            max_per_peer: self.max_connections_per_peer,
+            idle_timeout: std::time::Duration::from_secs_f64(self.idle_timeout_s),
+            stall_timeout: std::time::Duration::from_secs_f64(self.stall_timeout_s),
+        };
+        l.check().map_err(anyhow::Error::msg)?;
+        Ok(l)
+    }
+
+    /// The memory budget of calls: the configured one, else half of what the process may use.
+    pub fn memory_budget(&self) -> u64 {
+        self.memory_budget_bytes
+            .unwrap_or_else(|| (crate::host::usable_memory_bytes() / 2).max(MIN_BUDGET))
+    }
+
+    /// How this server dials the agent and its peers.
+    pub fn dial(&self) -> DialConfig {
+        DialConfig {
+            max_frame_bytes: self.max_frame_bytes,
+            ..DialConfig::new(Role::Server, self.server_token.clone())
+        }
+    }
 }
+
+/// The smallest memory budget a server accepts.
+const MIN_BUDGET: u64 = 16 << 20;
 
 #[cfg(test)]
 mod tests {
@@ -114,6 +200,18 @@ mod tests {
             ..ServerConfig::default()
         };
         assert!(c.check().unwrap_err().to_string().contains("link_probe_s"));
+        for (text, key) in [
+            ("max_frame_bytes = 0", "max_frame_bytes = 0"),
+            ("slots = 0", "slots = 0"),
+            ("memory_budget_bytes = 1", "memory_budget_bytes = 1"),
+            ("client_token = \"c\"", "server_token"),
+            ("idle_timeout_s = 0.0", "idle_timeout_s"),
+            ("report_batch_max = 0", "report_batch_max"),
+        ] {
+            let c: ServerConfig = toml::from_str(text).unwrap();
+            let e = c.check().unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 
     #[test]

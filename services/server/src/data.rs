@@ -2,6 +2,9 @@
 //! later call — on this server or another, which pulls them straight from here — can use them
 //! without a round trip through the client.
 //!
+//! A kept value belongs to the client that made it (its principal): only that client may fetch,
+//! renew or free it, and another server pulls it only for a call of that client.
+//!
 //! The client frees what it kept once its graph no longer needs it. A client that dies first
 //! cannot, so a value nobody has read for `data_idle_ttl_s` is freed here too
 //! ([`DataStore::expire_idle`]): an abandoned graph costs memory for a bounded time, not until
@@ -32,6 +35,8 @@ struct Kept {
     value: Value,
     /// Kept or last read (fetched, or pulled as a call's input).
     last_used: Instant,
+    /// The principal of the client whose call made it.
+    owner: String,
 }
 
 impl DataStore {
@@ -45,8 +50,8 @@ impl DataStore {
         }
     }
 
-    /// Keeps `v`; its reference names this server as the holder.
-    pub fn put(&self, v: Value, holder: &str) -> Result<RemoteRef, CallError> {
+    /// Keeps `v` for `owner`; its reference names this server as the holder.
+    pub fn put(&self, v: Value, holder: &str, owner: &str) -> Result<RemoteRef, CallError> {
         let size = v.payload_bytes();
         let mut held = lock(&self.inner);
         if held.bytes + size > self.max_bytes {
@@ -66,6 +71,7 @@ impl DataStore {
             Kept {
                 value: v,
                 last_used: Instant::now(),
+                owner: owner.to_string(),
             },
         );
         Ok(RemoteRef {
@@ -77,21 +83,22 @@ impl DataStore {
         })
     }
 
-    /// A copy of a kept value; reading it counts as a use.
-    pub fn get(&self, h: DataHandle) -> Option<Value> {
+    /// A copy of a value kept for `owner` (someone else's is not there, as far as the asker
+    /// can tell); reading it counts as a use.
+    pub fn get(&self, h: DataHandle, owner: &str) -> Option<Value> {
         let mut held = lock(&self.inner);
-        let kept = held.values.get_mut(&h)?;
+        let kept = held.values.get_mut(&h).filter(|k| k.owner == owner)?;
         kept.last_used = Instant::now();
         Some(kept.value.clone())
     }
 
-    /// Marks values as used now; returns how many are held.
-    pub fn renew(&self, handles: &[DataHandle]) -> u32 {
+    /// Marks `owner`'s values as used now; returns how many of them are held.
+    pub fn renew(&self, handles: &[DataHandle], owner: &str) -> u32 {
         let mut held = lock(&self.inner);
         let now = Instant::now();
         let mut n = 0;
         for h in handles {
-            if let Some(k) = held.values.get_mut(h) {
+            if let Some(k) = held.values.get_mut(h).filter(|k| k.owner == owner) {
                 k.last_used = now;
                 n += 1;
             }
@@ -99,12 +106,14 @@ impl DataStore {
         n
     }
 
-    /// Forgets values; returns how many were held.
-    pub fn free(&self, handles: &[DataHandle]) -> u32 {
+    /// Forgets `owner`'s values; returns how many of them were held.
+    pub fn free(&self, handles: &[DataHandle], owner: &str) -> u32 {
         let mut held = lock(&self.inner);
         let mut n = 0;
         for h in handles {
-            if let Some(k) = held.values.remove(h) {
+            if held.values.get(h).is_some_and(|k| k.owner == owner)
+                && let Some(k) = held.values.remove(h)
+            {
                 held.bytes = held.bytes.saturating_sub(k.value.payload_bytes());
                 n += 1;
             }
@@ -144,8 +153,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// "Not here" for a handle, in words a user can act on.
 pub fn not_found(h: DataHandle, holder: &str) -> CallError {
-    CallError::new(
-        CallErrorKind::BadArguments,
+    CallError::input_lost(
+        h,
         format!(
             "remote value {h} is not on {holder}: it was freed, went unused for longer than that server's data_idle_ttl_s, or the server restarted"
         ),
@@ -159,42 +168,55 @@ mod tests {
     #[test]
     fn keep_get_free_within_a_byte_budget() {
         let s = DataStore::new(100, Duration::ZERO);
-        let r = s.put(Value::Bytes(vec![1; 60]), "me:1").unwrap();
+        let r = s.put(Value::Bytes(vec![1; 60]), "me:1", "alice").unwrap();
         assert_eq!((r.bytes, r.holder.as_str()), (60, "me:1"));
-        assert_eq!(s.get(r.handle), Some(Value::Bytes(vec![1; 60])));
-        let e = s.put(Value::Bytes(vec![2; 60]), "me:1").unwrap_err();
+        assert_eq!(s.get(r.handle, "alice"), Some(Value::Bytes(vec![1; 60])));
+        let e = s
+            .put(Value::Bytes(vec![2; 60]), "me:1", "alice")
+            .unwrap_err();
         assert!(e.message.contains("data_max_bytes"), "{e}");
-        assert_eq!(s.free(&[r.handle, DataHandle::new_random()]), 1);
+        assert_eq!(s.free(&[r.handle, DataHandle::new_random()], "alice"), 1);
         assert_eq!(s.usage(), (0, 0));
-        assert!(s.get(r.handle).is_none());
-        s.put(Value::Bytes(vec![2; 60]), "me:1").unwrap();
+        assert!(s.get(r.handle, "alice").is_none());
+        s.put(Value::Bytes(vec![2; 60]), "me:1", "alice").unwrap();
     }
 
     #[test]
     fn idle_values_expire_and_reading_keeps_a_value_alive() {
         let idle = Duration::from_secs(60);
         let s = DataStore::new(1000, idle);
-        let old = s.put(Value::Bytes(vec![1; 10]), "me:1").unwrap();
-        let read = s.put(Value::Bytes(vec![2; 20]), "me:1").unwrap();
+        let old = s.put(Value::Bytes(vec![1; 10]), "me:1", "alice").unwrap();
+        let read = s.put(Value::Bytes(vec![2; 20]), "me:1", "alice").unwrap();
         let start = Instant::now();
         // Nothing is older than the limit yet.
         assert_eq!(s.expire_idle(start, idle), (0, 0));
         assert_eq!(read.idle_ttl_ms, 60_000);
         // A read refreshes `read`; a minute and a bit later only `old` has been idle too long.
         std::thread::sleep(Duration::from_millis(20));
-        assert!(s.get(read.handle).is_some());
+        assert!(s.get(read.handle, "alice").is_some());
         let later = start + idle + Duration::from_millis(10);
         assert_eq!(s.expire_idle(later, idle), (1, 10));
-        assert!(s.get(old.handle).is_none());
+        assert!(s.get(old.handle, "alice").is_none());
         assert_eq!(s.usage(), (1, 20));
         // Renewing counts as a use too.
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(s.renew(&[read.handle, old.handle]), 1);
+        assert_eq!(s.renew(&[read.handle, old.handle], "alice"), 1);
         assert_eq!(s.expire_idle(later, idle), (0, 0));
         assert_eq!(
             s.expire_idle(later + idle + Duration::from_secs(1), idle),
             (1, 20)
         );
         assert_eq!(s.usage(), (0, 0));
+    }
+
+    #[test]
+    fn a_value_belongs_to_the_client_that_kept_it() {
+        let s = DataStore::new(1000, Duration::ZERO);
+        let r = s.put(Value::Int(7), "me:1", "alice").unwrap();
+        assert_eq!(s.get(r.handle, "mallory"), None);
+        assert_eq!(s.renew(&[r.handle], "mallory"), 0);
+        assert_eq!(s.free(&[r.handle], "mallory"), 0);
+        assert_eq!(s.get(r.handle, "alice"), Some(Value::Int(7)));
+        assert_eq!(s.free(&[r.handle], "alice"), 1);
     }
 }

@@ -1,35 +1,52 @@
-//! The tarpc face of a server: check a call, wait for a slot, run the kernel, time it, report it.
+//! The tarpc face of a server: check a call, wait for a slot and for memory, run the kernel,
+//! time it, report it.
+//!
+//! Every connection's handler knows its [`Peer`]: clients run calls and own what they keep;
+//! servers (peers, and the agent checking this server) may only pull values for a call of
+//! their owner, ping and probe. A call is measured against the server's limits before its
+//! kernel runs: its inputs and outputs (twice: working copies, and the reply serialised) must
+//! fit the memory budget and its returned outputs the frame limit, or it is refused with a
+//! [`CallErrorKind::ResourceLimit`] that says by how much, and nothing is allocated for it.
 
 use crate::bench_gate::BenchGate;
 use crate::data::{DataStore, not_found};
 use crate::peers::Peers;
 use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
+use gridwise_proto::wire::{Charge, MemoryBudget, Peer, Role};
 use gridwise_proto::{
     CallError, CallErrorKind, CallId, CallReport, DataHandle, ExecuteReply, ExecuteRequest,
     LinkSample, LoadSample, ModelPoint, ModelProgress, Pong, ServerApi, ServerInfo, Timing, Value,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tarpc::context::Context;
 use tokio::sync::{Semaphore, mpsc};
 
-/// Shared server state.
+/// The server as one connection sees it: the shared state and who is asking.
 #[derive(Clone)]
 pub struct ServerHandler {
     inner: Arc<Inner>,
+    peer: Peer,
 }
 
 struct Inner {
     name: String,
+    /// Random per process: the agent checks registrations against it.
+    instance: String,
     kernels: HashMap<String, Arc<dyn Kernel>>,
     slots: u32,
     free_slots: Semaphore,
-    calls: Mutex<HashMap<CallId, CancelFlag>>,
+    /// Calls here now, with the principal of the client that sent each.
+    calls: Mutex<HashMap<CallId, (CancelFlag, String)>>,
     running: AtomicU32,
     queued: AtomicU32,
+    executed: AtomicU64,
+    limits: CallLimits,
+    /// Input bytes of calls waiting for a slot or for memory: held, but not yet charged.
+    waiting_bytes: AtomicU64,
     to_agent: mpsc::UnboundedSender<ToAgent>,
     gate: BenchGate,
     progress: Mutex<Vec<ModelProgress>>,
@@ -38,6 +55,29 @@ struct Inner {
     data: DataStore,
     peers: Peers,
 }
+
+/// What one call may take here.
+#[derive(Clone, Debug)]
+pub struct CallLimits {
+    /// Memory calls may take at once (also what frames still arriving may hold).
+    pub budget: Arc<MemoryBudget>,
+    /// The largest frame this server sends, bytes.
+    pub max_frame_bytes: u64,
+}
+
+impl CallLimits {
+    /// Limits no test call reaches.
+    pub fn unlimited() -> Self {
+        Self {
+            budget: MemoryBudget::new(u64::MAX),
+            max_frame_bytes: u32::MAX as u64,
+        }
+    }
+}
+
+/// What a reply adds to its outputs' payload on the wire: the frame, the response envelope,
+/// the timing and the server's name, with room to spare.
+const REPLY_OVERHEAD: u64 = 64 * 1024;
 
 /// How this server takes part in remote data: its address and how much it may keep.
 pub struct RemoteData {
@@ -48,7 +88,7 @@ pub struct RemoteData {
     /// How long a kept value may go unused before it is freed (zero: never).
     pub idle_ttl: Duration,
     /// Connection settings for pulling from other servers.
-    pub wire: gridwise_proto::wire::WireConfig,
+    pub wire: gridwise_proto::wire::DialConfig,
 }
 
 /// What a server tells the agent besides heartbeats.
@@ -65,31 +105,57 @@ pub enum ToAgent {
 const BENCH_LOAD_MEMORY: Duration = Duration::from_secs(60);
 
 impl ServerHandler {
-    /// A handler for these kernels; finished calls and model points go to `to_agent`.
+    /// A handler for these kernels; finished calls and model points go to `to_agent`. It acts
+    /// for the server itself; connections get theirs from [`ServerHandler::for_peer`].
     pub fn new(
         name: String,
         kernels: HashMap<String, Arc<dyn Kernel>>,
         slots: u32,
         to_agent: mpsc::UnboundedSender<ToAgent>,
         remote: RemoteData,
+        limits: CallLimits,
     ) -> Self {
+        let peer = Peer::local(Role::Server, &name);
         Self {
             inner: Arc::new(Inner {
                 data: DataStore::new(remote.max_bytes, remote.idle_ttl),
                 peers: Peers::new(remote.wire, name.clone()),
                 addr: remote.addr,
                 name,
+                instance: uuid::Uuid::new_v4().simple().to_string(),
                 kernels,
                 slots,
                 free_slots: Semaphore::new(slots as usize),
                 calls: Mutex::new(HashMap::new()),
                 running: AtomicU32::new(0),
                 queued: AtomicU32::new(0),
+                executed: AtomicU64::new(0),
+                limits,
+                waiting_bytes: AtomicU64::new(0),
                 to_agent,
                 gate: BenchGate::default(),
                 progress: Mutex::new(Vec::new()),
             }),
+            peer,
         }
+    }
+
+    /// The handler of a connection from `peer`.
+    pub fn for_peer(&self, peer: &Peer) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            peer: peer.clone(),
+        }
+    }
+
+    /// Random per process: what the agent checks a registration against.
+    pub fn instance(&self) -> &str {
+        &self.inner.instance
+    }
+
+    /// The memory budget of calls.
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.inner.limits.budget
     }
 
     /// Calls running and waiting now, with the host load.
@@ -144,7 +210,7 @@ impl ServerHandler {
             .clone()
     }
 
-    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<CallId, CancelFlag>> {
+    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<CallId, (CancelFlag, String)>> {
         self.inner.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -160,23 +226,131 @@ impl ServerHandler {
         out
     }
 
-    /// Replaces every remote input by its value (from here or from its holder); the time it
-    /// took counts as input transfer.
+    /// Replaces every remote input by its value (from here or from its holder), as the
+    /// calling client's; the time it took counts as input transfer.
     async fn pull_remote_inputs(&self, inputs: &mut [Value]) -> Result<f64, CallError> {
         let started = Instant::now();
+        let owner = &self.peer.principal;
         for v in inputs.iter_mut() {
             let Value::Ref(r) = v else { continue };
             let value = if r.holder == self.inner.addr {
                 self.inner
                     .data
-                    .get(r.handle)
+                    .get(r.handle, owner)
                     .ok_or_else(|| not_found(r.handle, &r.holder))?
             } else {
-                self.inner.peers.fetch(r).await?
+                self.inner.peers.pull(r, owner).await?
             };
             *v = value;
         }
         Ok(started.elapsed().as_secs_f64())
+    }
+
+    /// Measures a call against the memory budget and the frame limit before anything is
+    /// pulled or allocated for it (remote inputs count at their declared size): its footprint,
+    /// or the refusal.
+    fn check_limits(
+        &self,
+        kernel: &dyn Kernel,
+        req: &ExecuteRequest,
+        keep: &[u32],
+    ) -> Result<u64, CallError> {
+        let desc = kernel.desc();
+        let held: u64 = req.inputs.iter().map(Value::payload_bytes).sum();
+        let outputs = desc.output_bytes(&req.inputs);
+        let out: u64 = outputs.iter().sum();
+        let footprint = held.saturating_add(out).saturating_mul(2);
+        let budget = self.inner.limits.budget.total_bytes();
+        if footprint > budget {
+            return Err(CallError::new(
+                CallErrorKind::ResourceLimit,
+                format!(
+                    "`{}` needs {:.1} MB here ({:.1} MB of inputs and {:.1} MB of outputs, twice), more than server {}'s memory budget of {:.1} MB (memory_budget_bytes); use smaller sizes or a server with more memory",
+                    req.service,
+                    mb(footprint),
+                    mb(held),
+                    mb(out),
+                    self.inner.name,
+                    mb(budget)
+                ),
+            ));
+        }
+        let returned: u64 = outputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !keep.contains(&(*i as u32)))
+            .map(|(_, b)| *b)
+            .sum();
+        self.check_reply(&req.service, returned, req.reply_limit_bytes)?;
+        Ok(footprint)
+    }
+
+    /// Takes a call's memory, waiting (in arrival order) for running calls to give some back.
+    async fn take_memory(&self, footprint: u64) -> Result<Charge, CallError> {
+        let budget = &self.inner.limits.budget;
+        if let Some(c) = budget.try_charge(footprint) {
+            return Ok(c);
+        }
+        budget
+            .charge(footprint)
+            .await
+            .map_err(|e| CallError::new(CallErrorKind::ResourceLimit, e.to_string()))
+    }
+
+    /// Counts a call's inputs as held while it waits for a slot and for memory; refuses it when
+    /// waiting calls already hold a quarter of the budget (another server may take it).
+    fn hold_while_waiting(&self, bytes: u64) -> Result<WaitingBytes, CallError> {
+        let cap = self.inner.limits.budget.total_bytes() / 4;
+        let before = self.inner.waiting_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let guard = WaitingBytes {
+            handler: self.clone(),
+            bytes,
+        };
+        if bytes > 0 && before.saturating_add(bytes) > cap {
+            return Err(CallError::new(
+                CallErrorKind::Unavailable,
+                format!(
+                    "server {} is saturated: calls waiting here already hold {:.1} MB of inputs; another server may take this call",
+                    self.inner.name,
+                    mb(before)
+                ),
+            ));
+        }
+        Ok(guard)
+    }
+
+    /// Refuses outputs that would not fit in one reply frame: this server's, or the client's
+    /// (`reply_limit`, 0 for none).
+    fn check_reply(&self, service: &str, returned: u64, reply_limit: u64) -> Result<(), CallError> {
+        let own = self.inner.limits.max_frame_bytes;
+        let (limit, whose) = if reply_limit > 0 && reply_limit < own {
+            (reply_limit, "the client's max_frame_bytes")
+        } else {
+            (own, "this server's max_frame_bytes")
+        };
+        if returned.saturating_add(REPLY_OVERHEAD) > limit {
+            return Err(CallError::new(
+                CallErrorKind::ResourceLimit,
+                format!(
+                    "`{service}` would return {:.1} MB of outputs, more than one reply may carry ({:.1} MB, {whose}); keep the large outputs on the server (keep_outputs / call_keep) and fetch them in parts, or use smaller sizes",
+                    returned as f64 / 1e6,
+                    limit as f64 / 1e6
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Requests only a client may make.
+    fn client_only(&self, what: &str) -> Result<(), CallError> {
+        if self.peer.role == Role::Client {
+            Ok(())
+        } else {
+            Err(CallError::new(
+                CallErrorKind::BadArguments,
+                format!("only clients may {what}: this connection presented the server credential"),
+            ))
+        }
     }
 
     /// Frees kept values nobody has read for longer than `idle`; returns how many and their
@@ -196,46 +370,38 @@ impl ServerHandler {
                 )
             })?;
             let v = std::mem::replace(slot, Value::Int(0));
-            *slot = Value::Ref(self.inner.data.put(v, &self.inner.addr)?);
+            let owner = &self.peer.principal;
+            *slot = Value::Ref(self.inner.data.put(v, &self.inner.addr, owner)?);
         }
         Ok(outputs)
     }
 
-    /// Finds the kernel and checks the inputs against its description.
-    fn admit(&self, req: &ExecuteRequest) -> Result<Arc<dyn Kernel>, CallError> {
-        let kernel = self
-            .inner
-            .kernels
-            .get(&req.service)
-            .cloned()
-            .ok_or_else(|| {
-                CallError::new(
-                    CallErrorKind::UnknownService,
-                    format!(
-                        "server {} does not offer `{}`",
-                        self.inner.name, req.service
-                    ),
-                )
-            })?;
-        kernel
-            .desc()
-            .check_inputs(&req.inputs)
-            .map_err(|e| CallError::new(CallErrorKind::BadArguments, e.to_string()))?;
-        Ok(kernel)
+    /// The kernel offering `service`, or the error naming what this server offers.
+    fn kernel_for(&self, service: &str) -> Result<Arc<dyn Kernel>, CallError> {
+        self.inner.kernels.get(service).cloned().ok_or_else(|| {
+            let mut offered: Vec<&str> = self.inner.kernels.keys().map(String::as_str).collect();
+            offered.sort_unstable();
+            CallError::new(
+                CallErrorKind::UnknownService,
+                format!(
+                    "server {} does not offer `{service}` (it offers: {})",
+                    self.inner.name,
+                    offered.join(", ")
+                ),
+            )
+        })
     }
 
-    /// Runs an admitted call in the slot it holds: (outputs, queue wait s, kernel s).
+    /// Runs an admitted call in the slot it holds, with the memory it was given: (outputs,
+    /// queue wait s, kernel s).
     async fn run_call(
         &self,
         kernel: Arc<dyn Kernel>,
         req: ExecuteRequest,
         arrived: Instant,
-        permit: Result<tokio::sync::SemaphorePermit<'_>, tokio::sync::AcquireError>,
         cancel: CancelFlag,
+        keep: &[u32],
     ) -> Result<(Vec<Value>, f64, f64), CallError> {
-        let _permit = permit.map_err(|_| {
-            CallError::new(CallErrorKind::Unavailable, "the server is shutting down")
-        })?;
         let queue_wait = arrived.elapsed().as_secs_f64();
         if cancel.is_cancelled() {
             return Err(KernelError::Cancelled.into_call_error());
@@ -258,6 +424,7 @@ impl ServerHandler {
         };
         let kernel_s = started.elapsed().as_secs_f64();
         self.inner.running.fetch_sub(1, Ordering::Relaxed);
+        self.inner.executed.fetch_add(1, Ordering::Relaxed);
 
         let (outputs, inputs) = result.map_err(KernelError::into_call_error)?;
         kernel
@@ -272,7 +439,34 @@ impl ServerHandler {
                     ),
                 )
             })?;
+        // Strings and bytes have no size until produced: judge the reply again now.
+        let returned: u64 = outputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !keep.contains(&(*i as u32)))
+            .map(|(_, v)| v.payload_bytes())
+            .sum();
+        self.check_reply(&req.service, returned, req.reply_limit_bytes)?;
         Ok((outputs, queue_wait, kernel_s))
+    }
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+/// Input bytes a waiting call holds, counted until it has its memory (or gives up).
+struct WaitingBytes {
+    handler: ServerHandler,
+    bytes: u64,
+}
+
+impl Drop for WaitingBytes {
+    fn drop(&mut self) {
+        self.handler
+            .inner
+            .waiting_bytes
+            .fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
@@ -300,6 +494,7 @@ fn unix_ns() -> u64 {
 
 impl ServerApi for ServerHandler {
     async fn hello(self, _: Context) -> ServerInfo {
+        let instance = self.inner.instance.clone();
         let mut services: Vec<_> = self
             .inner
             .kernels
@@ -309,6 +504,7 @@ impl ServerApi for ServerHandler {
         services.sort_by(|a, b| a.name.cmp(&b.name));
         ServerInfo {
             name: self.inner.name.clone(),
+            instance,
             services,
             slots: self.inner.slots,
             load: self.load(),
@@ -316,6 +512,7 @@ impl ServerApi for ServerHandler {
     }
 
     async fn execute(self, _: Context, mut req: ExecuteRequest) -> Result<ExecuteReply, CallError> {
+        self.client_only("run calls")?;
         let arrived = Instant::now();
         // Exact on one host; across hosts it carries the clocks' offset (documented in Timing).
         let mut input_transfer_s = unix_ns().saturating_sub(req.sent_at_unix_ns) as f64 * 1e-9;
@@ -333,25 +530,39 @@ impl ServerApi for ServerHandler {
             call_id: req.call_id,
             cancel: cancel.clone(),
         };
-        self.calls().insert(req.call_id, cancel.clone());
-        // The call takes its place in the slot queue on arrival, while its remote inputs are
-        // pulled (checks and kernels only ever see values): calls run in the order they came,
-        // not in the order their pulls happen to finish, which is what a graph's plan assumes.
-        self.inner.queued.fetch_add(1, Ordering::Relaxed);
-        let (permit, pulled) = tokio::join!(
-            self.inner.free_slots.acquire(),
-            self.pull_remote_inputs(&mut req.inputs)
-        );
-        self.inner.queued.fetch_sub(1, Ordering::Relaxed);
-        input_transfer_s += pulled.as_ref().copied().unwrap_or(0.0);
-        let result = match pulled.and_then(|_| self.admit(&req)) {
-            Ok(kernel) => {
-                sizes = kernel.desc().sizes(&req.inputs);
-                self.run_call(kernel, req, arrived, permit, cancel).await
-            }
-            Err(e) => Err(e),
-        };
-        let result = result.and_then(|(outputs, q, k)| Ok((self.keep(outputs, &keep)?, q, k)));
+        self.calls()
+            .insert(req.call_id, (cancel.clone(), self.peer.principal.clone()));
+        let result = async {
+            let kernel = self.kernel_for(&req.service)?;
+            let footprint = self.check_limits(kernel.as_ref(), &req, &keep)?;
+            let held: u64 = req.inputs.iter().map(Value::payload_bytes).sum();
+            let waiting = self.hold_while_waiting(held)?;
+            // The call takes its place in the slot queue on arrival, while its remote inputs
+            // are pulled (checks and kernels only ever see values): calls run in the order
+            // they came, not in the order their pulls happen to finish, which is what a
+            // graph's plan assumes.
+            self.inner.queued.fetch_add(1, Ordering::Relaxed);
+            let (permit, pulled) = tokio::join!(
+                self.inner.free_slots.acquire(),
+                self.pull_remote_inputs(&mut req.inputs)
+            );
+            self.inner.queued.fetch_sub(1, Ordering::Relaxed);
+            input_transfer_s += pulled.as_ref().copied().unwrap_or(0.0);
+            pulled?;
+            let _permit = permit.map_err(|_| {
+                CallError::new(CallErrorKind::Unavailable, "the server is shutting down")
+            })?;
+            kernel
+                .desc()
+                .check_inputs(&req.inputs)
+                .map_err(|e| CallError::new(CallErrorKind::BadArguments, e.to_string()))?;
+            sizes = kernel.desc().sizes(&req.inputs);
+            let _memory = self.take_memory(footprint).await?;
+            drop(waiting);
+            let (outputs, q, k) = self.run_call(kernel, req, arrived, cancel, &keep).await?;
+            Ok((self.keep(outputs, &keep)?, q, k))
+        }
+        .await;
         let (ok, queue_wait_s, kernel_s) = match &result {
             Ok((_, q, k)) => (true, *q, *k),
             Err(_) => (false, 0.0, 0.0),
@@ -380,28 +591,42 @@ impl ServerApi for ServerHandler {
 
     async fn cancel(self, _: Context, call: CallId) -> bool {
         match self.calls().get(&call) {
-            Some(flag) => {
+            Some((flag, owner)) if *owner == self.peer.principal => {
                 flag.cancel();
                 tracing::info!(%call, "call cancelled by the client");
                 true
             }
-            None => false,
+            _ => false,
         }
     }
 
     async fn fetch(self, _: Context, handle: DataHandle) -> Result<Value, CallError> {
+        self.client_only("fetch values")?;
         self.inner
             .data
-            .get(handle)
+            .get(handle, &self.peer.principal)
+            .ok_or_else(|| not_found(handle, &self.inner.addr))
+    }
+
+    async fn pull(self, _: Context, handle: DataHandle, owner: String) -> Result<Value, CallError> {
+        if self.peer.role != Role::Server {
+            return Err(CallError::new(
+                CallErrorKind::BadArguments,
+                "only servers pull values for a call; a client fetches its own",
+            ));
+        }
+        self.inner
+            .data
+            .get(handle, &owner)
             .ok_or_else(|| not_found(handle, &self.inner.addr))
     }
 
     async fn free(self, _: Context, handles: Vec<DataHandle>) -> u32 {
-        self.inner.data.free(&handles)
+        self.inner.data.free(&handles, &self.peer.principal)
     }
 
     async fn renew(self, _: Context, handles: Vec<DataHandle>) -> u32 {
-        self.inner.data.renew(&handles)
+        self.inner.data.renew(&handles, &self.peer.principal)
     }
 
     async fn sink(self, _: Context, data: serde_bytes::ByteBuf) -> u64 {
@@ -415,6 +640,7 @@ impl ServerApi for ServerHandler {
             load: self.load(),
             held_values: values as u64,
             held_bytes: bytes,
+            executed: self.inner.executed.load(Ordering::Relaxed),
         }
     }
 }

@@ -55,23 +55,10 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
 
     let mut services: Vec<_> = set.values().map(|k| k.desc().clone()).collect();
     services.sort_by(|a, b| a.name.cmp(&b.name));
-    let reg = Registration {
-        name: name.clone(),
-        addr: addr.clone(),
-        slots,
-        services,
-        rates: calibration.rates,
-        default_rate: calibration.default_rate,
-        memory_bytes: host::memory_bytes(),
-        cores: host::cores(),
-    };
+    let budget = cfg.memory_budget();
 
     let (to_agent, inbox) = mpsc::unbounded_channel();
-    let wire_cfg = wire::WireConfig {
-        token: cfg.token.clone(),
-        max_frame_bytes: cfg.max_frame_bytes,
-        ..wire::WireConfig::default()
-    };
+    let dial = cfg.dial();
     let idle_ttl = Duration::from_secs_f64(cfg.data_idle_ttl_s);
     let remote = handler::RemoteData {
         addr: addr.clone(),
@@ -79,9 +66,35 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
             .data_max_bytes
             .unwrap_or_else(|| (host::memory_bytes() / 4).max(1 << 30)),
         idle_ttl,
-        wire: wire_cfg.clone(),
+        wire: dial.clone(),
     };
-    let handler = ServerHandler::new(name.clone(), set, slots, to_agent, remote);
+    let limits = handler::CallLimits {
+        budget: wire::MemoryBudget::new(budget),
+        max_frame_bytes: cfg.max_frame_bytes as u64,
+    };
+    // Frames still arriving get their own budget: sharing the calls' would let busy calls
+    // make every new request fail to arrive. At least one frame of the largest size fits.
+    let mut accept = wire::AcceptConfig::new(
+        cfg.max_frame_bytes,
+        (budget / 4).max(cfg.max_frame_bytes as u64),
+    );
+    accept.credentials = cfg.credentials();
+    accept.limits = cfg.limits()?;
+    let handler = ServerHandler::new(name.clone(), set, slots, to_agent, remote, limits);
+    let reg = Registration {
+        name: name.clone(),
+        instance: handler.instance().to_string(),
+        secret: None,
+        addr: addr.clone(),
+        slots,
+        services,
+        rates: calibration.rates,
+        default_rate: calibration.default_rate,
+        memory_bytes: host::memory_bytes(),
+        cores: host::cores(),
+        memory_budget_bytes: budget,
+        max_frame_bytes: cfg.max_frame_bytes as u64,
+    };
     model_manager::validate(&cfg.models, &handler)?;
     if !cfg.models.is_empty() {
         let (configs, h, dir) = (cfg.models.clone(), handler.clone(), cfg.model_dir.clone());
@@ -92,11 +105,11 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
             })?;
     }
     gridwise_proto::settings::announce(&addr);
-    tracing::info!(%name, %addr, slots, agent = %cfg.agent, "server listening");
+    tracing::info!(%name, %addr, slots, agent = %cfg.agent, memory_budget_bytes = budget, "server listening");
 
     tokio::spawn(agent_link::run(
         cfg.agent.clone(),
-        wire_cfg.clone(),
+        dial,
         reg,
         handler.clone(),
         inbox,
@@ -106,7 +119,10 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
     if !idle_ttl.is_zero() {
         tokio::spawn(expire_idle_data(handler.clone(), idle_ttl));
     }
-    gridwise_proto::serve_forever!(listener, wire_cfg, name, handler).await;
+    gridwise_proto::serve_forever!(listener, accept, name, move |peer: &wire::Peer| {
+        handler.for_peer(peer)
+    })
+    .await;
     Ok(())
 }
 
@@ -147,9 +163,16 @@ pub fn build_models_and_exit(cfg: ServerConfig) -> anyhow::Result<()> {
         addr: "build-only".into(),
         max_bytes: 0,
         idle_ttl: Duration::ZERO,
-        wire: wire::WireConfig::default(),
+        wire: cfg.dial(),
     };
-    let handler = ServerHandler::new("build-only".into(), set, 1, to_agent, remote);
+    let handler = ServerHandler::new(
+        "build-only".into(),
+        set,
+        1,
+        to_agent,
+        remote,
+        handler::CallLimits::unlimited(),
+    );
     model_manager::validate(&cfg.models, &handler)?;
     let bar = indicatif::ProgressBar::new_spinner();
     bar.enable_steady_tick(std::time::Duration::from_millis(120));

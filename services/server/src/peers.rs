@@ -10,7 +10,7 @@ use tokio::sync::Mutex;
 
 /// A pool of connections to other servers, by address.
 pub struct Peers {
-    wire: wire::WireConfig,
+    wire: wire::DialConfig,
     me: String,
     conns: Mutex<HashMap<String, ServerApiClient>>,
 }
@@ -22,7 +22,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Peers {
     /// A pool using the grid's connection settings; `me` names this server in hellos.
-    pub fn new(wire: wire::WireConfig, me: String) -> Self {
+    pub fn new(wire: wire::DialConfig, me: String) -> Self {
         Self {
             wire,
             me,
@@ -36,12 +36,7 @@ impl Peers {
         }
         let (framed, _) = wire::connect(addr, &self.wire, &format!("server {}", self.me))
             .await
-            .map_err(|e| {
-                CallError::new(
-                    CallErrorKind::Unavailable,
-                    format!("pulling a remote input: {e}"),
-                )
-            })?;
+            .map_err(|e| CallError::new(CallErrorKind::Unavailable, e.to_string()))?;
         let c = ServerApiClient::new(wire::client_config(), wire::client_transport(framed)).spawn();
         self.conns.lock().await.insert(addr.to_string(), c.clone());
         Ok(c)
@@ -79,23 +74,35 @@ impl Peers {
         })
     }
 
-    /// Pulls a value from its holder (one retry on a fresh connection if the pooled one broke).
-    pub async fn fetch(&self, r: &RemoteRef) -> Result<Value, CallError> {
+    /// Pulls a value kept for `owner` from its holder (one retry on a fresh connection if the
+    /// pooled one broke). A holder that is gone, or no longer has the value, makes the input
+    /// lost ([`CallErrorKind::InputLost`]): another server would not find it either, so the
+    /// call is not retried elsewhere, and a graph recomputes the value from its producer.
+    pub async fn pull(&self, r: &RemoteRef, owner: &str) -> Result<Value, CallError> {
+        let lost = |why: String| {
+            CallError::input_lost(
+                r.handle,
+                format!("remote input {} ({}) is lost: {why}", r.handle, r.kind),
+            )
+        };
         for attempt in 0..2 {
-            let c = self.client(&r.holder).await?;
-            match c.fetch(wire::context(FETCH_TIMEOUT), r.handle).await {
+            let c = self
+                .client(&r.holder)
+                .await
+                .map_err(|e| lost(format!("its holder cannot be reached ({})", e.message)))?;
+            match c
+                .pull(wire::context(FETCH_TIMEOUT), r.handle, owner.to_string())
+                .await
+            {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if e.kind == CallErrorKind::BadArguments => {
+                Ok(Err(e)) if e.kind == CallErrorKind::InputLost => {
                     return Err(not_found(r.handle, &r.holder));
                 }
                 Ok(Err(e)) => return Err(e),
                 Err(e) => {
                     self.conns.lock().await.remove(&r.holder);
                     if attempt == 1 {
-                        return Err(CallError::new(
-                            CallErrorKind::Unavailable,
-                            format!("pulling remote input {} from {}: {e}", r.handle, r.holder),
-                        ));
+                        return Err(lost(format!("pulling it from {} failed: {e}", r.holder)));
                     }
                 }
             }

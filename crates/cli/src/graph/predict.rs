@@ -97,7 +97,7 @@ impl Platform {
                     continue;
                 };
                 let mut compute = c.etc.compute_s;
-                if c.etc.compute_source == ComputeSource::Unknown {
+                if matches!(c.etc.compute_source, ComputeSource::Assumed { .. }) {
                     let rate = servers[s].default_rate;
                     if work[t] > 0.0 && rate.is_finite() && rate > 0.0 {
                         compute = work[t] / rate;
@@ -573,7 +573,7 @@ pub(crate) mod tests {
     fn unknown_estimates_fall_back_to_the_default_rate_or_are_flagged() {
         let unknown = |name: &str| {
             let mut c = cand(name, 0.0);
-            c.etc.compute_source = ComputeSource::Unknown;
+            c.etc.compute_source = ComputeSource::Assumed { seconds: 0.0 };
             c
         };
         let mut slow = server("s2", 1);

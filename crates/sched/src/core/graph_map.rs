@@ -9,10 +9,9 @@
 
 use super::AgentCore;
 use crate::graph::{Bounds, CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, replay};
-use crate::queue::Assignment;
 use gridwise_proto::{
     ComputeSource, ErrorCode, GraphPlan, GraphRequest, PlannedLink, PlannedServer, RankOptions,
-    RpcError, Ticket,
+    RpcError,
 };
 use std::time::Duration;
 
@@ -29,6 +28,17 @@ impl AgentCore {
     /// server reports the call, or released by the client), so calls ranked meanwhile see the
     /// graph's load.
     pub fn map_graph(&mut self, req: &GraphRequest, now: Duration) -> Result<GraphPlan, RpcError> {
+        self.map_graph_for(None, req, now)
+    }
+
+    /// [`map_graph`](Self::map_graph) for the client `holder`, who alone may release the
+    /// reservations.
+    pub fn map_graph_for(
+        &mut self,
+        holder: Option<&str>,
+        req: &GraphRequest,
+        now: Duration,
+    ) -> Result<GraphPlan, RpcError> {
         if req.calls.is_empty() {
             return Err(invalid("the graph has no calls".into()));
         }
@@ -98,13 +108,16 @@ impl AgentCore {
                 if !e.offers(*svc) {
                     continue;
                 }
+                if !e.can_hold(call.profile) {
+                    continue;
+                }
                 if !self.model.feasible(e, call.svc, call.profile) {
                     blind_spots.push((t, col));
                     continue;
                 }
                 let (mut compute, source) =
                     self.model.compute(e, call.svc, call.work, call.profile);
-                if source == ComputeSource::Unknown {
+                if matches!(source, ComputeSource::Assumed { .. }) {
                     match call.work {
                         Some(w)
                             if w > 0.0 && e.default_rate.is_finite() && e.default_rate > 0.0 =>
@@ -222,19 +235,9 @@ impl AgentCore {
         if req.reserve {
             tickets.reserve(n);
             for (t, &col) in mapping.server_of.iter().enumerate() {
-                let ticket = Ticket(self.next_ticket);
-                self.next_ticket += 1;
-                let slot = slots[col];
-                self.registry.entry_mut(slot).queue.push(Assignment {
-                    ticket,
-                    assigned_at: now,
-                    compute_s: etc.get(t, col),
-                    finish_s: now.as_secs_f64() + end_s[t],
-                });
-                self.tickets.insert(ticket, slot, now);
-                tickets.push(ticket);
+                let finish_s = now.as_secs_f64() + end_s[t];
+                tickets.push(self.assign(slots[col], etc.get(t, col), finish_s, holder, now));
             }
-            self.ranked += n as u64;
         }
         Ok(GraphPlan {
             policy: policy.name().to_string(),

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::testutil::{dgemm, dgemm_profile, registration};
+use gridwise_proto::Heartbeat;
 use gridwise_proto::{
     ComputeSource, LoadSample, ModelPoint, PointSource, PointStats, ServerState, Timing,
 };
@@ -125,6 +126,7 @@ fn pinned_a() -> RankOptions {
 fn solve() -> gridwise_proto::ServiceDesc {
     use gridwise_proto::{ArgDesc, ArgMode};
     gridwise_proto::ServiceDesc {
+        duration: None,
         name: "solve".into(),
         doc: String::new(),
         args: vec![
@@ -206,6 +208,12 @@ fn names_of(c: &[Candidate]) -> Vec<&str> {
 #[test]
 fn points_from_a_down_server_are_refused_until_it_registers() {
     let (mut c, a, _) = two_servers();
+    let beat = Heartbeat {
+        server_id: a,
+        load: Default::default(),
+        models: Vec::new(),
+    };
+    assert_eq!(c.heartbeat(&beat, Duration::ZERO), Ack::Ok);
     c.sweep(Duration::from_secs(3600));
     assert_eq!(c.model_points(a, &[point(100, 1e9)]), Ack::Reregister);
     assert!(c.model("a", "dgemm").unwrap().points.is_empty());

@@ -53,7 +53,8 @@ impl AgentCore {
                     o.model.insert(&p.x, SpeedStats::from(p.stats))
                 }
             }
-            self.dirty.insert((slot, idx, p.x.clone()));
+            let id = self.registry.entry(slot).id;
+            self.dirty.insert((id, idx, p.x.clone()));
         }
         Ack::Ok
     }
@@ -120,8 +121,10 @@ impl AgentCore {
     pub fn take_dirty_points(&mut self) -> Vec<DirtyPoint> {
         let dirty = std::mem::take(&mut self.dirty);
         let mut out = Vec::with_capacity(dirty.len());
-        for (slot, idx, x) in dirty {
-            let e = self.registry.entry(slot);
+        for (id, idx, x) in dirty {
+            let Some(e) = self.registry.get(id) else {
+                continue;
+            };
             let Some(o) = e.offer(idx) else { continue };
             let service = self.catalog.entry(idx).name().to_string();
             if o.model.assumed_zero() == Some(x.as_slice()) {
@@ -157,12 +160,14 @@ impl AgentCore {
     ) -> Result<(), RpcError> {
         let name = reg.name.clone();
         self.register(reg, now)?;
-        let slot = self
-            .registry
-            .slot_by_name(&name)
-            .expect("registered just now");
-        self.registry.set_id(slot, id);
-        self.registry.entry_mut(slot).state = ServerState::Down;
+        self.keep_id(&name, id);
+        if let Some(slot) = self.registry.slot_by_name(&name) {
+            let e = self.registry.entry_mut(slot);
+            e.state = ServerState::Down;
+            // It beat before it was saved; until it registers again, calls may wait for it.
+            e.proven = true;
+            e.restored = true;
+        }
         Ok(())
     }
 

@@ -145,6 +145,10 @@ impl AgentCore {
             return None;
         }
         let work = call.work.filter(|w| w.is_finite() && *w > 0.0)?;
+        // A declared duration, not the rate, sets the compute term: the bound does not hold.
+        if call.svc.duration.is_some() {
+            return None;
+        }
         let service = call.svc.idx;
         let order = self.rate_orders.get(service.0).filter(|o| o.built)?;
 
@@ -163,7 +167,7 @@ impl AgentCore {
                 },
                 compute_s: term(work / rate),
                 transfer_out_s: term(lat + p.out_bytes as f64 / bw),
-                compute_source: gridwise_proto::ComputeSource::Unknown,
+                compute_source: gridwise_proto::ComputeSource::CalibratedRate { rate },
             }
             .total_s()
         };
@@ -171,7 +175,7 @@ impl AgentCore {
         let mut top = TopK::new(limit.max(1));
         let exact = |top: &mut TopK, pos: usize| {
             let e = self.registry.entry(slots[pos]);
-            if e.is_up() && self.model.feasible(e, call.svc, call.profile) {
+            if self.eligible(e, call) {
                 top.offer(pos, self.estimate(e, call));
             }
         };
@@ -181,7 +185,7 @@ impl AgentCore {
         let mut stopped = false;
         for r in &order.by_rate {
             let e = self.registry.entry(r.slot);
-            if !e.is_up() {
+            if !e.is_up() || !e.can_hold(call.profile) {
                 continue;
             }
             let empty = match e.offers.get(r.offer) {

@@ -1,6 +1,7 @@
 use super::*;
+use crate::etc::ASSUMED_UNKNOWN_S;
 use crate::testutil::{dgemm, dgemm_profile, echo, registration};
-use gridwise_proto::{ComputeSource, LoadSample, ServerState, Timing};
+use gridwise_proto::{ComputeSource, LoadSample, Registration, ServerState, Timing};
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
@@ -10,7 +11,8 @@ fn core() -> AgentCore {
     AgentCore::new(CoreConfig::default())
 }
 
-/// A core with one-slot servers at the given names and rates, all offering dgemm and echo.
+/// A core with one-slot servers at the given names and rates, all offering dgemm and echo,
+/// each having sent its first heartbeat.
 fn grid(servers: &[(&str, f64)]) -> (AgentCore, Vec<ServerId>) {
     let mut c = core();
     let ids = servers
@@ -18,7 +20,9 @@ fn grid(servers: &[(&str, f64)]) -> (AgentCore, Vec<ServerId>) {
         .map(|(name, rate)| {
             let mut reg = registration(name, &[dgemm(), echo()]);
             reg.default_rate = *rate;
-            c.register(reg, Duration::ZERO).unwrap().server_id
+            let id = c.register(reg, Duration::ZERO).unwrap().server_id;
+            assert_eq!(c.heartbeat(&hb(id), Duration::ZERO), Ack::Ok);
+            id
         })
         .collect();
     (c, ids)
@@ -84,7 +88,18 @@ fn register_assigns_ids_and_replaces_by_name() {
     let mut again = registration("a", &[dgemm(), echo()]);
     again.addr = "elsewhere:9".into();
     again.slots = 4;
-    let r3 = c.register(again, secs(1.0)).unwrap();
+    // Only the holder of the name (its secret) may replace it while it is up.
+    let e = c.register(again.clone(), secs(1.0)).unwrap_err();
+    assert!(
+        e.message
+            .contains("held by a live server at a.example:7000"),
+        "{e}"
+    );
+    again.secret = Some(r1.secret.clone());
+    let r3 = c.register(again.clone(), secs(1.0)).unwrap();
+    // Every registration issues a new secret; the old one is spent.
+    assert_ne!(r3.secret, r1.secret);
+    assert!(c.register(again, secs(1.0)).is_err());
     assert_eq!(r3.server_id, r1.server_id);
     let a = c.server_by_name("a").unwrap();
     assert_eq!(a.addr, "elsewhere:9");
@@ -121,7 +136,12 @@ fn restart_drops_the_old_queue() {
     c.rank(&dgemm_profile(1000, 1000, 1000), &mct(), Duration::ZERO)
         .unwrap();
     assert_eq!(c.pending(), 1);
-    c.register(registration("a", &[dgemm()]), secs(0.5))
+    // A new process under the name, whose predecessor the shell found gone.
+    let gone = Registering {
+        source: "10.0.0.1".into(),
+        holder_gone: true,
+    };
+    c.register_from(registration("a", &[dgemm()]), &gone, secs(0.5))
         .unwrap();
     assert_eq!(c.pending(), 0);
     assert!(c.server_by_name("a").unwrap().queue.is_empty());
@@ -452,7 +472,7 @@ fn a_custom_compute_model_replaces_the_rate_model() {
             _: &CallProfile,
         ) -> (f64, ComputeSource) {
             let t = if server.name == "a" { 9.0 } else { 1.0 };
-            (t, ComputeSource::Unknown)
+            (t, ComputeSource::Declared)
         }
     }
     let (c, _) = grid(&[("a", 1e12), ("b", 1.0)]);
@@ -561,7 +581,10 @@ fn unevaluable_complexity_falls_back_to_history() {
     let r = c
         .rank(&dgemm_profile(-1, 2, 3), &mct(), Duration::ZERO)
         .unwrap();
-    assert_eq!(r.candidates[0].etc.compute_source, ComputeSource::Unknown);
+    assert!(matches!(
+        r.candidates[0].etc.compute_source,
+        ComputeSource::Assumed { .. }
+    ));
 }
 
 // --- reports, release, expiry ---------------------------------------------------------------
@@ -621,8 +644,13 @@ fn reports_feed_history_for_services_without_complexity() {
         remote_in: Vec::new(),
     };
     let e = c.explain(&p, &mct(), Duration::ZERO).unwrap();
-    assert_eq!(e[0].etc.compute_source, ComputeSource::Unknown);
-    assert_eq!(e[0].etc.compute_s, 0.0);
+    assert_eq!(
+        e[0].etc.compute_source,
+        ComputeSource::Assumed {
+            seconds: ASSUMED_UNKNOWN_S
+        }
+    );
+    assert_eq!(e[0].etc.compute_s, ASSUMED_UNKNOWN_S);
     c.report(
         ids[0],
         &[
@@ -634,14 +662,21 @@ fn reports_feed_history_for_services_without_complexity() {
         secs(1.0),
     );
     let e = c.explain(&p, &mct(), secs(1.0)).unwrap();
-    assert_eq!(e[0].etc.compute_source, ComputeSource::History { calls: 2 });
+    assert_eq!(
+        e[0].etc.compute_source,
+        ComputeSource::HistoryAtSize { calls: 2 }
+    );
     assert_eq!(e[0].etc.compute_s, 2.0);
     assert_eq!(c.server(ids[0]).unwrap().completed, 4);
     // History survives a restart with the same description.
-    c.register(registration("a", &[dgemm(), echo()]), secs(2.0))
+    c.sweep(secs(20.0));
+    c.register(registration("a", &[dgemm(), echo()]), secs(21.0))
         .unwrap();
-    let e = c.explain(&p, &mct(), secs(2.0)).unwrap();
-    assert_eq!(e[0].etc.compute_source, ComputeSource::History { calls: 2 });
+    let e = c.explain(&p, &mct(), secs(21.0)).unwrap();
+    assert_eq!(
+        e[0].etc.compute_source,
+        ComputeSource::HistoryAtSize { calls: 2 }
+    );
 }
 
 #[test]

@@ -1,0 +1,191 @@
+//! Whether the servers running this client's calls still answer.
+//!
+//! A server that freezes (stopped, swapping, wedged) keeps its connections open, so a call on it
+//! would wait for its timeout. While a server has calls of this client in flight, it is pinged
+//! every `liveness_interval` on a connection of its own (a large frame on the call's connection
+//! must not delay the pong); three intervals without an answer make it *unresponsive*: its
+//! calls move to other servers at once, and it stays *suspect* — tried last — until it answers
+//! again.
+
+use gridwise_proto::ServerApiClient;
+use gridwise_proto::wire::{self, DialConfig};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+
+/// Missed intervals that make a server unresponsive.
+const MISSES: u32 = 3;
+
+/// The servers being watched, by address.
+pub(crate) struct Liveness {
+    rt: Handle,
+    dial: DialConfig,
+    interval: Duration,
+    servers: Mutex<HashMap<String, Arc<Watched>>>,
+}
+
+struct Watched {
+    /// Calls in flight there.
+    calls: AtomicUsize,
+    /// True while it does not answer.
+    unresponsive: watch::Sender<bool>,
+    /// Whether a pinger runs for it.
+    pinging: Mutex<bool>,
+}
+
+/// One call's watch on its server; the server is pinged while any watch on it lives.
+pub(crate) struct CallWatch {
+    watched: Arc<Watched>,
+    rx: watch::Receiver<bool>,
+}
+
+impl Drop for CallWatch {
+    fn drop(&mut self) {
+        self.watched.calls.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl CallWatch {
+    /// Resolves when the server stops answering (never, while it answers).
+    pub(crate) async fn unresponsive(&mut self) {
+        if self.rx.wait_for(|u| *u).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Liveness {
+    /// Pings with `dial` every `interval` on `rt`.
+    pub(crate) fn new(rt: Handle, dial: DialConfig, interval: Duration) -> Self {
+        Self {
+            rt,
+            dial,
+            interval,
+            servers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long a server may be silent before its calls move: three intervals.
+    pub(crate) fn limit(&self) -> Duration {
+        self.interval * MISSES
+    }
+
+    /// Whether the server at `addr` did not answer lately (tried last until it does).
+    pub(crate) fn is_suspect(&self, addr: &str) -> bool {
+        lock(&self.servers)
+            .get(addr)
+            .is_some_and(|w| *w.unresponsive.borrow())
+    }
+
+    /// Watches the server at `addr` for the length of one call.
+    pub(crate) fn watch(self: &Arc<Self>, addr: &str) -> CallWatch {
+        let watched = lock(&self.servers)
+            .entry(addr.to_string())
+            .or_insert_with(|| {
+                Arc::new(Watched {
+                    calls: AtomicUsize::new(0),
+                    unresponsive: watch::channel(false).0,
+                    pinging: Mutex::new(false),
+                })
+            })
+            .clone();
+        watched.calls.fetch_add(1, Ordering::AcqRel);
+        let rx = watched.unresponsive.subscribe();
+        {
+            let mut pinging = lock(&watched.pinging);
+            if !*pinging {
+                *pinging = true;
+                let me = self.clone();
+                let (w, a) = (watched.clone(), addr.to_string());
+                self.rt.spawn(async move { me.ping_loop(a, w).await });
+            }
+        }
+        CallWatch { watched, rx }
+    }
+
+    /// Pings `addr` while it has calls in flight or is suspect. The first ping waits an
+    /// interval: most calls are over by then, and cost no ping at all.
+    async fn ping_loop(self: Arc<Self>, addr: String, w: Arc<Watched>) {
+        let mut client: Option<ServerApiClient> = None;
+        let mut last_ok = Instant::now();
+        tokio::time::sleep(self.interval).await;
+        loop {
+            {
+                let mut pinging = lock(&w.pinging);
+                if w.calls.load(Ordering::Acquire) == 0 && !*w.unresponsive.borrow() {
+                    *pinging = false;
+                    return;
+                }
+            }
+            let started = Instant::now();
+            let answered = tokio::time::timeout(self.interval, async {
+                if client.is_none() {
+                    let (framed, _) = wire::connect(&addr, &self.dial, "client liveness")
+                        .await
+                        .ok()?;
+                    client = Some(
+                        ServerApiClient::new(wire::client_config(), wire::client_transport(framed))
+                            .spawn(),
+                    );
+                }
+                let c = client.as_ref()?;
+                c.ping(wire::context(self.interval)).await.ok()
+            })
+            .await
+            .ok()
+            .flatten()
+            .is_some();
+            if answered {
+                last_ok = Instant::now();
+                if *w.unresponsive.borrow() {
+                    tracing::info!(server = %addr, "answers again");
+                    w.unresponsive.send_replace(false);
+                }
+            } else {
+                client = None;
+                if last_ok.elapsed() >= self.limit() && !*w.unresponsive.borrow() {
+                    tracing::warn!(
+                        server = %addr,
+                        silent_s = last_ok.elapsed().as_secs_f64(),
+                        "not answering: moving its calls to other servers"
+                    );
+                    w.unresponsive.send_replace(true);
+                }
+            }
+            tokio::time::sleep(self.interval.saturating_sub(started.elapsed())).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_server_that_never_answers_is_declared_unresponsive_and_suspect() {
+        // Accepts TCP but never says hello: what a stopped process looks like.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let live = Arc::new(Liveness::new(
+            Handle::current(),
+            DialConfig::new(wire::Role::Client, None),
+            Duration::from_millis(50),
+        ));
+        let mut w = live.watch(&addr);
+        assert!(!live.is_suspect(&addr));
+        let started = Instant::now();
+        tokio::time::timeout(Duration::from_secs(10), w.unresponsive())
+            .await
+            .expect("declared unresponsive");
+        assert!(started.elapsed() >= live.limit());
+        assert!(live.is_suspect(&addr));
+        drop(l);
+    }
+}
