@@ -35,6 +35,7 @@ pub use api::{AgentApi, AgentApiClient, ServerApi, ServerApiClient};
 pub mod __reexport {
     pub use futures;
     pub use tarpc;
+    pub use tokio_util::sync::CancellationToken;
 }
 
 /// The protocol version every connection's hello carries; peers with another version are refused.

@@ -64,7 +64,7 @@ pub fn bin(name: &str) -> PathBuf {
 }
 
 /// A local grid of the real `gridwise-agent` and `gridwise-server` processes.
-pub struct Grid(pub LocalGrid);
+pub struct Grid(pub LocalGrid, Option<tempfile::TempDir>);
 
 impl Deref for Grid {
     type Target = LocalGrid;
@@ -85,7 +85,24 @@ impl Grid {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let agent = Launcher::program(bin("gridwise-agent"));
         let server = Launcher::program(bin("gridwise-server"));
-        Grid(LocalGrid::start(&agent, server, &extra).unwrap_or_else(|e| panic!("{e:#}")))
+        Grid(
+            LocalGrid::start(&agent, server, &extra).unwrap_or_else(|e| panic!("{e:#}")),
+            None,
+        )
+    }
+
+    /// Starts an agent with this TOML config (and extra flags).
+    pub fn agent_with_config(toml: &str, extra: &[&str]) -> Grid {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, toml).expect("the agent config is written");
+        let mut args: Vec<&str> = extra.to_vec();
+        let p = path.display().to_string();
+        args.extend(["--config", &p]);
+        let mut g = Grid::agent(&args);
+        // Kept for restarts, which read it again.
+        g.1 = Some(dir);
+        g
     }
 
     /// Starts a server named `name` with this TOML config.
@@ -118,6 +135,32 @@ impl Grid {
     }
 }
 
+/// Sends `signal` (e.g. `libc::SIGSTOP`) to a daemon.
+pub fn signal(pid: u32, signal: i32) {
+    // SAFETY: kill only sends a signal to a process this test started.
+    unsafe {
+        libc::kill(pid as i32, signal);
+    }
+}
+
+/// A daemon's resident memory, bytes (from /proc).
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Open file descriptors of a daemon.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
 /// Polls `f` every 20 ms until it is true or `limit` passes; returns whether it became true.
 pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -129,5 +172,46 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
             return false;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Talking to daemons below the client library: raw RPC clients in a role of one's choosing,
+/// as a hostile or confused peer would.
+pub mod raw {
+    use gridwise_proto::wire::{self, DialConfig, Role};
+    use gridwise_proto::{AgentApiClient, ServerApiClient};
+
+    /// A runtime for raw clients.
+    pub fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    }
+
+    /// Dial settings for `role` with `token`, owning things as `principal`.
+    pub fn dial(role: Role, token: Option<&str>, principal: &str) -> DialConfig {
+        DialConfig {
+            principal: principal.to_string(),
+            ..DialConfig::new(role, token.map(str::to_string))
+        }
+    }
+
+    /// An agent client over a fresh connection (call inside the runtime).
+    pub async fn agent(addr: &str, dial: &DialConfig) -> Result<AgentApiClient, wire::WireError> {
+        let (framed, _) = wire::connect(addr, dial, "test").await?;
+        Ok(AgentApiClient::new(wire::client_config(), wire::client_transport(framed)).spawn())
+    }
+
+    /// A server client over a fresh connection (call inside the runtime).
+    pub async fn server(addr: &str, dial: &DialConfig) -> Result<ServerApiClient, wire::WireError> {
+        let (framed, _) = wire::connect(addr, dial, "test").await?;
+        Ok(ServerApiClient::new(wire::client_config(), wire::client_transport(framed)).spawn())
+    }
+
+    /// A deadline for a raw request.
+    pub fn ctx() -> tarpc::context::Context {
+        wire::context(std::time::Duration::from_secs(10))
     }
 }

@@ -109,3 +109,36 @@ fn a_grid_with_a_token_refuses_strangers() {
     assert_eq!(e.code, ErrorCode::RpcRefused);
     assert!(e.message.contains("token"), "{e}");
 }
+
+#[test]
+fn a_request_whose_decoding_panics_closes_only_its_connection() {
+    // tarpc turns a request's relative deadline into an instant with a plain `+`: a deadline
+    // of u64::MAX seconds panics while decoding. The daemons must treat it as a bad message.
+    let mut g = Grid::two_servers();
+    let mut body = vec![0u8]; // ClientMessage::Request
+    body.extend_from_slice(
+        &wire::messages::encode(&(Duration::new(u64::MAX, 0), 0u128, 0u64, 0u8)).unwrap(),
+    );
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    let targets = vec![g.agent.addr.clone(), g.servers[0].addr.clone()];
+    for t in &targets {
+        let mut s = TcpStream::connect(t).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(&hello_frame()).unwrap();
+        let mut reply = [0u8; 256];
+        let _ = s.read(&mut reply);
+        s.write_all(&frame).unwrap();
+        // The connection is closed…
+        let mut rest = [0u8; 64];
+        assert!(matches!(s.read(&mut rest), Ok(0) | Err(_)));
+    }
+    // …and the daemons serve on.
+    assert!(g.agent.is_running() && g.servers[0].is_running());
+    let c = g.client();
+    let h = c.function_handle_init("add", "s1").unwrap();
+    assert_eq!(
+        c.call(&h, vec![Value::Int(1)]).unwrap().outputs,
+        vec![Value::Int(2)]
+    );
+}

@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod bench_faults;
 pub mod bench_mapping;
 pub mod bench_models;
 pub mod bench_schedule;

@@ -23,7 +23,9 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts `program args…`, sends its log (stderr) to `log`, and waits for its
-    /// `listening <addr>` line.
+    /// `listening <addr>` line. The daemon is killed when the *thread* that started it ends
+    /// (Linux's parent-death signal is per thread): start daemons from a thread that outlives
+    /// them.
     pub fn spawn(
         program: &Path,
         args: &[String],
@@ -63,14 +65,19 @@ impl Daemon {
             }
             Err(_) => {
                 let status = d.child.try_wait().ok().flatten();
-                let tail = std::fs::read_to_string(log).unwrap_or_default();
-                let tail: String = tail
-                    .lines()
-                    .rev()
-                    .take(15)
-                    .collect::<Vec<_>>()
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                // The daemon's own error line first: a backtrace after it would hide it.
+                let error = text.lines().find(|l| l.starts_with("Error: "));
+                let tail: String = error
                     .into_iter()
-                    .rev()
+                    .chain(
+                        text.lines()
+                            .rev()
+                            .take(15)
+                            .collect::<Vec<_>>()
+                            .into_iter()
+                            .rev(),
+                    )
                     .collect::<Vec<_>>()
                     .join("\n");
                 anyhow::bail!(
@@ -265,6 +272,41 @@ impl LocalGrid {
         self.servers.push(d);
         self.names.push(name.to_string());
         Ok(self.servers.last().expect("just pushed"))
+    }
+
+    /// Kills server `i` (SIGKILL) and starts it again under its name and config, on a new
+    /// port: what a machine reboot looks like to the grid.
+    pub fn restart_server(&mut self, i: usize) -> anyhow::Result<&Daemon> {
+        self.servers[i].kill();
+        let name = self.names[i].clone();
+        let cfg = self.dir.path().join(format!("{name}.toml"));
+        let mut args = self.server.prefix.clone();
+        args.extend([
+            "--config".to_string(),
+            cfg.display().to_string(),
+            "--name".into(),
+            name.clone(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--agent".into(),
+            self.agent.addr.clone(),
+        ]);
+        if let Some(t) = &self.client_token {
+            args.extend(["--client-token".to_string(), t.clone()]);
+        }
+        if let Some(t) = &self.server_token {
+            args.extend(["--server-token".to_string(), t.clone()]);
+        }
+        let log = self.dir.path().join(format!("{name}-restarted.log"));
+        self.servers[i] = Daemon::spawn(&self.server.program, &args, &log, &name)?;
+        Ok(&self.servers[i])
+    }
+
+    /// Writes `toml` to a file in the grid's folder and returns its path (for `--config`).
+    pub fn write_file(&self, name: &str, toml: &str) -> anyhow::Result<PathBuf> {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, toml)?;
+        Ok(p)
     }
 
     /// Client settings for this grid.

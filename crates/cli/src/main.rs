@@ -228,6 +228,23 @@ enum BenchCmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Fault tolerance: 10,000 mixed calls on 3 servers while one server is killed and
+    /// restarted, one is stopped for 20 s and the agent is killed and restarted (about a
+    /// minute).
+    Faults {
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Calls in the batch.
+        #[arg(long, default_value_t = 10_000)]
+        calls: usize,
+        /// Calls in flight at once.
+        #[arg(long, default_value_t = 32)]
+        window: usize,
+        /// How long the frozen server stays stopped, s.
+        #[arg(long, default_value_t = 20.0)]
+        freeze_s: f64,
+    },
     /// Call overhead of the full path for the no-op `add`.
     Rpc {
         /// Print one JSON object.
@@ -412,6 +429,28 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                         );
                     }
                 })
+            }
+            BenchCmd::Faults {
+                json,
+                calls,
+                window,
+                freeze_s,
+            } => {
+                let out = gridwise_cli::bench_faults::run_faults(
+                    &gridwise_cli::bench_faults::FaultsBench {
+                        calls: *calls,
+                        window: *window,
+                        freeze: std::time::Duration::try_from_secs_f64(*freeze_s).map_err(
+                            |_| anyhow::anyhow!("--freeze-s must be a number of seconds ≥ 0"),
+                        )?,
+                    },
+                )?;
+                if *json {
+                    println!("{out}");
+                } else {
+                    println!("{}", serde_json::to_string_pretty(&out)?);
+                }
+                Ok(())
             }
             BenchCmd::Rpc {
                 json,

@@ -19,6 +19,19 @@ pub fn print_status(client: &Client, as_json: bool) -> anyhow::Result<()> {
         st.ranked,
         st.servers.len()
     );
+    let disk = &st.storage;
+    if !disk.ok || disk.pending_writes > 0 || disk.dropped_writes > 0 {
+        println!(
+            "STORAGE: {} — {} write(s) waiting to be retried, {} given up{}",
+            if disk.ok { "writing" } else { "FAILING" },
+            disk.pending_writes,
+            disk.dropped_writes,
+            disk.last_error
+                .as_deref()
+                .map(|e| format!("; last error: {e}"))
+                .unwrap_or_default()
+        );
+    }
     println!(
         "{:<16} {:<22} {:<5} {:>5} {:>7} {:>9} {:>7} {:>8} {:>11}  services",
         "server",
@@ -58,6 +71,10 @@ fn status_json(st: &AgentStatus) -> serde_json::Value {
         "policy": st.policy.as_str(),
         "uptime_s": st.uptime_s,
         "ranked": st.ranked,
+        "storage": {
+            "ok": st.storage.ok, "last_error": st.storage.last_error,
+            "pending_writes": st.storage.pending_writes, "dropped_writes": st.storage.dropped_writes,
+        },
         "servers": st.servers.iter().map(|s| json!({
             "id": s.id.to_string(), "name": s.name, "addr": s.addr,
             "state": if s.state == ServerState::Up { "up" } else { "down" },

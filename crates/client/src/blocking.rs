@@ -221,6 +221,11 @@ impl Client {
         self.run(self.inner.status())
     }
 
+    /// See [`GridClient::unresponsive_servers`].
+    pub fn unresponsive_servers(&self) -> Vec<String> {
+        self.inner.unresponsive_servers()
+    }
+
     /// See [`GridClient::call_keep`].
     pub fn call_keep(
         &self,

@@ -262,6 +262,17 @@ impl Inner {
             )
             .into());
         }
+        if keep_outputs.is_empty() && profile.out_bytes > limit {
+            return Err(GrpcError::new(
+                ErrorCode::OtherErrorCode,
+                format!(
+                    "the outputs of `{service}` would take {:.1} MB, more than one reply may carry ({:.1} MB, max_frame_bytes); keep them on the server (call_keep) and fetch them when needed, or use smaller sizes",
+                    profile.out_bytes as f64 / 1e6,
+                    limit as f64 / 1e6
+                ),
+            )
+            .into());
+        }
         let opts = RankOptions {
             pin_server: binding.server().map(str::to_string),
             policy: self.cfg.policy,
@@ -685,7 +696,8 @@ impl GridClient {
     }
 
     /// Waits for the earliest-completed of `ids` and consumes it (`grpc_wait_or`). If that
-    /// session failed, its error is returned.
+    /// session failed, its error is returned, and [`GridClient::get_failed_session_id`] names
+    /// it.
     pub async fn wait_or(&self, ids: &[SessionId]) -> Result<(SessionId, CallResult), GrpcError> {
         let (id, r) = self.inner.sessions.wait_first(Some(ids)).await?;
         Ok((id, r?))
@@ -698,7 +710,8 @@ impl GridClient {
         self.inner.sessions.wait_all_of(&ids).await
     }
 
-    /// Waits for the earliest-completed of all sessions and consumes it (`grpc_wait_any`).
+    /// Waits for the earliest-completed of all sessions and consumes it (`grpc_wait_any`); a
+    /// failed one as in [`GridClient::wait_or`].
     pub async fn wait_any(&self) -> Result<(SessionId, CallResult), GrpcError> {
         let (id, r) = self.inner.sessions.wait_first(None).await?;
         Ok((id, r?))
@@ -778,6 +791,12 @@ impl GridClient {
     /// The agent's address.
     pub fn agent_addr(&self) -> &str {
         self.inner.conn.agent_addr()
+    }
+
+    /// The servers (by address) that stopped answering while running this client's calls and
+    /// have not answered since: their calls moved elsewhere, and they are tried last.
+    pub fn unresponsive_servers(&self) -> Vec<String> {
+        self.inner.conn.liveness.unresponsive()
     }
 }
 

@@ -84,6 +84,17 @@ impl Liveness {
             .is_some_and(|w| *w.unresponsive.borrow())
     }
 
+    /// The servers that did not answer lately, by address.
+    pub(crate) fn unresponsive(&self) -> Vec<String> {
+        let mut v: Vec<String> = lock(&self.servers)
+            .iter()
+            .filter(|(_, w)| *w.unresponsive.borrow())
+            .map(|(a, _)| a.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
     /// Watches the server at `addr` for the length of one call.
     pub(crate) fn watch(self: &Arc<Self>, addr: &str) -> CallWatch {
         let watched = lock(&self.servers)

@@ -309,7 +309,14 @@ impl Sessions {
                 };
                 if let Some(id) = found {
                     return match t.take(id.0).map(|e| e.state) {
-                        Some(SessionState::Done(r)) => Ok((id, r)),
+                        Some(SessionState::Done(r)) => {
+                            // GFD.52's wait_or / wait_any name the session even when it
+                            // failed: `next_failed` does here.
+                            if r.is_err() {
+                                t.failed.push_back(id);
+                            }
+                            Ok((id, r))
+                        }
                         _ => Err(GrpcError::invalid_session(id)),
                     };
                 }

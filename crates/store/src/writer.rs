@@ -285,9 +285,20 @@ impl Thread {
         if writes.is_empty() {
             return acks;
         }
+        // When even the transaction cannot start (the database is locked, the disk is gone),
+        // every operation would fail the same way, each after its own wait: keep them all.
+        let (kept, error) = match self.store.begin_batch() {
+            Err(e) => (writes, Some(e.to_string())),
+            Ok(()) => self.apply_batch(writes),
+        };
+        self.keep(kept, error);
+        acks
+    }
+
+    /// Applies `writes` inside the open transaction and commits: what is to be tried again, and
+    /// the last error.
+    fn apply_batch(&mut self, writes: Vec<Op>) -> (Vec<Op>, Option<String>) {
         let store = &self.store;
-        // Without the outer transaction each operation still commits on its own.
-        let in_tx = store.begin_batch().is_ok();
         let mut failed: Vec<(Op, StoreError)> = Vec::new();
         let mut done: Vec<Op> = Vec::new();
         for op in writes {
@@ -298,7 +309,7 @@ impl Thread {
         }
         let mut last_error = None;
         let mut kept = Vec::new();
-        if in_tx && let Err(e) = store.commit_batch() {
+        if let Err(e) = store.commit_batch() {
             // The commit rolled back everything the batch did: all of it is to do again.
             last_error = Some(e.to_string());
             kept = done;
@@ -312,6 +323,11 @@ impl Thread {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+        (kept, last_error)
+    }
+
+    /// Queues `kept` for retrying ahead of newer writes, and records the health.
+    fn keep(&mut self, kept: Vec<Op>, last_error: Option<String>) {
         // Retried writes go first, so they stay in the order they were sent.
         for op in kept.into_iter().rev() {
             self.retry.push_front(op);
@@ -332,7 +348,6 @@ impl Thread {
             _ => {}
         }
         h.last_error = last_error;
-        acks
     }
 
     fn prune(&self) {

@@ -160,6 +160,40 @@ impl Credentials {
     }
 }
 
+/// What an accepting daemon makes of a connection's first frame.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    /// Not a gridwise hello at all: the connection is closed without an answer.
+    NotAHello(String),
+    /// A hello that is refused (version or credential), with what to tell the peer.
+    Refused(ErrorCode, String),
+    /// Welcome: who the peer is.
+    Welcome(Peer),
+}
+
+/// Judges a connection's first frame: the one decoder of hellos, for `accept_loop` and for
+/// fuzzing.
+pub fn judge(frame: &[u8], credentials: &Credentials, addr: SocketAddr, node: &str) -> Verdict {
+    match super::messages::decode_legacy::<HelloHead>(frame) {
+        Ok(h) if h.magic == MAGIC && h.version != crate::PROTOCOL_VERSION => Verdict::Refused(
+            ErrorCode::RpcRefused,
+            format!(
+                "protocol version mismatch: {node} speaks version {}, the peer speaks {}; run the same gridwise release on both",
+                crate::PROTOCOL_VERSION,
+                h.version
+            ),
+        ),
+        Ok(h) if h.magic == MAGIC => match super::messages::decode_legacy::<Hello>(frame) {
+            Ok(hello) => match credentials.admit(hello, addr, node) {
+                Ok(peer) => Verdict::Welcome(peer),
+                Err((code, message)) => Verdict::Refused(code, message),
+            },
+            Err(_) => Verdict::NotAHello("a malformed gridwise hello".into()),
+        },
+        _ => Verdict::NotAHello("the first frame is not a gridwise hello".into()),
+    }
+}
+
 /// Compares a presented credential with the expected one in time that depends only on the
 /// expected one's length: no early exit on the first differing byte, nor on a length
 /// mismatch (which used to reveal the token's length).

@@ -231,7 +231,8 @@ impl ConnTable {
                 .iter()
                 .filter(|(_, e)| scope.is_none_or(|ip| e.ip == ip))
                 .filter(|(_, e)| e.activity.is_idle() && !e.activity.is_closed())
-                .max_by_key(|(_, e)| e.activity.quiet_for())
+                // Longest idle first; among equals (the clock counts milliseconds) the oldest.
+                .max_by_key(|(id, e)| (e.activity.quiet_for(), std::cmp::Reverse(**id)))
                 .map(|(id, _)| *id);
             let Some(v) = victim else {
                 return Err(match scope {

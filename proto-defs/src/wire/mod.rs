@@ -12,6 +12,7 @@ pub mod budget;
 pub mod frame;
 pub mod hello;
 pub mod limits;
+pub mod messages;
 
 pub use budget::{Charge, MemoryBudget, OverBudget};
 pub use frame::FrameCodec;
@@ -22,7 +23,8 @@ use crate::PROTOCOL_VERSION;
 use crate::error::ErrorCode;
 use bytes::Bytes;
 use futures::{Sink, SinkExt, Stream, StreamExt};
-use hello::{HELLO_MAX_FRAME, Hello, HelloHead, HelloReply, MAGIC};
+use hello::{HELLO_MAX_FRAME, Hello, HelloReply, MAGIC};
+use messages::Messages;
 use serde::{Serialize, de::DeserializeOwned};
 use std::future::Future;
 use std::io;
@@ -31,7 +33,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tarpc::{ClientMessage, Response};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_serde::formats::Bincode;
 use tokio_util::codec::Framed;
 
 /// A framed TCP connection after the hello.
@@ -244,7 +245,7 @@ pub fn hello_frame(cfg: &DialConfig, who: &str) -> Vec<u8> {
 }
 
 /// The serde half of a transport: bincode over our frames.
-type Serde<In, Out> = tokio_serde::Framed<FramedTcp, In, Out, Bincode<In, Out>>;
+type Serde<In, Out> = tokio_serde::Framed<FramedTcp, In, Out, Messages<In, Out>>;
 
 /// The client end of a tarpc connection: requests out, responses in.
 pub type ClientTransport<Req, Resp> = Serde<Response<Resp>, ClientMessage<Req>>;
@@ -255,7 +256,7 @@ where
     Req: Serialize,
     Resp: DeserializeOwned,
 {
-    tokio_serde::Framed::new(framed, Bincode::default())
+    tokio_serde::Framed::new(framed, Messages::default())
 }
 
 /// A connection a daemon accepted: the framed stream after the hello, who it is, and its
@@ -290,7 +291,7 @@ where
 {
     let peer = conn.peer.addr;
     let serde: Serde<ClientMessage<Req>, Response<Resp>> =
-        tokio_serde::Framed::new(conn.framed, Bincode::default());
+        tokio_serde::Framed::new(conn.framed, Messages::default());
     let logged = serde.inspect(move |r| {
         if let Err(e) = r {
             tracing::warn!(%peer, "closing connection: {e}");
@@ -344,19 +345,10 @@ async fn accept_hello(
         },
         _ = evicted(activity) => return Err("evicted before its hello".into()),
     };
-    let refusal = match bincode::deserialize::<HelloHead>(&frame) {
-        Ok(h) if h.magic == MAGIC && h.version != PROTOCOL_VERSION => Err((
-            ErrorCode::RpcRefused,
-            format!(
-                "protocol version mismatch: {node} speaks version {PROTOCOL_VERSION}, the peer speaks {}; run the same gridwise release on both",
-                h.version
-            ),
-        )),
-        Ok(h) if h.magic == MAGIC => match bincode::deserialize::<Hello>(&frame) {
-            Ok(hello) => cfg.credentials.admit(hello, addr, node),
-            Err(_) => return Err("a malformed gridwise hello".into()),
-        },
-        _ => return Err("the first frame is not a gridwise hello".into()),
+    let refusal = match hello::judge(&frame, &cfg.credentials, addr, node) {
+        hello::Verdict::NotAHello(why) => return Err(why),
+        hello::Verdict::Refused(code, message) => Err((code, message)),
+        hello::Verdict::Welcome(peer) => Ok(peer),
     };
     let reply = match &refusal {
         Err((code, message)) => HelloReply::Refused {
@@ -471,14 +463,22 @@ macro_rules! serve_forever {
             move |conn: $crate::wire::Accepted| {
                 let handler = make(&conn.peer);
                 let activity = conn.activity();
+                // Requests still running when the connection ends are dropped: nobody can
+                // read their answers, and dropping a call stops its kernel.
+                let gone = $crate::__reexport::CancellationToken::new();
                 async move {
+                    let _stop = gone.clone().drop_guard();
                     BaseChannel::with_defaults($crate::wire::server_transport(conn))
                         .execute(handler.serve())
                         .for_each(|call| {
                             let busy = activity.start_request();
+                            let gone = gone.clone();
                             async move {
                                 ::tokio::spawn(async move {
-                                    call.await;
+                                    ::tokio::select! {
+                                        _ = call => {}
+                                        _ = gone.cancelled() => {}
+                                    }
                                     drop(busy);
                                 });
                             }

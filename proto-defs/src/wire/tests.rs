@@ -119,6 +119,7 @@ async fn a_full_daemon_says_so_and_makes_room_from_idle_connections() {
     cfg.limits.max_connections = 2;
     let addr = listener(cfg).await.to_string();
     let (mut a, _) = connect(&addr, &client(None), "a").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let (_b, _) = connect(&addr, &client(None), "b").await.unwrap();
     // Both are idle: a third connection closes the longest-idle one (a).
     let (mut c, _) = connect(&addr, &client(None), "c").await.unwrap();

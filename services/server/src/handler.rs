@@ -475,6 +475,9 @@ struct CallGuard {
     handler: ServerHandler,
     call_id: CallId,
     cancel: CancelFlag,
+    /// The report of a call that never got to report (its client went away or cancelled it):
+    /// the agent still clears its assignment.
+    unreported: Option<CallReport>,
 }
 
 impl Drop for CallGuard {
@@ -482,6 +485,9 @@ impl Drop for CallGuard {
         self.handler.calls().remove(&self.call_id);
         // Harmless after a normal finish; stops a kernel whose client went away.
         self.cancel.cancel();
+        if let Some(r) = self.unreported.take() {
+            let _ = self.handler.inner.to_agent.send(ToAgent::Report(r));
+        }
     }
 }
 
@@ -525,10 +531,17 @@ impl ServerApi for ServerHandler {
         // Registered before queueing so a cancel reaches the call wherever it is; the guard
         // also cancels the kernel if the client goes away (tarpc drops this future).
         let cancel = CancelFlag::new();
-        let _guard = CallGuard {
+        let mut guard = CallGuard {
             handler: self.clone(),
             call_id: req.call_id,
             cancel: cancel.clone(),
+            unreported: Some(CallReport {
+                ticket,
+                service: service.clone(),
+                sizes: Vec::new(),
+                timing: Timing::default(),
+                ok: false,
+            }),
         };
         self.calls()
             .insert(req.call_id, (cancel.clone(), self.peer.principal.clone()));
@@ -575,6 +588,7 @@ impl ServerApi for ServerHandler {
         };
         // The agent needs every outcome (it clears the assignment either way); a closed channel
         // only means the server is shutting down.
+        guard.unreported = None;
         let _ = self.inner.to_agent.send(ToAgent::Report(CallReport {
             ticket,
             service,
