@@ -67,6 +67,32 @@ fn dead_addr() -> String {
     a
 }
 
+/// Sends a `dgemm` straight to the server at `addr` (no agent), as a client: the server's
+/// own answer.
+fn dgemm_on(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    (m, n, k): (i64, i64, i64),
+    keep_outputs: Vec<u32>,
+    reply_limit_bytes: u64,
+) -> Result<gridwise_proto::ExecuteReply, gridwise_proto::CallError> {
+    rt.block_on(async {
+        let s = raw::server(addr, &raw::dial(Role::Client, None, "poison"))
+            .await
+            .unwrap();
+        let req = ExecuteRequest {
+            call_id: CallId::new_random(),
+            ticket: None,
+            service: "dgemm".into(),
+            inputs: dgemm_args(m, n, k),
+            sent_at_unix_ns: 0,
+            keep_outputs,
+            reply_limit_bytes,
+        };
+        s.execute(raw::ctx(), req).await.unwrap()
+    })
+}
+
 fn three(config: &str) -> Grid {
     let mut g = Grid::agent(&FAST_HEARTBEATS);
     for name in ["s1", "s2", "s3"] {
@@ -93,26 +119,8 @@ fn a_call_too_large_for_any_server_is_refused_before_it_runs_and_no_server_dies(
     assert!(e.message.contains("memory budget"), "{e}");
     // Sent straight to a server, bypassing the agent: the server refuses it the same way.
     let rt = raw::runtime();
-    let addr = g.servers[0].addr.clone();
-    let reply = rt.block_on(async {
-        let s = raw::server(&addr, &raw::dial(Role::Client, None, "poison"))
-            .await
-            .unwrap();
-        s.execute(
-            raw::ctx(),
-            ExecuteRequest {
-                call_id: CallId::new_random(),
-                ticket: None,
-                service: "dgemm".into(),
-                inputs: dgemm_args(16_000, 16_000, 1),
-                sent_at_unix_ns: 0,
-                keep_outputs: vec![0],
-                reply_limit_bytes: 0,
-            },
-        )
-        .await
-    });
-    let err = reply.unwrap().unwrap_err();
+    let reply = dgemm_on(&rt, &g.servers[0].addr, (16_000, 16_000, 1), vec![0], 0);
+    let err = reply.unwrap_err();
     assert_eq!(err.kind, CallErrorKind::ResourceLimit);
     assert!(err.message.contains("memory_budget_bytes"), "{err}");
     // A result larger than one frame (128 MB, for a client whose limit is 64 MiB) is refused
@@ -126,26 +134,8 @@ fn a_call_too_large_for_any_server_is_refused_before_it_runs_and_no_server_dies(
         .unwrap_err();
     assert!(e.message.contains("more than one reply may carry"), "{e}");
     let before = rss_bytes(g.servers[1].pid());
-    let addr = g.servers[1].addr.clone();
-    let reply = rt.block_on(async {
-        let s = raw::server(&addr, &raw::dial(Role::Client, None, "poison"))
-            .await
-            .unwrap();
-        s.execute(
-            raw::ctx(),
-            ExecuteRequest {
-                call_id: CallId::new_random(),
-                ticket: None,
-                service: "dgemm".into(),
-                inputs: dgemm_args(4_000, 4_000, 1),
-                sent_at_unix_ns: 0,
-                keep_outputs: vec![],
-                reply_limit_bytes: 64 << 20,
-            },
-        )
-        .await
-    });
-    let err = reply.unwrap().unwrap_err();
+    let reply = dgemm_on(&rt, &g.servers[1].addr, (4_000, 4_000, 1), vec![], 64 << 20);
+    let err = reply.unwrap_err();
     assert_eq!(err.kind, CallErrorKind::ResourceLimit, "{err}");
     assert!(err.message.contains("max_frame_bytes"), "{err}");
     assert!(

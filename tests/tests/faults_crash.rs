@@ -162,16 +162,50 @@ fn graph_grid() -> Grid {
     g
 }
 
-#[test]
-fn a_graph_rides_out_an_agent_restart() {
-    let _one = serial();
-    let mut g = graph_grid();
-    let c = g.client();
+/// What a graph run in the background gives back: the outputs of its fetched call, and each
+/// call's record.
+type Ran = (Option<Vec<Value>>, Vec<gridwise_client::CallRecord>);
+
+/// Records a graph with `record` (which returns the call to fetch) and runs it on a thread of
+/// its own; the result arrives on the returned channel.
+fn run_in_background(
+    g: &Grid,
+    record: impl FnOnce(&mut gridwise_client::BlockingGraph<'_>) -> gridwise_client::CallRef
+    + Send
+    + 'static,
+) -> std::sync::mpsc::Receiver<Result<Ran, gridwise_client::GrpcError>> {
     let (tx, rx) = std::sync::mpsc::channel();
     let cfg = g.client_config();
     std::thread::spawn(move || {
         let c = Client::connect(cfg).unwrap();
         let mut graph = c.graph();
+        let last = record(&mut graph);
+        graph.fetch(last);
+        let _ = tx.send(
+            graph
+                .run()
+                .map(|r| (r.outputs(last).map(|o| o.to_vec()), r.calls)),
+        );
+    });
+    rx
+}
+
+/// Waits for a background graph, failing with the grid's logs.
+fn finished(
+    g: &Grid,
+    rx: std::sync::mpsc::Receiver<Result<Ran, gridwise_client::GrpcError>>,
+) -> Ran {
+    rx.recv_timeout(Duration::from_secs(120))
+        .expect("the graph hung")
+        .unwrap_or_else(|e| panic!("{e}\n{}", g.logs()))
+}
+
+#[test]
+fn a_graph_rides_out_an_agent_restart() {
+    let _one = serial();
+    let mut g = graph_grid();
+    let c = g.client();
+    let rx = run_in_background(&g, |graph| {
         let mut last = graph.call_named("first", "make", vec![100.into()]);
         for i in 0..3 {
             last = graph.call_named(
@@ -180,12 +214,7 @@ fn a_graph_rides_out_an_agent_restart() {
                 vec![100.into(), last.output(0)],
             );
         }
-        graph.fetch(last);
-        let _ = tx.send(
-            graph
-                .run()
-                .map(|r| (r.outputs(last).map(|o| o.to_vec()), r.calls)),
-        );
+        last
     });
     // Restart the agent while the chain runs.
     assert!(eventually(Duration::from_secs(20), || c
@@ -193,10 +222,7 @@ fn a_graph_rides_out_an_agent_restart() {
         .map(|s| s.servers.iter().any(|x| x.load.running > 0))
         .unwrap_or(false)));
     g.restart_agent().unwrap();
-    let (out, calls) = rx
-        .recv_timeout(Duration::from_secs(120))
-        .expect("the graph hung")
-        .unwrap_or_else(|e| panic!("{e}\n{}", g.logs()));
+    let (out, calls) = finished(&g, rx);
     let out = out.expect("the last step's outputs come back");
     assert_eq!(out[0], Value::vector_f64(&[0.0; 100]));
     assert_eq!(calls.len(), 4);
@@ -207,20 +233,10 @@ fn a_graph_remakes_values_lost_with_their_server() {
     let _one = serial();
     let mut g = graph_grid();
     let c = g.client();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let cfg = g.client_config();
-    std::thread::spawn(move || {
-        let c = Client::connect(cfg).unwrap();
-        let mut graph = c.graph();
+    let rx = run_in_background(&g, |graph| {
         let a = graph.call_named("a", "make", vec![100.into()]);
         let b = graph.call_named("b", "slow", vec![100.into()]);
-        let j = graph.call_named("join", "join", vec![100.into(), a.output(0), b.output(0)]);
-        graph.fetch(j);
-        let _ = tx.send(
-            graph
-                .run()
-                .map(|r| (r.outputs(j).map(|o| o.to_vec()), r.calls)),
-        );
+        graph.call_named("join", "join", vec![100.into(), a.output(0), b.output(0)])
     });
     // `a` finished at once and its output waits on its server for `b` (3 s): kill that
     // server. Its value is gone; the graph must make it again.
@@ -236,10 +252,7 @@ fn a_graph_remakes_values_lost_with_their_server() {
         "no server ever held a's output"
     );
     g.servers[holder.unwrap()].kill();
-    let (out, calls) = rx
-        .recv_timeout(Duration::from_secs(120))
-        .expect("the graph hung")
-        .unwrap_or_else(|e| panic!("{e}\n{}", g.logs()));
+    let (out, calls) = finished(&g, rx);
     assert_eq!(
         out.expect("join's outputs")[0],
         Value::vector_f64(&[0.0; 100])

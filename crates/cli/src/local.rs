@@ -248,12 +248,32 @@ impl LocalGrid {
     /// Writes `config_toml` and starts a server named `name` with it, registered with this
     /// agent on an ephemeral loopback port.
     pub fn add_server(&mut self, name: &str, config_toml: &str) -> anyhow::Result<&Daemon> {
-        let cfg = self.dir.path().join(format!("{name}.toml"));
-        std::fs::write(&cfg, config_toml)?;
+        std::fs::write(self.server_config(name), config_toml)?;
+        let d = self.spawn_server(name, &format!("{name}.log"))?;
+        self.servers.push(d);
+        self.names.push(name.to_string());
+        Ok(self.servers.last().expect("just pushed"))
+    }
+
+    /// Kills server `i` (SIGKILL) and starts it again under its name and config, on a new
+    /// port: what a machine reboot looks like to the grid.
+    pub fn restart_server(&mut self, i: usize) -> anyhow::Result<&Daemon> {
+        self.servers[i].kill();
+        let name = self.names[i].clone();
+        self.servers[i] = self.spawn_server(&name, &format!("{name}-restarted.log"))?;
+        Ok(&self.servers[i])
+    }
+
+    fn server_config(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.toml"))
+    }
+
+    /// Starts the server `name` with its config file, this grid's agent and tokens.
+    fn spawn_server(&self, name: &str, log: &str) -> anyhow::Result<Daemon> {
         let mut args = self.server.prefix.clone();
         args.extend([
             "--config".to_string(),
-            cfg.display().to_string(),
+            self.server_config(name).display().to_string(),
             "--name".into(),
             name.into(),
             "--listen".into(),
@@ -267,39 +287,12 @@ impl LocalGrid {
         if let Some(t) = &self.server_token {
             args.extend(["--server-token".to_string(), t.clone()]);
         }
-        let log = self.dir.path().join(format!("{name}.log"));
-        let d = Daemon::spawn(&self.server.program, &args, &log, name)?;
-        self.servers.push(d);
-        self.names.push(name.to_string());
-        Ok(self.servers.last().expect("just pushed"))
-    }
-
-    /// Kills server `i` (SIGKILL) and starts it again under its name and config, on a new
-    /// port: what a machine reboot looks like to the grid.
-    pub fn restart_server(&mut self, i: usize) -> anyhow::Result<&Daemon> {
-        self.servers[i].kill();
-        let name = self.names[i].clone();
-        let cfg = self.dir.path().join(format!("{name}.toml"));
-        let mut args = self.server.prefix.clone();
-        args.extend([
-            "--config".to_string(),
-            cfg.display().to_string(),
-            "--name".into(),
-            name.clone(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--agent".into(),
-            self.agent.addr.clone(),
-        ]);
-        if let Some(t) = &self.client_token {
-            args.extend(["--client-token".to_string(), t.clone()]);
-        }
-        if let Some(t) = &self.server_token {
-            args.extend(["--server-token".to_string(), t.clone()]);
-        }
-        let log = self.dir.path().join(format!("{name}-restarted.log"));
-        self.servers[i] = Daemon::spawn(&self.server.program, &args, &log, &name)?;
-        Ok(&self.servers[i])
+        Daemon::spawn(
+            &self.server.program,
+            &args,
+            &self.dir.path().join(log),
+            name,
+        )
     }
 
     /// Writes `toml` to a file in the grid's folder and returns its path (for `--config`).

@@ -207,36 +207,13 @@ impl Inner {
         }
     }
 
-    /// The call path: rank, then try the candidates in order (see [`Inner::run_call_from`]).
-    pub(crate) async fn run_call(
-        self: &Arc<Self>,
-        service: &str,
-        binding: &Binding,
-        profile: CallProfile,
-        inputs: Vec<Value>,
-        cancel: Option<&CancelFlag>,
-        keep_outputs: Vec<u32>,
-    ) -> Result<CallResult, GrpcError> {
-        self.run_call_from(
-            service,
-            binding,
-            profile,
-            inputs,
-            cancel,
-            keep_outputs,
-            Vec::new(),
-        )
-        .await
-        .map_err(|f| f.error)
-    }
-
     /// The call path: rank, then try the candidates in order — servers that did not answer
     /// lately last. A server that cannot be reached or refuses leads to the next; a server that
     /// dies or stops answering during the call counts as a crash (`crashes` holds those already
     /// met, e.g. on a graph's planned server), and after two the call fails rather than walk
     /// the grid: it may be what kills them.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn run_call_from(
+    pub(crate) async fn run_call(
         self: &Arc<Self>,
         service: &str,
         binding: &Binding,
@@ -523,8 +500,17 @@ impl GridClient {
     ) -> Result<CallResult, GrpcError> {
         let profile = Self::check(h, &inputs)?;
         self.inner
-            .run_call(&h.service, &h.binding, profile, inputs, None, Vec::new())
+            .run_call(
+                &h.service,
+                &h.binding,
+                profile,
+                inputs,
+                None,
+                Vec::new(),
+                Vec::new(),
+            )
             .await
+            .map_err(|f| f.error)
     }
 
     /// Like [`GridClient::call`], but the outputs at positions `keep` (among the service's
@@ -540,8 +526,17 @@ impl GridClient {
         let profile = Self::check(h, &inputs)?;
         let keep = Self::check_keep(h, keep)?;
         self.inner
-            .run_call(&h.service, &h.binding, profile, inputs, None, keep)
+            .run_call(
+                &h.service,
+                &h.binding,
+                profile,
+                inputs,
+                None,
+                keep,
+                Vec::new(),
+            )
             .await
+            .map_err(|f| f.error)
     }
 
     fn check_keep(h: &FunctionHandle, keep: &[usize]) -> Result<Vec<u32>, GrpcError> {
@@ -664,8 +659,10 @@ impl GridClient {
                     inputs,
                     Some(&cancel),
                     Vec::new(),
+                    Vec::new(),
                 )
-                .await;
+                .await
+                .map_err(|f| f.error);
             guard.complete(r);
         });
         Ok(id)

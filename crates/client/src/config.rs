@@ -282,4 +282,11 @@ mod tests {
             assert!(e.message.contains(key), "{text}: {e}");
         }
     }
+
+    #[test]
+    fn the_deploy_example_reads() {
+        let f = file(include_str!("../../../deploy/client.toml"));
+        let c = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap();
+        assert_eq!(c.call_timeout_s, 86_400);
+    }
 }

@@ -920,7 +920,7 @@ impl Job {
             Err(e) => return Outcome::Failed(e.into()),
         };
         match inner
-            .run_call_from(
+            .run_call(
                 &spec.service,
                 &Binding::Default,
                 profile,

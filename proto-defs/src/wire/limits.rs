@@ -299,7 +299,7 @@ pub fn raise_fd_limit() -> Option<u64> {
                 }
             }
         }
-        Some(lim.rlim_cur as u64)
+        Some(lim.rlim_cur)
     }
     #[cfg(not(unix))]
     {

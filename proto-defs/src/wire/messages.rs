@@ -49,8 +49,11 @@ pub fn encode<T: Serialize>(item: &T) -> io::Result<Vec<u8>> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
+/// Decodes `In`, encodes `Out`, holds neither (so it is `Send` and `Sync` whatever they are).
+type Marker<In, Out> = PhantomData<(fn() -> In, fn(&Out))>;
+
 /// The tokio-serde codec of every connection: [`decode`] and [`encode`].
-pub struct Messages<In, Out>(PhantomData<(fn() -> In, fn(&Out))>);
+pub struct Messages<In, Out>(Marker<In, Out>);
 
 impl<In, Out> Default for Messages<In, Out> {
     fn default() -> Self {

@@ -39,7 +39,7 @@ fn address_space_limit() -> Option<u64> {
     };
     // SAFETY: getrlimit only writes the struct we pass.
     let ok = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0;
-    (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur as u64)
+    (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
 }
 
 /// The one-minute load average (0 where unknown).
