@@ -154,7 +154,9 @@ impl Inner {
             return cancelled();
         }
         let call_id = req.call_id;
-        let mut watch = self.conn.liveness.watch(addr);
+        // While it is watched, the server is pinged; if it stops answering, its connections
+        // are closed and `exec` fails below.
+        let _watch = self.conn.liveness.watch(addr);
         let sent_at = Instant::now();
         let ctx = wire::context(self.call_timeout);
         let mut exec = std::pin::pin!(conn.client.execute(ctx, req));
@@ -167,13 +169,6 @@ impl Inner {
                 // Tell the server first; dropping `exec` afterwards stops waiting.
                 self.cancel_on_server(&conn.client, call_id, who).await;
                 return cancelled();
-            }
-            _ = watch.unresponsive() => {
-                self.conn.drop_server(addr, conn.epoch);
-                return Attempt::Crashed(format!(
-                    "{who} stopped answering during the call (no answer to pings for {:.1} s)",
-                    self.conn.liveness.limit().as_secs_f64()
-                ));
             }
         };
         let round_trip_s = sent_at.elapsed().as_secs_f64();
@@ -195,6 +190,10 @@ impl Inner {
                     g,
                 )
             }
+            Err(_) if self.conn.liveness.is_suspect(addr) => Attempt::Crashed(format!(
+                "{who} stopped answering during the call (no answer to pings for {:.1} s)",
+                self.conn.liveness.limit().as_secs_f64()
+            )),
             Err(e) => {
                 if connection_lost(&e) {
                     self.conn.drop_server(addr, conn.epoch);

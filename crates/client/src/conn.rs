@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tarpc::client::RpcError as TransportError;
 use tarpc::context::Context;
 use tokio::runtime::Handle;
+use tokio::task::AbortHandle;
 
 /// How long a failed connection attempt to a server is remembered, so that many calls do not
 /// each wait out the same dead address.
@@ -81,24 +82,28 @@ async fn open_agent(
     .await
 }
 
+/// A server connection: the client, whether it is up, and the task that carries it (aborting
+/// it closes the connection and fails every call waiting on it).
+type LiveServer = (Arc<ServerApiClient>, Arc<AtomicBool>, AbortHandle);
+
 async fn open_server(
     rt: Handle,
     addr: String,
     wire_cfg: DialConfig,
-) -> Result<Live<ServerApiClient>, GrpcError> {
+) -> Result<LiveServer, GrpcError> {
     let rt2 = rt.clone();
     on_runtime(&rt, async move {
         let (framed, _node) = wire::connect(&addr, &wire_cfg, "client").await?;
         let new = ServerApiClient::new(wire::client_config(), wire::client_transport(framed));
         let alive = Arc::new(AtomicBool::new(true));
         let (addr2, alive2) = (addr.clone(), alive.clone());
-        rt2.spawn(async move {
+        let dispatch = rt2.spawn(async move {
             if let Err(e) = new.dispatch.await {
                 tracing::debug!(server = %addr2, "server connection closed: {e}");
             }
             alive2.store(false, Ordering::Release);
         });
-        Ok((Arc::new(new.client), alive))
+        Ok((Arc::new(new.client), alive, dispatch.abort_handle()))
     })
     .await
 }
@@ -145,6 +150,23 @@ struct Connecting {
 struct ServerSlot {
     current: Mutex<Option<ServerConn>>,
     connecting: tokio::sync::Mutex<Connecting>,
+    /// Every connection opened to the server that may still carry calls.
+    dispatches: Mutex<Vec<AbortHandle>>,
+}
+
+/// The server connections, by address.
+type Servers = Arc<Mutex<HashMap<String, Arc<ServerSlot>>>>;
+
+/// Closes every connection to the server at `addr` (it stopped answering): the calls waiting
+/// on them fail over at once.
+fn close_server(servers: &Servers, addr: &str) {
+    let Some(slot) = lock(servers).get(addr).cloned() else {
+        return;
+    };
+    *lock(&slot.current) = None;
+    for d in lock(&slot.dispatches).drain(..) {
+        d.abort();
+    }
 }
 
 /// Everything the client keeps open or cached.
@@ -158,7 +180,7 @@ pub(crate) struct Conn {
     pub(crate) liveness: Arc<Liveness>,
     agent: Mutex<AgentConn>,
     agent_reconnect: tokio::sync::Mutex<()>,
-    servers: Mutex<HashMap<String, Arc<ServerSlot>>>,
+    servers: Servers,
     descs: Mutex<HashMap<String, Arc<ServiceDesc>>>,
 }
 
@@ -169,10 +191,13 @@ impl Conn {
         let principal = uuid::Uuid::new_v4().simple().to_string();
         let wire_cfg = cfg.wire(&principal);
         let (client, alive) = open_agent(rt.clone(), cfg.agent.clone(), wire_cfg.clone()).await?;
+        let servers: Servers = Arc::default();
+        let to_close = servers.clone();
         let liveness = Arc::new(Liveness::new(
             rt.clone(),
             wire_cfg.clone(),
             cfg.liveness_interval(),
+            Box::new(move |addr: &str| close_server(&to_close, addr)),
         ));
         Ok(Conn {
             rt,
@@ -187,7 +212,7 @@ impl Conn {
                 alive,
             }),
             agent_reconnect: tokio::sync::Mutex::new(()),
-            servers: Mutex::new(HashMap::new()),
+            servers,
             descs: Mutex::new(HashMap::new()),
         })
     }
@@ -441,9 +466,13 @@ impl Conn {
             return Err(e.clone());
         }
         match open_server(self.rt.clone(), addr.to_string(), self.wire_cfg.clone()).await {
-            Ok((client, alive)) => {
+            Ok((client, alive, dispatch)) => {
                 connecting.epoch += 1;
                 connecting.last_failure = None;
+                let mut all = lock(&slot.dispatches);
+                all.retain(|d| !d.is_finished());
+                all.push(dispatch);
+                drop(all);
                 let c = ServerConn {
                     epoch: connecting.epoch,
                     client,

@@ -4,13 +4,14 @@
 //! would wait for its timeout. While a server has calls of this client in flight, it is pinged
 //! every `liveness_interval` on a connection of its own (a large frame on the call's connection
 //! must not delay the pong); three intervals without an answer make it *unresponsive*: its
-//! calls move to other servers at once, and it stays *suspect* — tried last — until it answers
-//! again.
+//! connections are closed, so every call waiting on it fails over at once (a call pays two
+//! atomic counts for this, nothing more), and it stays *suspect* — tried last — until it
+//! answers again.
 
 use gridwise_proto::ServerApiClient;
 use gridwise_proto::wire::{self, DialConfig};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
@@ -19,12 +20,18 @@ use tokio::sync::watch;
 /// Missed intervals that make a server unresponsive.
 const MISSES: u32 = 3;
 
+/// What to do when a server stops answering: close its connections (given its address).
+pub(crate) type OnUnresponsive = Box<dyn Fn(&str) + Send + Sync>;
+
 /// The servers being watched, by address.
 pub(crate) struct Liveness {
     rt: Handle,
     dial: DialConfig,
     interval: Duration,
+    on_unresponsive: OnUnresponsive,
     servers: Mutex<HashMap<String, Arc<Watched>>>,
+    /// How many servers are unresponsive now: zero on the hot path, where nothing is looked up.
+    unresponsive_count: Arc<AtomicUsize>,
 }
 
 struct Watched {
@@ -33,13 +40,12 @@ struct Watched {
     /// True while it does not answer.
     unresponsive: watch::Sender<bool>,
     /// Whether a pinger runs for it.
-    pinging: Mutex<bool>,
+    pinging: AtomicBool,
 }
 
 /// One call's watch on its server; the server is pinged while any watch on it lives.
 pub(crate) struct CallWatch {
     watched: Arc<Watched>,
-    rx: watch::Receiver<bool>,
 }
 
 impl Drop for CallWatch {
@@ -48,27 +54,26 @@ impl Drop for CallWatch {
     }
 }
 
-impl CallWatch {
-    /// Resolves when the server stops answering (never, while it answers).
-    pub(crate) async fn unresponsive(&mut self) {
-        if self.rx.wait_for(|u| *u).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Liveness {
-    /// Pings with `dial` every `interval` on `rt`.
-    pub(crate) fn new(rt: Handle, dial: DialConfig, interval: Duration) -> Self {
+    /// Pings with `dial` every `interval` on `rt`; `on_unresponsive` closes the connections
+    /// of a server that stopped answering.
+    pub(crate) fn new(
+        rt: Handle,
+        dial: DialConfig,
+        interval: Duration,
+        on_unresponsive: OnUnresponsive,
+    ) -> Self {
         Self {
             rt,
             dial,
             interval,
+            on_unresponsive,
             servers: Mutex::new(HashMap::new()),
+            unresponsive_count: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -79,6 +84,9 @@ impl Liveness {
 
     /// Whether the server at `addr` did not answer lately (tried last until it does).
     pub(crate) fn is_suspect(&self, addr: &str) -> bool {
+        if self.unresponsive_count.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         lock(&self.servers)
             .get(addr)
             .is_some_and(|w| *w.unresponsive.borrow())
@@ -103,22 +111,17 @@ impl Liveness {
                 Arc::new(Watched {
                     calls: AtomicUsize::new(0),
                     unresponsive: watch::channel(false).0,
-                    pinging: Mutex::new(false),
+                    pinging: AtomicBool::new(false),
                 })
             })
             .clone();
         watched.calls.fetch_add(1, Ordering::AcqRel);
-        let rx = watched.unresponsive.subscribe();
-        {
-            let mut pinging = lock(&watched.pinging);
-            if !*pinging {
-                *pinging = true;
-                let me = self.clone();
-                let (w, a) = (watched.clone(), addr.to_string());
-                self.rt.spawn(async move { me.ping_loop(a, w).await });
-            }
+        if !watched.pinging.swap(true, Ordering::AcqRel) {
+            let me = self.clone();
+            let (w, a) = (watched.clone(), addr.to_string());
+            self.rt.spawn(async move { me.ping_loop(a, w).await });
         }
-        CallWatch { watched, rx }
+        CallWatch { watched }
     }
 
     /// Pings `addr` while it has calls in flight or is suspect. The first ping waits an
@@ -128,10 +131,11 @@ impl Liveness {
         let mut last_ok = Instant::now();
         tokio::time::sleep(self.interval).await;
         loop {
-            {
-                let mut pinging = lock(&w.pinging);
-                if w.calls.load(Ordering::Acquire) == 0 && !*w.unresponsive.borrow() {
-                    *pinging = false;
+            if w.calls.load(Ordering::Acquire) == 0 && !*w.unresponsive.borrow() {
+                w.pinging.store(false, Ordering::Release);
+                // A call that came meanwhile may have seen the flag still up and counted on
+                // this loop: take the flag back for it, unless a new loop already did.
+                if w.calls.load(Ordering::Acquire) == 0 || w.pinging.swap(true, Ordering::AcqRel) {
                     return;
                 }
             }
@@ -158,6 +162,7 @@ impl Liveness {
                 if *w.unresponsive.borrow() {
                     tracing::info!(server = %addr, "answers again");
                     w.unresponsive.send_replace(false);
+                    self.unresponsive_count.fetch_sub(1, Ordering::AcqRel);
                 }
             } else {
                 client = None;
@@ -168,6 +173,8 @@ impl Liveness {
                         "not answering: moving its calls to other servers"
                     );
                     w.unresponsive.send_replace(true);
+                    self.unresponsive_count.fetch_add(1, Ordering::AcqRel);
+                    (self.on_unresponsive)(&addr);
                 }
             }
             tokio::time::sleep(self.interval.saturating_sub(started.elapsed())).await;
@@ -184,19 +191,25 @@ mod tests {
         // Accepts TCP but never says hello: what a stopped process looks like.
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let live = Arc::new(Liveness::new(
             Handle::current(),
             DialConfig::new(wire::Role::Client, None),
             Duration::from_millis(50),
+            Box::new(move |a: &str| {
+                let _ = tx.send(a.to_string());
+            }),
         ));
-        let mut w = live.watch(&addr);
+        let w = live.watch(&addr);
         assert!(!live.is_suspect(&addr));
         let started = Instant::now();
-        tokio::time::timeout(Duration::from_secs(10), w.unresponsive())
+        let closed = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
             .expect("declared unresponsive");
+        assert_eq!(closed.as_deref(), Some(addr.as_str()));
         assert!(started.elapsed() >= live.limit());
         assert!(live.is_suspect(&addr));
-        drop(l);
+        assert_eq!(live.unresponsive(), vec![addr.clone()]);
+        drop((w, l));
     }
 }

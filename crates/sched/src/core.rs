@@ -15,6 +15,7 @@ use gridwise_proto::{
     Ticket,
 };
 use std::collections::HashSet;
+use std::hash::BuildHasher;
 use std::time::Duration;
 
 mod admission;
@@ -241,7 +242,7 @@ impl AgentCore {
     /// A client gives back an assignment it holds; false if it was not pending or is held by
     /// another client (nobody may clear another's reservations).
     pub fn release_by(&mut self, ticket: Ticket, holder: &str) -> bool {
-        self.tickets.held_by(ticket, holder) && self.release(ticket)
+        self.tickets.held_by(ticket, self.key.hash_one(holder)) && self.release(ticket)
     }
 
     /// Forgets an assignment (reported, given up, or expired); false if it was not pending.
@@ -337,6 +338,7 @@ impl AgentCore {
             compute_s,
             finish_s,
         });
+        let holder = holder.map(|h| self.key.hash_one(h));
         self.tickets.insert(ticket, slot, now, holder);
         self.ranked += 1;
         ticket

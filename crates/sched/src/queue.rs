@@ -108,26 +108,21 @@ pub struct TicketIndex {
 #[derive(Clone, Debug)]
 struct Pending {
     server: usize,
-    holder: Option<String>,
+    /// A keyed hash of the holder's identity (compared, never shown; no allocation per call).
+    holder: Option<u64>,
 }
 
 impl TicketIndex {
-    /// Records `ticket` as pending on server slot `server`, held by `holder` (the client
-    /// that asked for it, if known).
+    /// Records `ticket` as pending on server slot `server`, held by `holder` (a key of the
+    /// client that asked for it, if known).
     pub fn insert(
         &mut self,
         ticket: Ticket,
         server: usize,
         assigned_at: Duration,
-        holder: Option<&str>,
+        holder: Option<u64>,
     ) {
-        self.pending.insert(
-            ticket,
-            Pending {
-                server,
-                holder: holder.map(str::to_string),
-            },
-        );
+        self.pending.insert(ticket, Pending { server, holder });
         self.order.push_back((assigned_at, ticket));
         if self.order.len() > 2 * self.pending.len() + 1024 {
             let pending = &self.pending;
@@ -146,10 +141,10 @@ impl TicketIndex {
     }
 
     /// Whether `who` may give `ticket` back: its holder, or anyone for a ticket without one.
-    pub fn held_by(&self, ticket: Ticket, who: &str) -> bool {
+    pub fn held_by(&self, ticket: Ticket, who: u64) -> bool {
         self.pending
             .get(&ticket)
-            .is_some_and(|p| p.holder.as_deref().is_none_or(|h| h == who))
+            .is_some_and(|p| p.holder.is_none_or(|h| h == who))
     }
 
     /// Moves the tickets pending on slot `from` to slot `to` (the registry moved a server).
@@ -251,12 +246,13 @@ mod tests {
     #[test]
     fn tickets_expire_oldest_first() {
         let mut t = TicketIndex::default();
+        let (alice, bob) = (1, 2);
         t.insert(Ticket(10), 0, Duration::from_secs(1), None);
-        t.insert(Ticket(2), 1, Duration::from_secs(5), Some("alice"));
-        t.insert(Ticket(3), 0, Duration::from_secs(9), Some("bob"));
-        assert!(t.held_by(Ticket(3), "bob") && !t.held_by(Ticket(3), "alice"));
-        assert!(t.held_by(Ticket(10), "anyone"));
-        assert!(!t.held_by(Ticket(99), "bob"));
+        t.insert(Ticket(2), 1, Duration::from_secs(5), Some(alice));
+        t.insert(Ticket(3), 0, Duration::from_secs(9), Some(bob));
+        assert!(t.held_by(Ticket(3), bob) && !t.held_by(Ticket(3), alice));
+        assert!(t.held_by(Ticket(10), 99));
+        assert!(!t.held_by(Ticket(99), bob));
         let ttl = Duration::from_secs(4);
         assert!(t.expire(Duration::from_secs(5), ttl).is_empty());
         assert_eq!(

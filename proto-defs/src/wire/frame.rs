@@ -20,6 +20,9 @@ const GROW_MIN: usize = 64 * 1024;
 /// An empty buffer larger than this is replaced by a small one, so a connection that once
 /// carried a large frame does not keep its memory while idle.
 const SHRINK_ABOVE: usize = 1 << 20;
+/// A buffer this small is not charged (every connection has one; charging it would take the
+/// budget's lock on every small request): at most this much per connection escapes the budget.
+const UNCHARGED: usize = 16 * 1024;
 
 /// The frame codec of every gridwise connection.
 #[derive(Debug)]
@@ -92,7 +95,8 @@ impl FrameCodec {
                 .max(src.len() + GROW_MIN)
                 .min(total.max(src.len() + 1));
         }
-        if !charge.resize(cap as u64) {
+        let charged = if cap <= UNCHARGED { 0 } else { cap as u64 };
+        if !charge.resize(charged) {
             return Err(invalid(format!(
                 "receiving this frame ({} of {total} bytes so far) would pass the daemon's memory budget: closing the connection",
                 src.len()

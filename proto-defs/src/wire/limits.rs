@@ -370,21 +370,21 @@ where
                 None
             };
             let quiet = a.quiet_for();
-            match limit {
+            let left = match limit {
                 Some((lim, why)) if quiet >= lim => {
                     tracing::info!(peer = %this.peer, quiet_s = quiet.as_secs_f64(), "closing the connection: {why} past its timeout");
                     return Poll::Ready(None);
                 }
-                Some((lim, _)) => {
-                    this.timer
-                        .as_mut()
-                        .reset(tokio::time::Instant::now() + (lim - quiet));
-                }
+                Some((lim, _)) => lim - quiet,
                 // Requests in flight: look again after the shorter limit.
-                None => this
-                    .timer
-                    .as_mut()
-                    .reset(tokio::time::Instant::now() + idle.min(stall)),
+                None => idle.min(stall),
+            };
+            // Activity only ever pushes the end later, so a timer due earlier merely wakes us
+            // to look again: it is moved only when it fired or is due too late (this runs on
+            // every poll, and moving a timer costs).
+            let want = tokio::time::Instant::now() + left;
+            if this.timer.is_elapsed() || this.timer.deadline() > want {
+                this.timer.as_mut().reset(want);
             }
             if this.timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;

@@ -476,6 +476,7 @@ macro_rules! serve_forever {
                             async move {
                                 ::tokio::spawn(async move {
                                     ::tokio::select! {
+                                        biased;
                                         _ = call => {}
                                         _ = gone.cancelled() => {}
                                     }

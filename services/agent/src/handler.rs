@@ -25,7 +25,8 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 pub struct AgentHandler {
     shared: Arc<Shared>,
-    peer: Peer,
+    /// Shared: tarpc clones the handler for every request.
+    peer: Arc<Peer>,
     bound: Arc<Mutex<Option<Bound>>>,
 }
 
@@ -65,7 +66,7 @@ impl AgentHandler {
                 dial,
                 registered: tokio::sync::Notify::new(),
             }),
-            peer: Peer::local(Role::Server, "agent"),
+            peer: Arc::new(Peer::local(Role::Server, "agent")),
             bound: Arc::new(Mutex::new(None)),
         }
     }
@@ -74,7 +75,7 @@ impl AgentHandler {
     pub fn for_peer(&self, peer: &Peer) -> Self {
         Self {
             shared: self.shared.clone(),
-            peer: peer.clone(),
+            peer: Arc::new(peer.clone()),
             bound: Arc::new(Mutex::new(None)),
         }
     }
@@ -195,10 +196,9 @@ impl AgentHandler {
             Err(_) => true,
         }
     }
-}
 
-impl AgentApi for AgentHandler {
-    async fn register(self, _: Context, reg: Registration) -> Result<RegisterReply, RpcError> {
+    /// A server registering: checked (role, address, name), then admitted by the core.
+    async fn admit_server(self, reg: Registration) -> Result<RegisterReply, RpcError> {
         let name = reg.name.clone();
         if !self.is_server() {
             tracing::warn!(peer = %self.peer.addr, %name, "a client tried to register as a server");
@@ -245,7 +245,8 @@ impl AgentApi for AgentHandler {
         reply
     }
 
-    async fn heartbeat(self, _: Context, hb: Heartbeat) -> Ack {
+    /// A heartbeat from the connection's server: saved at its first.
+    fn beat(&self, hb: Heartbeat) -> Ack {
         if !self.bound_to(hb.server_id) {
             return Ack::Reregister;
         }
@@ -266,6 +267,18 @@ impl AgentApi for AgentHandler {
             self.persist(Some(Op::Load(name, unix_now(), hb.load.loadavg_1m)));
         }
         ack
+    }
+}
+
+impl AgentApi for AgentHandler {
+    async fn register(self, _: Context, reg: Registration) -> Result<RegisterReply, RpcError> {
+        // Dialling servers makes this future kilobytes large; boxed, it does not make every
+        // other request's future as large.
+        Box::pin(self.admit_server(reg)).await
+    }
+
+    async fn heartbeat(self, _: Context, hb: Heartbeat) -> Ack {
+        self.beat(hb)
     }
 
     async fn report(self, _: Context, server: ServerId, reports: Vec<CallReport>) -> Ack {

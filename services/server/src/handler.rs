@@ -29,7 +29,8 @@ use tokio::sync::{Semaphore, mpsc};
 #[derive(Clone)]
 pub struct ServerHandler {
     inner: Arc<Inner>,
-    peer: Peer,
+    /// Shared: tarpc clones the handler for every request.
+    peer: Arc<Peer>,
 }
 
 struct Inner {
@@ -39,8 +40,8 @@ struct Inner {
     kernels: HashMap<String, Arc<dyn Kernel>>,
     slots: u32,
     free_slots: Semaphore,
-    /// Calls here now, with the principal of the client that sent each.
-    calls: Mutex<HashMap<CallId, (CancelFlag, String)>>,
+    /// Calls here now, with the client that sent each.
+    calls: Mutex<HashMap<CallId, (CancelFlag, Arc<Peer>)>>,
     running: AtomicU32,
     queued: AtomicU32,
     executed: AtomicU64,
@@ -79,6 +80,9 @@ impl CallLimits {
 /// the timing and the server's name, with room to spare.
 const REPLY_OVERHEAD: u64 = 64 * 1024;
 
+/// Calls whose footprint is below this are not charged to the memory budget.
+const UNCHARGED_BELOW: u64 = 256 * 1024;
+
 /// How this server takes part in remote data: its address and how much it may keep.
 pub struct RemoteData {
     /// Address other servers and clients reach it at.
@@ -115,7 +119,7 @@ impl ServerHandler {
         remote: RemoteData,
         limits: CallLimits,
     ) -> Self {
-        let peer = Peer::local(Role::Server, &name);
+        let peer = Arc::new(Peer::local(Role::Server, &name));
         Self {
             inner: Arc::new(Inner {
                 data: DataStore::new(remote.max_bytes, remote.idle_ttl),
@@ -144,7 +148,7 @@ impl ServerHandler {
     pub fn for_peer(&self, peer: &Peer) -> Self {
         Self {
             inner: self.inner.clone(),
-            peer: peer.clone(),
+            peer: Arc::new(peer.clone()),
         }
     }
 
@@ -210,7 +214,7 @@ impl ServerHandler {
             .clone()
     }
 
-    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<CallId, (CancelFlag, String)>> {
+    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<CallId, (CancelFlag, Arc<Peer>)>> {
         self.inner.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -286,14 +290,20 @@ impl ServerHandler {
     }
 
     /// Takes a call's memory, waiting (in arrival order) for running calls to give some back.
-    async fn take_memory(&self, footprint: u64) -> Result<Charge, CallError> {
+    /// Small calls are not charged: at most `slots` of them run at once, and charging costs a
+    /// lock per call.
+    async fn take_memory(&self, footprint: u64) -> Result<Option<Charge>, CallError> {
+        if footprint < UNCHARGED_BELOW {
+            return Ok(None);
+        }
         let budget = &self.inner.limits.budget;
         if let Some(c) = budget.try_charge(footprint) {
-            return Ok(c);
+            return Ok(Some(c));
         }
         budget
             .charge(footprint)
             .await
+            .map(Some)
             .map_err(|e| CallError::new(CallErrorKind::ResourceLimit, e.to_string()))
     }
 
@@ -303,7 +313,7 @@ impl ServerHandler {
         let cap = self.inner.limits.budget.total_bytes() / 4;
         let before = self.inner.waiting_bytes.fetch_add(bytes, Ordering::Relaxed);
         let guard = WaitingBytes {
-            handler: self.clone(),
+            handler: self.inner.clone(),
             bytes,
         };
         if bytes > 0 && before.saturating_add(bytes) > cap {
@@ -457,14 +467,13 @@ fn mb(bytes: u64) -> f64 {
 
 /// Input bytes a waiting call holds, counted until it has its memory (or gives up).
 struct WaitingBytes {
-    handler: ServerHandler,
+    handler: Arc<Inner>,
     bytes: u64,
 }
 
 impl Drop for WaitingBytes {
     fn drop(&mut self) {
         self.handler
-            .inner
             .waiting_bytes
             .fetch_sub(self.bytes, Ordering::Relaxed);
     }
@@ -544,7 +553,7 @@ impl ServerApi for ServerHandler {
             }),
         };
         self.calls()
-            .insert(req.call_id, (cancel.clone(), self.peer.principal.clone()));
+            .insert(req.call_id, (cancel.clone(), self.peer.clone()));
         let result = async {
             let kernel = self.kernel_for(&req.service)?;
             let footprint = self.check_limits(kernel.as_ref(), &req, &keep)?;
@@ -555,10 +564,16 @@ impl ServerApi for ServerHandler {
             // they came, not in the order their pulls happen to finish, which is what a
             // graph's plan assumes.
             self.inner.queued.fetch_add(1, Ordering::Relaxed);
-            let (permit, pulled) = tokio::join!(
-                self.inner.free_slots.acquire(),
-                self.pull_remote_inputs(&mut req.inputs)
-            );
+            let remote = req.inputs.iter().any(|v| matches!(v, Value::Ref(_)));
+            // Pulling is rare and its future large: boxed, it does not weigh on every call.
+            let pull = async {
+                if remote {
+                    Box::pin(self.pull_remote_inputs(&mut req.inputs)).await
+                } else {
+                    Ok(0.0)
+                }
+            };
+            let (permit, pulled) = tokio::join!(self.inner.free_slots.acquire(), pull);
             self.inner.queued.fetch_sub(1, Ordering::Relaxed);
             input_transfer_s += pulled.as_ref().copied().unwrap_or(0.0);
             pulled?;
@@ -605,7 +620,7 @@ impl ServerApi for ServerHandler {
 
     async fn cancel(self, _: Context, call: CallId) -> bool {
         match self.calls().get(&call) {
-            Some((flag, owner)) if *owner == self.peer.principal => {
+            Some((flag, owner)) if owner.principal == self.peer.principal => {
                 flag.cancel();
                 tracing::info!(%call, "call cancelled by the client");
                 true
