@@ -585,6 +585,12 @@ impl ServerApi for ServerHandler {
                 .check_inputs(&req.inputs)
                 .map_err(|e| CallError::new(CallErrorKind::BadArguments, e.to_string()))?;
             sizes = kernel.desc().sizes(&req.inputs);
+            // Pulled values are judged at their real size (a reference only declares one).
+            let footprint = if remote {
+                self.check_limits(kernel.as_ref(), &req, &keep)?
+            } else {
+                footprint
+            };
             let _memory = self.take_memory(footprint).await?;
             drop(waiting);
             let (outputs, q, k) = self.run_call(kernel, req, arrived, cancel, &keep).await?;
