@@ -132,7 +132,7 @@ fn a_call_too_large_for_any_server_is_refused_before_it_runs_and_no_server_dies(
     let e = small
         .call(&on_small, dgemm_args(4_000, 4_000, 1))
         .unwrap_err();
-    assert!(e.message.contains("more than one reply may carry"), "{e}");
+    assert!(e.message.contains("more than one frame may carry"), "{e}");
     let before = rss_bytes(g.servers[1].pid());
     let reply = dgemm_on(&rt, &g.servers[1].addr, (4_000, 4_000, 1), vec![], 64 << 20);
     let err = reply.unwrap_err();

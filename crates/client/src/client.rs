@@ -227,27 +227,25 @@ impl Inner {
             return Err(cancelled().into());
         }
         let limit = self.conn.max_frame_bytes() as u64;
-        if profile.in_bytes > limit {
-            return Err(GrpcError::new(
+        let over = |what: &str, bytes: u64, advice: &str| {
+            GrpcError::new(
                 ErrorCode::OtherErrorCode,
                 format!(
-                    "the inputs of `{service}` take {:.1} MB, more than one frame may carry ({:.1} MB, max_frame_bytes); keep large values on a server and pass them as remote values, or split the call",
-                    profile.in_bytes as f64 / 1e6,
+                    "the {what} of `{service}` take {:.1} MB, more than one frame may carry ({:.1} MB, max_frame_bytes); {advice}",
+                    bytes as f64 / 1e6,
                     limit as f64 / 1e6
                 ),
             )
-            .into());
+        };
+        if profile.in_bytes > limit {
+            let advice =
+                "keep large values on a server and pass them as remote values, or split the call";
+            return Err(over("inputs", profile.in_bytes, advice).into());
         }
         if keep_outputs.is_empty() && profile.out_bytes > limit {
-            return Err(GrpcError::new(
-                ErrorCode::OtherErrorCode,
-                format!(
-                    "the outputs of `{service}` would take {:.1} MB, more than one reply may carry ({:.1} MB, max_frame_bytes); keep them on the server (call_keep) and fetch them when needed, or use smaller sizes",
-                    profile.out_bytes as f64 / 1e6,
-                    limit as f64 / 1e6
-                ),
-            )
-            .into());
+            let advice =
+                "keep them on the server (call_keep) for later calls, or use smaller sizes";
+            return Err(over("outputs", profile.out_bytes, advice).into());
         }
         let opts = RankOptions {
             pin_server: binding.server().map(str::to_string),
