@@ -64,12 +64,20 @@ enum Source<'a> {
     Pinned(usize),
 }
 
-/// One call being decided, with its complexity evaluated once for all servers.
+/// One call being decided, with its complexity and footprint evaluated once for all servers.
 struct Call<'a> {
     svc: &'a CatalogEntry,
     work: Option<f64>,
+    footprint: u64,
     profile: &'a CallProfile,
     now: Duration,
+}
+
+impl Call<'_> {
+    /// Whether `e` can hold the call (memory budget, frame limit).
+    fn fits(&self, e: &ServerEntry) -> bool {
+        e.can_hold(self.footprint, self.profile.in_bytes)
+    }
 }
 
 impl Source<'_> {
@@ -414,6 +422,7 @@ impl AgentCore {
         let call = Call {
             svc,
             work: etc::work(svc, profile),
+            footprint: profile.footprint_bytes(),
             profile,
             now,
         };
@@ -517,7 +526,7 @@ impl AgentCore {
             if !e.is_up() {
                 continue;
             }
-            if !e.can_hold(call.profile) {
+            if !call.fits(e) {
                 too_big.push(e);
                 continue;
             }
@@ -578,7 +587,7 @@ impl AgentCore {
 
     /// Whether `e` may get the call at all: up, able to hold it, and not ruled out by its model.
     fn eligible(&self, e: &ServerEntry, call: &Call<'_>) -> bool {
-        e.is_up() && e.can_hold(call.profile) && self.model.feasible(e, call.svc, call.profile)
+        e.is_up() && call.fits(e) && self.model.feasible(e, call.svc, call.profile)
     }
 
     fn estimate(&self, server: &ServerEntry, call: &Call<'_>) -> Etc {

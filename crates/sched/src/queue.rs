@@ -99,10 +99,41 @@ impl ServerQueue {
 /// expired oldest first.
 #[derive(Clone, Debug, Default)]
 pub struct TicketIndex {
-    pending: HashMap<Ticket, Pending>,
+    pending: HashMap<Ticket, Pending, BuildTicketHasher>,
     // Issue order, for expiry. Tickets that left `pending` stay here until they reach the
     // front (or a compaction), so removal is O(1).
     order: VecDeque<(Duration, Ticket)>,
+}
+
+/// Tickets are already unguessable random numbers: hashing them again (SipHash, the default)
+/// would only cost time on every call.
+#[derive(Clone, Copy, Debug, Default)]
+struct BuildTicketHasher;
+
+#[derive(Default)]
+struct TicketHasher(u64);
+
+impl std::hash::Hasher for TicketHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 ^= x;
+    }
+}
+
+impl std::hash::BuildHasher for BuildTicketHasher {
+    type Hasher = TicketHasher;
+    fn build_hasher(&self) -> TicketHasher {
+        TicketHasher::default()
+    }
 }
 
 #[derive(Clone, Debug)]

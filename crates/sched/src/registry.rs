@@ -8,8 +8,8 @@ use crate::queue::ServerQueue;
 use gridwise_fpm::load::{LoadAverageMatrix, LoadFunctions, LoadHistory};
 use gridwise_fpm::model::Fpm;
 use gridwise_proto::{
-    Ack, CallProfile, Heartbeat, LoadSample, ModelProgress, Registration, ServerId, ServerState,
-    ServerStatus, Ticket,
+    Ack, Heartbeat, LoadSample, ModelProgress, Registration, ServerId, ServerState, ServerStatus,
+    Ticket,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -185,11 +185,11 @@ impl ServerEntry {
         self.state == ServerState::Up
     }
 
-    /// Whether the call fits what the server accepts: its memory budget for the call's
-    /// footprint ([`CallProfile::footprint_bytes`]) and its frame limit for the inputs sent.
-    pub fn can_hold(&self, profile: &CallProfile) -> bool {
-        profile.footprint_bytes() <= self.memory_budget_bytes
-            && profile.in_bytes <= self.max_frame_bytes
+    /// Whether a call fits what the server accepts: its memory budget for the call's
+    /// `footprint` ([`CallProfile::footprint_bytes`]) and its frame limit for the `in_bytes`
+    /// sent.
+    pub fn can_hold(&self, footprint: u64, in_bytes: u64) -> bool {
+        footprint <= self.memory_budget_bytes && in_bytes <= self.max_frame_bytes
     }
 
     /// Its data for `service`, if it offers it.

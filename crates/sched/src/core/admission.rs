@@ -163,12 +163,15 @@ impl AgentCore {
                 });
             }
         }
-        let from_source = self
-            .registry
-            .iter()
-            .filter(|e| e.is_up() && e.source == ctx.source && e.name != reg.name)
-            .count();
-        if !ctx.source.is_empty() && from_source >= self.config.max_servers_per_source {
+        let from_source = if ctx.source.is_empty() {
+            0
+        } else {
+            self.registry
+                .iter()
+                .filter(|e| e.is_up() && e.source == ctx.source && e.name != reg.name)
+                .count()
+        };
+        if from_source >= self.config.max_servers_per_source {
             return refuse(format!(
                 "{from_source} servers registered from {} are up, the most one source may have \
                  (max_servers_per_source); stop some or raise the limit",

@@ -108,7 +108,7 @@ impl AgentCore {
                 if !e.offers(*svc) {
                     continue;
                 }
-                if !e.can_hold(call.profile) {
+                if !call.fits(e) {
                     continue;
                 }
                 if !self.model.feasible(e, call.svc, call.profile) {

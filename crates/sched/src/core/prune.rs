@@ -185,7 +185,7 @@ impl AgentCore {
         let mut stopped = false;
         for r in &order.by_rate {
             let e = self.registry.entry(r.slot);
-            if !e.is_up() || !e.can_hold(call.profile) {
+            if !e.is_up() || !call.fits(e) {
                 continue;
             }
             let empty = match e.offers.get(r.offer) {
