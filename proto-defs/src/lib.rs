@@ -21,7 +21,10 @@ pub mod wire;
 
 pub use complexity::{Complexity, ComplexityError};
 pub use error::{CallError, CallErrorKind, ErrorCode, RpcError};
-pub use graph::{GraphCall, GraphEdge, GraphPlan, GraphRequest, PlannedLink, PlannedServer};
+pub use graph::{
+    CallInput, CheckedGraph, GraphCall, GraphEdge, GraphPlan, GraphRequest, PlannedLink,
+    PlannedServer, RecordedCall, check_graph,
+};
 pub use ids::{CallId, DataHandle, ServerId, Ticket};
 pub use messages::*;
 pub use service::{ArgDesc, ArgError, ArgMode, ArgType, Dim, ServiceDesc, ServiceError};

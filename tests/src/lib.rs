@@ -2,9 +2,8 @@
 //! processes on 127.0.0.1 with ephemeral ports, and kills them all when the grid drops (or when
 //! the test process dies).
 
-use gridwise_cli::demo::wait_for_servers;
-use gridwise_cli::local::{Daemon, Launcher, LocalGrid};
 use gridwise_client::Client;
+use gridwise_localgrid::{Daemon, Launcher, LocalGrid, wait_for_servers};
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::process::Command;

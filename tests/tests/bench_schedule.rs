@@ -1,9 +1,9 @@
 //! `gridwise bench schedule` in its quick form: real daemons, models learned with GBBP, every
 //! policy run through the graph API, and one JSON object per policy with the fields.
 
-use gridwise_cli::bench_schedule::{run_scenario, summary};
-use gridwise_cli::local::Launcher;
+use gridwise_bench::schedule::{run_scenario, summary};
 use gridwise_e2e::bin;
+use gridwise_localgrid::Launcher;
 
 #[test]
 fn quick_crossing_reports_every_policy_against_the_lp_bound() {

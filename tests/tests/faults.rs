@@ -637,7 +637,7 @@ fn an_agent_that_cannot_serve_refuses_to_start_and_says_why() {
     let exe = gridwise_e2e::bin("gridwise-agent");
     let dir = tempfile::tempdir().unwrap();
     let start = |args: &[String]| {
-        gridwise_cli::local::Daemon::spawn(&exe, args, &dir.path().join("a.log"), "agent")
+        gridwise_localgrid::Daemon::spawn(&exe, args, &dir.path().join("a.log"), "agent")
             .err()
             .map(|e| format!("{e:#}"))
     };

@@ -1,8 +1,9 @@
 //! `gridwise graph predict` against a live grid: a graph file is checked against the agent's
-//! services, mapped with the agent's estimates and replayed.
+//! services and mapped by the agent without reserving anything — the plan a run would follow.
 
-use gridwise_cli::graph::{GraphFile, predict};
+use gridwise_cli::graph::predict;
 use gridwise_e2e::{Grid, eventually};
+use gridwise_graphfile::{GraphFile, Rand, record};
 use gridwise_proto::Value;
 use std::time::Duration;
 
@@ -31,8 +32,12 @@ fn predict_maps_every_task_and_replays_within_the_bounds() {
     // The test servers do not calibrate: before any call the agent knows no speeds, and the
     // prediction says so instead of passing zeros off as estimates.
     let blind = predict(&client, &file, None).unwrap();
-    assert_eq!(blind.platform.unknown.len(), 6 * 2);
+    assert_eq!(blind.plan.unknown.len(), 6 * 2);
     assert!(blind.render_text().contains("no estimate for 12 of 12"));
+    assert!(
+        c_pending_is_zero(&client),
+        "a prediction reserves nothing on the servers"
+    );
 
     // One dgemm on each server gives the agent a past-call time to estimate from.
     for s in ["s1", "s2"] {
@@ -45,58 +50,44 @@ fn predict_maps_every_task_and_replays_within_the_bounds() {
     assert!(
         eventually(Duration::from_secs(10), || {
             let q = predict(&client, &file, None).unwrap();
-            let known = q.platform.unknown.is_empty();
+            let known = q.plan.unknown.is_empty();
             p = Some(q);
             known
         }),
         "the agent never learnt from the calls"
     );
     let p = p.unwrap();
-    assert_eq!(
-        p.policy.name(),
-        "heft",
-        "the default for a graph with edges"
-    );
-    assert_eq!(p.platform.servers.len(), 2);
+    assert_eq!(p.plan.policy, "heft", "the default for a graph with edges");
+    assert_eq!(p.plan.servers.len(), 2);
 
-    // Every task placed exactly once, on a server the timeline agrees with.
+    // Every task placed exactly once, on the server the plan names.
+    let per_server = p.per_server();
     let mut placed = vec![0; file.tasks.len()];
-    for (s, slots) in p.replay.per_server.iter().enumerate() {
+    for (s, slots) in per_server.iter().enumerate() {
         for x in slots {
             placed[x.task] += 1;
-            assert_eq!(p.mapping.server_of[x.task], s);
+            assert_eq!(p.plan.server_of[x.task] as usize, s);
             assert!(x.end_s > x.start_s && x.start_s >= 0.0, "{x:?}");
         }
     }
     assert!(placed.iter().all(|&n| n == 1), "{placed:?}");
 
     // Makespan ≥ lower bound ≥ critical path > 0.
-    let b = p.bounds;
+    let b = &p.plan;
     assert!(b.critical_path_s > 0.0, "{b:?}");
-    assert!(
-        p.makespan_s() >= b.lower_bound_s - 1e-12,
-        "{b:?} vs {}",
-        p.makespan_s()
-    );
+    assert!(b.makespan_s >= b.lower_bound_s - 1e-12, "{b:?}");
     assert!(b.lower_bound_s >= b.critical_path_s);
 
-    // A dependency never starts before its producer ends: a chain on one server never overlaps.
-    let slot = |t: usize| {
-        p.replay
-            .per_server
-            .iter()
-            .flatten()
-            .find(|x| x.task == t)
-            .copied()
-            .unwrap()
-    };
-    for (from, to, _) in p.graph.edges() {
-        assert!(
-            slot(to).start_s >= slot(from).end_s - 1e-12,
-            "{} starts before {} ends",
-            p.graph.task(to).name,
-            p.graph.task(from).name
-        );
+    // A dependency never starts before its producer ends.
+    for (to, spec) in file.tasks.iter().enumerate() {
+        for from in spec.uses() {
+            assert!(
+                b.start_s[to] >= b.end_s[from] - 1e-12,
+                "{} starts before {} ends",
+                spec.name,
+                file.tasks[from].name
+            );
+        }
     }
 
     let j = p.to_json();
@@ -127,7 +118,7 @@ fn predict_maps_every_task_and_replays_within_the_bounds() {
 
     // Another policy from the caller; an unknown service is the agent's FUNCTION_NOT_FOUND.
     let rr = predict(&client, &file, Some("round-robin".parse().unwrap())).unwrap();
-    assert_eq!(rr.policy.name(), "round-robin");
+    assert_eq!(rr.plan.policy, "round-robin");
     let bad = GraphFile::parse(r#"{"tasks":[{"name":"z","service":"no-such-service","args":[]}]}"#)
         .unwrap();
     let e = format!("{:#}", predict(&client, &bad, None).unwrap_err());
@@ -135,4 +126,41 @@ fn predict_maps_every_task_and_replays_within_the_bounds() {
         e.contains("task `z`") && e.contains("FUNCTION_NOT_FOUND"),
         "{e}"
     );
+}
+
+fn c_pending_is_zero(c: &gridwise_client::Client) -> bool {
+    c.status().unwrap().servers.iter().all(|s| s.pending == 0)
+}
+
+/// `graph predict` and `graph run` are one plan: the file is recorded alike (`rand` sized for
+/// the prediction, filled for the run) and the agent maps both with the same code, so on an
+/// unchanged grid the run follows exactly the plan predicted for it.
+#[test]
+fn predict_and_run_of_one_file_get_the_same_plan() {
+    let g = Grid::two_servers();
+    let client = g.client();
+    let file = GraphFile::parse(GRAPH).unwrap();
+    // Teach the agent some times first, so the plan rests on estimates, not on zeros.
+    let (warm, _) = record(&client, &file, None, Rand::Values).unwrap();
+    warm.run().unwrap();
+    let strip = |mut p: gridwise_proto::GraphPlan| {
+        p.tickets.clear();
+        p
+    };
+    // The grid may learn (a heartbeat, a late report) between the two requests; an unchanged
+    // grid gives identical plans, and one of a few tries lands on one.
+    let mut last = None;
+    for _ in 0..5 {
+        let predicted = strip(predict(&client, &file, None).unwrap().plan);
+        let (run, _) = record(&client, &file, None, Rand::Values).unwrap();
+        let ran = run.run().unwrap();
+        assert_eq!(ran.plan.tickets.len(), file.tasks.len(), "a run reserves");
+        let ran = strip(ran.plan);
+        if predicted == ran {
+            return;
+        }
+        last = Some((predicted, ran));
+    }
+    let (p, r) = last.unwrap();
+    panic!("the run never followed the predicted plan:\npredicted {p:#?}\nran {r:#?}");
 }

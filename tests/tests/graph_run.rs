@@ -180,8 +180,10 @@ fn a_failing_call_fails_the_graph_and_leaves_nothing_behind() {
 /// the agent's plan turned back into a prediction, and both timelines drawn.
 #[test]
 fn a_graph_file_runs_and_its_prediction_matches_the_plan() {
-    use gridwise_cli::graph::run::{actual_of, prediction_of, record};
-    use gridwise_cli::graph::{GraphFile, gantt, predict::PolicySource};
+    use gridwise_charts::gantt;
+    use gridwise_cli::graph::predict::{PolicySource, Prediction};
+    use gridwise_cli::graph::run::actual_of;
+    use gridwise_graphfile::{GraphFile, Rand, record};
     let g = Grid::two_servers();
     let c = g.client();
     let text = r#"{"tasks": [
@@ -190,27 +192,23 @@ fn a_graph_file_runs_and_its_prediction_matches_the_plan() {
         {"name": "x", "service": "add", "args": [41]}
       ], "outputs": ["b", "x"]}"#;
     let file = GraphFile::parse(text).unwrap();
-    let resolved = file.resolve(|s| Ok(c.describe(s)?)).unwrap();
-    let (graph, refs) = record(&c, &file, None).unwrap();
+    let (graph, refs) = record(&c, &file, None, Rand::Values).unwrap();
     let run = graph.run().unwrap();
     assert_eq!(run.outputs(refs[1]).unwrap()[0], m(2, 2, &[2., 1., 4., 3.]));
     assert_eq!(run.outputs(refs[2]).unwrap()[0], Value::Int(42));
     assert!(run.outputs(refs[0]).is_none());
 
-    let pred = prediction_of(&run.plan, resolved.graph, PolicySource::Default).unwrap();
-    assert_eq!(pred.policy.name(), "heft");
-    // The replay of the agent's plan here gives the agent's own timeline.
-    assert!((pred.makespan_s() - run.plan.makespan_s).abs() < 1e-9);
-    for t in 0..3 {
-        assert!((pred.replay.task_finish[t] - run.plan.end_s[t]).abs() < 1e-9);
-    }
+    let pred = Prediction::of(run.plan.clone(), PolicySource::Default, &file).unwrap();
+    assert_eq!(pred.plan.policy, "heft");
+    let planned = pred.timeline();
+    assert_eq!(planned.makespan_s, run.plan.makespan_s);
     let actual = actual_of(&pred, &run);
-    assert_eq!(actual.replay.makespan_s, run.makespan_s);
-    let placed: usize = actual.replay.per_server.iter().map(Vec::len).sum();
+    assert_eq!(actual.makespan_s, run.makespan_s);
+    let placed: usize = actual.per_server.iter().map(Vec::len).sum();
     assert_eq!(placed, 3);
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("pair.svg");
-    gantt::draw_pair(&pred, &actual, &svg, "g.json").unwrap();
+    gantt::draw_pair(&planned, &actual, &svg, "g.json").unwrap();
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(
         drawn.contains("predicted makespan") && drawn.contains("actual run"),

@@ -1,7 +1,7 @@
 //! `gridwise call SERVICE ARGS…`: one remote call from the command line.
 
-use crate::args::{parse_inputs, render};
 use gridwise_client::{CallResult, Client};
+use gridwise_graphfile::{parse_inputs, render};
 use serde_json::json;
 
 /// Calls `service` with arguments given as words; prints outputs (or one JSON object).

@@ -3,10 +3,10 @@
 //! calls runs; every call is shown with where it went, what the agent predicted and what it
 //! took; everything is shut down.
 
-use crate::local::LocalGrid;
 use crate::status;
 use gridwise_client::{Client, SessionId};
-use gridwise_proto::{BuildState, RankOptions, ServerState, Value};
+use gridwise_localgrid::{LocalGrid, wait_for_models, wait_for_servers};
+use gridwise_proto::{RankOptions, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -39,53 +39,6 @@ fn emulated_toml(speed: &str) -> String {
         "builtins = []\nslots = 1\n\n[[emulated]]\nname = \"solve\"\ndoc = \"an emulated dense solver\"\nparam = \"n\"\ncomplexity = \"n^3\"\nspeed = {speed}\n\n\
          [[models]]\nservice = \"solve\"\nmethod = \"gbbp\"\nfuzzy_max = true\nparams = [{{ name = \"n\", min = 100, max = 1000, stride = 25 }}]\n"
     )
-}
-
-/// Polls the agent until `servers` models are built, with a progress bar.
-pub fn wait_for_models(client: &Client, servers: usize, timeout: Duration) -> anyhow::Result<()> {
-    let bar = indicatif::ProgressBar::new(servers as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "  {spinner} [{bar:20}] {pos}/{len} models built  {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    bar.enable_steady_tick(Duration::from_millis(100));
-    let deadline = Instant::now() + timeout;
-    loop {
-        let models = client.models()?;
-        let done = models
-            .iter()
-            .filter(|m| {
-                m.progress
-                    .as_ref()
-                    .is_some_and(|p| p.state == BuildState::Done)
-            })
-            .count();
-        let points: u32 = models.iter().map(|m| m.points).sum();
-        bar.set_position(done as u64);
-        bar.set_message(format!("{points} points measured"));
-        if let Some(f) = models
-            .iter()
-            .find_map(|m| match m.progress.as_ref().map(|p| &p.state) {
-                Some(BuildState::Failed(e)) => Some(format!("{}: {e}", m.server)),
-                _ => None,
-            })
-        {
-            bar.abandon();
-            anyhow::bail!("a model build failed on {f}");
-        }
-        if done >= servers {
-            bar.finish_with_message(format!("{points} points measured"));
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bar.abandon();
-            anyhow::bail!("model builds did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Runs the demo; returns when everything is shut down.
@@ -242,9 +195,9 @@ pub fn run() -> anyhow::Result<()> {
         .map(|(name, _)| client.model(name, "solve"))
         .collect::<Result<_, _>>()?;
     let out = std::path::PathBuf::from("gridwise-demo-models.svg");
-    crate::plot::plot_models(
+    gridwise_charts::models::plot_models(
         &exports,
-        &crate::plot::PlotOptions {
+        &gridwise_charts::models::PlotOptions {
             output: out.clone(),
             slice: Vec::new(),
             width: 1000,
@@ -265,27 +218,6 @@ pub fn run() -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// Polls the agent until `n` servers are up.
-pub fn wait_for_servers(client: &Client, n: usize, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let st = client.status()?;
-        let up = st
-            .servers
-            .iter()
-            .filter(|s| s.state == ServerState::Up)
-            .count();
-        if up >= n {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "only {up} of {n} servers registered within {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn local_product(a: &[f64], b: &[f64], n: usize) -> Vec<f64> {

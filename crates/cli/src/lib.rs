@@ -1,18 +1,12 @@
-//! The `gridwise` command-line tool's pieces: argument parsing by service description,
-//! status and ETC explanations, one-off calls, the demo, benchmarks, and local grids of
-//! daemons started on loopback.
+//! The `gridwise` command line: parsing arguments and printing what the grid says. Each
+//! subcommand's work lives in a library crate (`gridwise-graphfile` for the words and graph
+//! files users write, `gridwise-charts` for plots and Gantt charts, `gridwise-localgrid` for
+//! daemons on loopback, `gridwise-bench` for benchmarks); these modules only wire them to
+//! the terminal.
 
-pub mod args;
-pub mod bench;
-pub mod bench_faults;
-pub mod bench_mapping;
-pub mod bench_models;
-pub mod bench_schedule;
 pub mod call;
 pub mod demo;
 pub mod graph;
-pub mod local;
 pub mod model;
-pub mod plot;
 pub mod sim;
 pub mod status;

@@ -2,7 +2,8 @@
 
 use clap::{Parser, Subcommand};
 use gridwise_agent::cli::AgentArgs;
-use gridwise_cli::{args, bench, call, demo, graph, model, status};
+use gridwise_bench as bench;
+use gridwise_cli::{call, demo, graph, model, status};
 use gridwise_client::{Client, ClientConfig};
 use gridwise_proto::RankOptions;
 use gridwise_server::cli::ServerArgs;
@@ -320,7 +321,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             match service {
                 None => status::print_status(&c, *json),
                 Some(svc) => {
-                    let sizes = args::parse_sizes(size.as_deref().unwrap_or(""))?;
+                    let sizes = gridwise_graphfile::parse_sizes(size.as_deref().unwrap_or(""))?;
                     let policy = policy
                         .as_deref()
                         .map(str::parse)
@@ -396,7 +397,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Demo => demo::run(),
         Command::Bench { which } => match which {
             BenchCmd::Mapping { json } => {
-                let out = gridwise_cli::bench_mapping::run()?;
+                let out = bench::mapping::run()?;
                 if *json {
                     println!("{out}");
                 } else {
@@ -408,7 +409,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 json,
                 scenario,
                 quick,
-            } => gridwise_cli::bench_schedule::run(scenario, *quick, &mut |line| {
+            } => bench::schedule::run(scenario, *quick, &mut |line| {
                 if *json {
                     println!("{line}");
                 } else {
@@ -418,33 +419,29 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                     );
                 }
             }),
-            BenchCmd::Models { json, no_dgemm } => {
-                gridwise_cli::bench_models::run(!*no_dgemm, &mut |line| {
-                    if *json {
-                        println!("{line}");
-                    } else {
-                        println!(
-                            "{}",
-                            serde_json::to_string_pretty(&line).unwrap_or_default()
-                        );
-                    }
-                })
-            }
+            BenchCmd::Models { json, no_dgemm } => bench::models::run(!*no_dgemm, &mut |line| {
+                if *json {
+                    println!("{line}");
+                } else {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&line).unwrap_or_default()
+                    );
+                }
+            }),
             BenchCmd::Faults {
                 json,
                 calls,
                 window,
                 freeze_s,
             } => {
-                let out = gridwise_cli::bench_faults::run_faults(
-                    &gridwise_cli::bench_faults::FaultsBench {
-                        calls: *calls,
-                        window: *window,
-                        freeze: std::time::Duration::try_from_secs_f64(*freeze_s).map_err(
-                            |_| anyhow::anyhow!("--freeze-s must be a number of seconds ≥ 0"),
-                        )?,
-                    },
-                )?;
+                let out = bench::faults::run_faults(&bench::faults::FaultsBench {
+                    calls: *calls,
+                    window: *window,
+                    freeze: std::time::Duration::try_from_secs_f64(*freeze_s).map_err(|_| {
+                        anyhow::anyhow!("--freeze-s must be a number of seconds ≥ 0")
+                    })?,
+                })?;
                 if *json {
                     println!("{out}");
                 } else {
@@ -459,7 +456,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 window,
                 conn,
             } => {
-                let out = bench::run_rpc(&bench::RpcBench {
+                let out = bench::rpc::run_rpc(&bench::rpc::RpcBench {
                     agent: conn.agent.clone(),
                     token: conn.token.clone(),
                     sync_calls: *calls,

@@ -189,12 +189,12 @@ pub fn plot(
         .collect::<Result<Vec<_>, _>>()?;
     let slice = slice
         .iter()
-        .map(|s| crate::args::parse_sizes(s))
+        .map(|s| gridwise_graphfile::parse_sizes(s))
         .collect::<anyhow::Result<Vec<_>>>()?
         .concat();
-    crate::plot::plot_models(
+    gridwise_charts::models::plot_models(
         &exports,
-        &crate::plot::PlotOptions {
+        &gridwise_charts::models::PlotOptions {
             output: output.to_path_buf(),
             slice,
             width: 1000,

@@ -35,9 +35,9 @@ use crate::client::{Attempt, GridClient, unix_ns};
 use crate::error::GrpcError;
 use crate::handle::Binding;
 use gridwise_proto::{
-    ArgDesc, ArgType, CallErrorKind, CallId, CallProfile, DataHandle, Dim, ErrorCode,
-    ExecuteRequest, GraphCall, GraphEdge, GraphPlan, GraphRequest, RemoteRef, ServiceDesc, Ticket,
-    Timing, Value,
+    CallErrorKind, CallId, CallInput, CallProfile, DataHandle, ErrorCode, ExecuteRequest,
+    GraphPlan, GraphRequest, RecordedCall, RemoteRef, ServiceDesc, Ticket, Timing, Value,
+    check_graph,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -165,36 +165,6 @@ fn invalid(message: String) -> GrpcError {
     GrpcError::new(ErrorCode::OtherErrorCode, message)
 }
 
-/// `ty` with its dimensions resolved from `ints` (e.g. `matrix<f64>[500,400]`), for comparing
-/// an output with the input it feeds.
-fn resolved(ty: &ArgType, ints: &[(String, i64)]) -> String {
-    let dim = |d: &Dim| match d {
-        Dim::Fixed(n) => n.to_string(),
-        Dim::Arg(a) => ints
-            .iter()
-            .find(|(k, _)| k == a)
-            .map_or_else(|| a.clone(), |(_, v)| v.to_string()),
-    };
-    match ty {
-        ArgType::Vector { elem, len } => format!("vector<{elem}>[{}]", dim(len)),
-        ArgType::Matrix { elem, rows, cols } => {
-            format!("matrix<{elem}>[{},{}]", dim(rows), dim(cols))
-        }
-        other => other.to_string(),
-    }
-}
-
-/// The int inputs of a call by name.
-fn int_inputs(desc: &ServiceDesc, args: &[GraphArg]) -> Vec<(String, i64)> {
-    desc.inputs()
-        .zip(args)
-        .filter_map(|(a, v)| match v {
-            GraphArg::Value(Value::Int(x)) => Some((a.name.clone(), *x)),
-            _ => None,
-        })
-        .collect()
-}
-
 impl Graph {
     pub(crate) fn new(client: GridClient) -> Graph {
         Graph {
@@ -252,124 +222,53 @@ impl Graph {
         self.client.inner.conn.map_graph(&p.request).await
     }
 
-    /// Checks every call and builds the agent's request.
+    /// Checks every call ([`check_graph`]) and builds the agent's request.
     async fn prepare(&self, reserve: bool) -> Result<Prepared, GrpcError> {
-        if self.calls.is_empty() {
-            return Err(invalid(
-                "the graph has no calls; record some with `call`".into(),
-            ));
-        }
-        let n = self.calls.len();
-        let mut descs: Vec<Arc<ServiceDesc>> = Vec::with_capacity(n);
-        let mut ints: Vec<Vec<(String, i64)>> = Vec::with_capacity(n);
-        let mut calls = Vec::with_capacity(n);
-        let mut edges = Vec::new();
-        let (mut consumers, mut producers) = (vec![Vec::new(); n], vec![Vec::new(); n]);
-        for (i, c) in self.calls.iter().enumerate() {
-            let here = |m: String| invalid(format!("call `{}`: {m}", c.name));
+        let mut descs: Vec<Arc<ServiceDesc>> = Vec::with_capacity(self.calls.len());
+        for c in &self.calls {
             let desc = self
                 .client
                 .inner
                 .conn
                 .desc(&c.service)
                 .await
-                .map_err(|e| here(e.message))?;
-            let inputs: Vec<&ArgDesc> = desc.inputs().collect();
-            if inputs.len() != c.args.len() {
-                return Err(here(format!(
-                    "`{}` takes {} input(s), {} given: {}",
-                    desc.name,
-                    inputs.len(),
-                    c.args.len(),
-                    desc.signature()
-                )));
-            }
-            let my_ints = int_inputs(&desc, &c.args);
-            let mut shadow = Vec::with_capacity(c.args.len());
-            for (a, arg) in inputs.iter().zip(&c.args) {
-                match arg {
-                    GraphArg::Value(v) => shadow.push(v.clone()),
-                    GraphArg::Output { call, output } => {
-                        let p = call.0;
-                        if p >= i {
-                            return Err(here(format!(
-                                "argument `{}` uses call #{p}, which is not recorded before it \
-                                 (a call may use outputs of earlier calls of the same graph)",
-                                a.name
-                            )));
-                        }
-                        let (pd, pn) = (&descs[p], &self.calls[p].name);
-                        let outs: Vec<&ArgDesc> = pd.outputs().collect();
-                        let Some(out) = outs.get(*output) else {
-                            return Err(here(format!(
-                                "argument `{}` uses output {output} of `{pn}`, but `{}` has {} \
-                                 output(s)",
-                                a.name,
-                                pd.name,
-                                outs.len()
-                            )));
-                        };
-                        if a.ty == ArgType::Int {
-                            return Err(here(format!(
-                                "argument `{}` is an int, which sizes the call: give it as a \
-                                 value, not as `{pn}`'s output",
-                                a.name
-                            )));
-                        }
-                        let (want, have) = (resolved(&a.ty, &my_ints), resolved(&out.ty, &ints[p]));
-                        if want != have {
-                            return Err(here(format!(
-                                "argument `{}` must be {want}, but output {output} (`{}`) of \
-                                 `{pn}` is {have}",
-                                a.name, out.name
-                            )));
-                        }
-                        let bytes = pd.output_bytes_for_sizes(&ints[p])[*output];
-                        edges.push(GraphEdge {
-                            from: p as u32,
-                            to: i as u32,
-                            bytes,
-                        });
-                        if !producers[i].contains(&p) {
-                            producers[i].push(p);
-                            consumers[p].push(i);
-                        }
-                        shadow.push(Value::Ref(RemoteRef {
-                            handle: DataHandle::new_random(),
-                            holder: String::new(),
-                            bytes,
-                            kind: have,
-                            idle_ttl_ms: 0,
-                        }));
-                    }
-                }
-            }
-            let mut profile = desc.profile(&shadow).map_err(|e| here(e.to_string()))?;
-            profile.remote_in.clear();
-            calls.push(GraphCall {
-                name: c.name.clone(),
-                profile,
-            });
+                .map_err(|e| invalid(format!("call `{}`: {}", c.name, e.message)))?;
             descs.push(desc);
-            ints.push(my_ints);
         }
+        let recorded: Vec<RecordedCall<'_>> = self
+            .calls
+            .iter()
+            .zip(&descs)
+            .map(|(c, desc)| RecordedCall {
+                name: &c.name,
+                desc,
+                inputs: c
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        GraphArg::Value(v) => CallInput::Value(v),
+                        GraphArg::Output { call, output } => CallInput::Output {
+                            call: call.0,
+                            output: *output,
+                        },
+                    })
+                    .collect(),
+            })
+            .collect();
+        let checked = check_graph(&recorded, self.policy.as_deref(), reserve).map_err(invalid)?;
         for &f in &self.fetch {
-            if f >= n {
+            if f >= self.calls.len() {
                 return Err(invalid(format!(
-                    "fetch: call #{f} is not in this graph ({n} calls)"
+                    "fetch: call #{f} is not in this graph ({} calls)",
+                    self.calls.len()
                 )));
             }
         }
         Ok(Prepared {
-            request: GraphRequest {
-                calls,
-                edges,
-                policy: self.policy.clone(),
-                reserve,
-            },
+            request: checked.request,
             descs,
-            consumers,
-            producers,
+            consumers: checked.consumers,
+            producers: checked.producers,
         })
     }
 

@@ -2,128 +2,22 @@
 //! (the agent maps the whole graph, data moves server to server, only the file's `outputs`
 //! come back) and sets the prediction beside what happened.
 
-use super::file::{Arg, GraphFile, parse_words};
-use super::gantt;
-use super::predict::{Platform, PolicySource, Prediction, ServerInfo, chart_name, load_checked};
-use crate::args::render;
+use super::predict::{PolicySource, Prediction, chart_name, load_checked};
 use anyhow::{Context, Result, anyhow};
-use gridwise_client::{BlockingGraph, CallRef, Client, GraphArg, GraphRun};
-use gridwise_proto::GraphPlan;
-use gridwise_sched::graph::Slot;
-use gridwise_sched::{Bounds, CommModel, EtcMatrix, GraphPolicy, Mapping, Replay, TaskGraph};
+use gridwise_charts::gantt::{self, Slot, Timeline};
+use gridwise_client::Client;
+use gridwise_client::GraphRun;
+use gridwise_graphfile::{Rand, record, render};
 use serde_json::json;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Records `file`'s calls in a client graph: words parsed by each service's description
-/// (`rand` arrays materialised), `{"from": …}` arguments as outputs of earlier calls.
-pub fn record<'c>(
-    client: &'c Client,
-    file: &GraphFile,
-    policy: Option<GraphPolicy>,
-) -> Result<(BlockingGraph<'c>, Vec<CallRef>)> {
-    let mut g = client.graph();
-    let mut refs: Vec<CallRef> = Vec::with_capacity(file.tasks.len());
-    for spec in &file.tasks {
-        let desc = client
-            .describe(&spec.service)
-            .map_err(|e| anyhow!("task `{}`: {e}", spec.name))?;
-        // Outputs of other tasks become placeholders the graph replaces (argument counts and
-        // shapes are checked by `GraphFile::resolve` and by the graph).
-        let values = parse_words(&desc, &spec.args, true)
-            .with_context(|| format!("task `{}`", spec.name))?;
-        let args: Vec<GraphArg> = spec
-            .args
-            .iter()
-            .zip(values)
-            .map(|(a, v)| match a {
-                Arg::From { task, output } => refs[*task].output(*output),
-                Arg::Word(_) => GraphArg::Value(v),
-            })
-            .collect();
-        refs.push(g.call_named(&spec.name, &spec.service, args));
-    }
-    for &o in &file.outputs {
-        g.fetch(refs[o]);
-    }
-    if let Some(p) = policy.or(file.policy) {
-        g.policy(p.name());
-    }
-    Ok((g, refs))
-}
-
-/// The agent's plan as a [`Prediction`]: its ETC matrix, links and mapping, replayed here (the
-/// replay is deterministic, so this is the agent's timeline).
-pub fn prediction_of(
-    plan: &GraphPlan,
-    graph: TaskGraph,
-    policy_source: PolicySource,
-) -> Result<Prediction> {
-    let (n, m) = (plan.server_of.len(), plan.servers.len());
-    let policy: GraphPolicy = plan
-        .policy
-        .parse()
-        .map_err(|e| anyhow!("the agent's plan: {e}"))?;
-    let servers: Vec<ServerInfo> = plan
-        .servers
-        .iter()
-        .map(|s| ServerInfo {
-            name: s.name.clone(),
-            addr: s.addr.clone(),
-            slots: s.slots.max(1) as usize,
-            default_rate: s.default_rate,
-        })
-        .collect();
-    let etc = EtcMatrix::new(n, m, plan.etc.clone())?
-        .with_slots(servers.iter().map(|s| s.slots).collect())?;
-    let mut comm = CommModel::uniform(m, plan.default_latency_s, plan.default_bandwidth)?;
-    for l in &plan.links {
-        comm.set_link(l.from as usize, l.to as usize, l.latency_s, l.bandwidth)?;
-    }
-    let mapping = Mapping {
-        server_of: plan.server_of.iter().map(|&s| s as usize).collect(),
-        order: plan
-            .order
-            .iter()
-            .map(|o| o.iter().map(|&t| t as usize).collect())
-            .collect(),
-    };
-    let replay = gridwise_sched::replay(&graph, &etc, &comm, &mapping)
-        .context("replaying the agent's plan")?;
-    let bounds = Bounds::of(&graph, &etc)?;
-    let unknown = plan
-        .unknown
-        .iter()
-        .map(|&(t, s)| (t as usize, s as usize))
-        .collect();
-    Ok(Prediction {
-        policy,
-        policy_source,
-        graph,
-        platform: Platform {
-            servers,
-            etc,
-            comm,
-            unknown,
-        },
-        mapping,
-        replay,
-        bounds,
-    })
-}
-
-/// What happened, as a timeline in the prediction's terms (for the side-by-side chart).
-pub fn actual_of(pred: &Prediction, run: &GraphRun) -> Prediction {
-    let mut per_server: Vec<Vec<Slot>> = vec![Vec::new(); pred.platform.servers.len()];
-    let mut task_finish = vec![0.0; run.calls.len()];
+/// What happened, as a timeline on the plan's servers (for the side-by-side chart). Calls that
+/// ran on a server the plan did not have (after a fallback) are left out of the chart.
+pub fn actual_of(pred: &Prediction, run: &GraphRun) -> Timeline {
+    let mut per_server: Vec<Vec<Slot>> = vec![Vec::new(); pred.plan.servers.len()];
     for (t, r) in run.calls.iter().enumerate() {
-        task_finish[t] = r.end_s;
-        if let Some(s) = pred
-            .platform
-            .servers
-            .iter()
-            .position(|s| s.name == r.server)
-        {
+        if let Some(s) = pred.plan.servers.iter().position(|s| s.name == r.server) {
             per_server[s].push(Slot {
                 task: t,
                 lane: 0,
@@ -135,13 +29,7 @@ pub fn actual_of(pred: &Prediction, run: &GraphRun) -> Prediction {
     for slots in &mut per_server {
         slots.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
     }
-    let mut actual = pred.clone();
-    actual.replay = Replay {
-        makespan_s: run.makespan_s,
-        per_server,
-        task_finish,
-    };
-    actual
+    pred.timeline_with(per_server, run.makespan_s)
 }
 
 /// Relative error of a prediction, |predicted − actual| / actual.
@@ -164,10 +52,7 @@ pub fn run(
 ) -> Result<()> {
     let (policy, file) = load_checked(path, policy, gantt_out)?;
     let client = connect()?;
-    let resolved = file
-        .resolve(|svc| Ok(client.describe(svc)?))
-        .with_context(|| format!("checking {}", path.display()))?;
-    let (g, refs) = record(&client, &file, policy)?;
+    let (g, refs) = record(&client, &file, policy, Rand::Values)?;
     if !as_json {
         eprintln!(
             "running {} call(s) of {} on the grid…",
@@ -179,17 +64,14 @@ pub fn run(
         .run()
         .map_err(|e| anyhow!("{e}"))
         .with_context(|| format!("running {}", path.display()))?;
-    let source = if policy.is_some() {
-        PolicySource::Flag
-    } else if file.policy.is_some() {
-        PolicySource::File
-    } else {
-        PolicySource::Default
-    };
-    let pred = prediction_of(&run.plan, resolved.graph, source)?;
-    let actual = actual_of(&pred, &run);
+    let pred = Prediction::of(run.plan.clone(), PolicySource::of(policy, &file), &file)?;
     if let Some(out) = gantt_out {
-        gantt::draw_pair(&pred, &actual, out, &chart_name(path))?;
+        gantt::draw_pair(
+            &pred.timeline(),
+            &actual_of(&pred, &run),
+            out,
+            &chart_name(path),
+        )?;
     }
     let fetched: Vec<(usize, &[gridwise_proto::Value])> = refs
         .iter()
@@ -206,7 +88,7 @@ pub fn run(
                 json!({
                     "task": r.name,
                     "server": r.server,
-                    "planned_server": pred.platform.servers[pred.mapping.server_of[t]].name,
+                    "planned_server": pred.plan.servers[pred.plan.server_of[t] as usize].name,
                     "fell_back": r.fell_back,
                     "start_s": r.start_s,
                     "end_s": r.end_s,
@@ -226,14 +108,14 @@ pub fn run(
             })
             .collect();
         let j = json!({
-            "policy": pred.policy.name(),
+            "policy": pred.plan.policy,
             "policy_source": pred.policy_source.as_str(),
-            "tasks": pred.graph.len(),
-            "servers": pred.platform.servers.len(),
+            "tasks": pred.tasks.len(),
+            "servers": pred.plan.servers.len(),
             "predicted_makespan_s": pred.makespan_s(),
             "makespan_s": run.makespan_s,
             "prediction_error": err,
-            "lower_bound_s": pred.bounds.lower_bound_s,
+            "lower_bound_s": pred.plan.lower_bound_s,
             "freed": run.freed,
             "calls": calls,
             "outputs": outputs,
@@ -253,9 +135,9 @@ pub fn run(
     let _ = writeln!(
         out,
         "\n{} task(s) on {} server(s), policy {}",
-        pred.graph.len(),
-        pred.platform.servers.len(),
-        pred.policy
+        pred.tasks.len(),
+        pred.plan.servers.len(),
+        pred.plan.policy
     );
     let _ = writeln!(out, "predicted makespan   {:.4} s", pred.makespan_s());
     let _ = writeln!(
@@ -264,11 +146,7 @@ pub fn run(
         run.makespan_s,
         err * 100.0
     );
-    let _ = writeln!(
-        out,
-        "lower bound          {:.4} s",
-        pred.bounds.lower_bound_s
-    );
+    let _ = writeln!(out, "lower bound          {:.4} s", pred.plan.lower_bound_s);
     let fell_back = run.calls.iter().filter(|r| r.fell_back).count();
     if fell_back > 0 {
         let _ = writeln!(

@@ -6,8 +6,27 @@
 use gridwise_proto::{ArgType, Array, Dim, ElemType, ServiceDesc, Value};
 use rand::{Rng, SeedableRng};
 
+/// What `rand` stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rand {
+    /// Pseudo-random values in [-1, 1), the same for every run: what a call sends.
+    Values,
+    /// Zeros, allocated but never written (the pages stay unmapped): enough for a prediction,
+    /// which needs every argument's size but none of its contents.
+    SizeOnly,
+}
+
 /// Parses the words for the service's inputs (IN and INOUT arguments, in order).
 pub fn parse_inputs(desc: &ServiceDesc, words: &[String]) -> anyhow::Result<Vec<Value>> {
+    parse_inputs_with(desc, words, Rand::Values)
+}
+
+/// [`parse_inputs`] with `rand` standing for `rand`.
+pub fn parse_inputs_with(
+    desc: &ServiceDesc,
+    words: &[String],
+    rand: Rand,
+) -> anyhow::Result<Vec<Value>> {
     let inputs: Vec<_> = desc.inputs().collect();
     if inputs.len() != words.len() {
         anyhow::bail!(
@@ -52,11 +71,11 @@ pub fn parse_inputs(desc: &ServiceDesc, words: &[String]) -> anyhow::Result<Vec<
             }),
             ArgType::Vector { elem, len } => {
                 let n = int_arg(len)?;
-                Value::Vector(array(*elem, n, 1, w, false, &mut rng).map_err(ctx)?)
+                Value::Vector(array(*elem, n, 1, w, false, rand, &mut rng).map_err(ctx)?)
             }
             ArgType::Matrix { elem, rows, cols } => {
                 let (r, c) = (int_arg(rows)?, int_arg(cols)?);
-                Value::Matrix(array(*elem, r, c, w, true, &mut rng).map_err(ctx)?)
+                Value::Matrix(array(*elem, r, c, w, true, rand, &mut rng).map_err(ctx)?)
             }
         };
         values.push(v);
@@ -70,12 +89,21 @@ fn array(
     cols: u64,
     word: &str,
     matrix: bool,
+    rand: Rand,
     rng: &mut impl Rng,
 ) -> Result<Array, String> {
     let n = rows
         .checked_mul(cols)
         .filter(|n| *n <= 1 << 28)
         .ok_or_else(|| format!("a {rows}x{cols} array is too large for the command line"))?;
+    if word == "rand" && rand == Rand::SizeOnly {
+        return Ok(Array {
+            elem,
+            rows,
+            cols,
+            data: vec![0; n as usize * elem.size()],
+        });
+    }
     let nums: Vec<f64> = if word == "rand" {
         (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
     } else {

@@ -3,24 +3,56 @@
 //! time in seconds along the bottom, a line at the lower bound, and the policy and predicted
 //! makespan in the title.
 
-use super::predict::Prediction;
-use crate::plot::register_fonts;
+use crate::{Format, PALETTE, register_fonts};
 use anyhow::{Context, Result, anyhow};
-use gridwise_sched::graph::Slot;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 
-pub use crate::plot::Format;
-
 /// The format `path`'s extension asks for, or an error naming the supported ones.
 pub fn check_format(path: &Path) -> Result<Format> {
-    crate::plot::format_of(path, "a Gantt chart")
+    crate::format_of(path, "a Gantt chart")
 }
 
-// Fill colours by service, in order of first appearance: the model plots' palette.
-use crate::plot::PALETTE;
+/// One task on a server's timeline.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Slot {
+    /// The task (index into [`Timeline::tasks`]).
+    pub task: usize,
+    /// The slot of its server it runs in.
+    pub lane: usize,
+    /// When it starts, s.
+    pub start_s: f64,
+    /// When it ends, s.
+    pub end_s: f64,
+}
+
+/// A server of a timeline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChartServer {
+    /// Its name.
+    pub name: String,
+    /// Calls it runs at once.
+    pub slots: usize,
+}
+
+/// What a Gantt chart draws: servers and what ran (or would run) on each, when.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    /// The mapping policy, for the title.
+    pub policy: String,
+    /// The servers, one row each.
+    pub servers: Vec<ChartServer>,
+    /// Each task's name and service (bars are labelled by name, coloured by service).
+    pub tasks: Vec<(String, String)>,
+    /// Per server, its tasks.
+    pub per_server: Vec<Vec<Slot>>,
+    /// When the last task ends, s.
+    pub makespan_s: f64,
+    /// No schedule can finish sooner, s (drawn as a line).
+    pub lower_bound_s: f64,
+}
 
 /// Lighter version of a palette colour (mixed with white), for bars with black labels.
 fn light(c: RGBColor) -> RGBColor {
@@ -39,28 +71,23 @@ struct Lane {
 }
 
 /// Draws `pred`'s timeline to `path` (.svg or .png); `name` (the graph file's) goes in the title.
-pub fn draw(pred: &Prediction, path: &Path, name: &str) -> Result<()> {
+pub fn draw(pred: &Timeline, path: &Path, name: &str) -> Result<()> {
     let title = format!(
         "{name}: {} on {} server(s), predicted makespan {} s",
         pred.policy,
-        pred.platform.servers.len(),
-        seconds_label(pred.replay.makespan_s, pred.replay.makespan_s / 10.0)
+        pred.servers.len(),
+        seconds_label(pred.makespan_s, pred.makespan_s / 10.0)
     );
     draw_charts(&[(pred, title)], path)
 }
 
 /// Draws the predicted timeline above the actual one (same time axis), after a run.
-pub fn draw_pair(
-    predicted: &Prediction,
-    actual: &Prediction,
-    path: &Path,
-    name: &str,
-) -> Result<()> {
-    let (p, a) = (predicted.replay.makespan_s, actual.replay.makespan_s);
+pub fn draw_pair(predicted: &Timeline, actual: &Timeline, path: &Path, name: &str) -> Result<()> {
+    let (p, a) = (predicted.makespan_s, actual.makespan_s);
     let top = format!(
         "{name}: {} on {} server(s), predicted makespan {} s",
         predicted.policy,
-        predicted.platform.servers.len(),
+        predicted.servers.len(),
         seconds_label(p, p / 10.0)
     );
     let bottom = format!("actual run: makespan {} s", seconds_label(a, a / 10.0));
@@ -68,7 +95,7 @@ pub fn draw_pair(
 }
 
 /// Stacks one chart per `(timeline, title)` on a shared time axis.
-fn draw_charts(charts: &[(&Prediction, String)], path: &Path) -> Result<()> {
+fn draw_charts(charts: &[(&Timeline, String)], path: &Path) -> Result<()> {
     let format = check_format(path)?;
     register_fonts()?;
     let layouts: Vec<(Vec<Lane>, Vec<Vec<usize>>)> =
@@ -77,10 +104,7 @@ fn draw_charts(charts: &[(&Prediction, String)], path: &Path) -> Result<()> {
         .iter()
         .map(|(lanes, _)| (150 + LANE_PX * lanes.len() as u32).min(4000))
         .collect();
-    let x_max = charts
-        .iter()
-        .map(|(p, _)| p.replay.makespan_s)
-        .fold(0.0, f64::max);
+    let x_max = charts.iter().map(|(p, _)| p.makespan_s).fold(0.0, f64::max);
     let x_max = if x_max > 0.0 { x_max * 1.04 } else { 1.04 };
     let size = (WIDTH, heights.iter().sum());
     let drawn = match format {
@@ -104,7 +128,7 @@ fn draw_charts(charts: &[(&Prediction, String)], path: &Path) -> Result<()> {
 
 fn draw_stack<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
-    charts: &[(&Prediction, String)],
+    charts: &[(&Timeline, String)],
     layouts: &[(Vec<Lane>, Vec<Vec<usize>>)],
     heights: &[u32],
     x_max: f64,
@@ -127,9 +151,8 @@ fn draw_stack<DB: DrawingBackend>(
 }
 
 /// The lanes each server needs (one per slot it uses at once) and each task's lane.
-fn layout(pred: &Prediction) -> (Vec<Lane>, Vec<Vec<usize>>) {
+fn layout(pred: &Timeline) -> (Vec<Lane>, Vec<Vec<usize>>) {
     let shown: Vec<Vec<usize>> = pred
-        .replay
         .per_server
         .iter()
         .map(|slots| display_lanes(slots))
@@ -168,7 +191,7 @@ fn seconds_label(v: f64, span: f64) -> String {
 
 fn draw_on<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
-    pred: &Prediction,
+    pred: &Timeline,
     lanes: &[Lane],
     shown: &[Vec<usize>],
     title: &str,
@@ -176,8 +199,8 @@ fn draw_on<DB: DrawingBackend>(
 ) -> Result<()> {
     // The chart maps to whole-image pixels, text is drawn in this area's: shift by its corner.
     let corner = root.get_base_pixel();
-    let servers = &pred.platform.servers;
-    let lb = pred.bounds.lower_bound_s;
+    let servers = &pred.servers;
+    let lb = pred.lower_bound_s;
     let span = x_max / 1.04;
     let n = lanes.len() as f64;
     // One extra half-lane on top holds the lower-bound label.
@@ -251,7 +274,7 @@ fn draw_on<DB: DrawingBackend>(
         let style = label_font.pos(Pos::new(HPos::Right, VPos::Center));
         root.draw(&Text::new(server.name.clone(), (px - 10, py), style))
             .map_err(de)?;
-        if pred.replay.per_server[s].is_empty() {
+        if pred.per_server[s].is_empty() {
             let grey = ("sans-serif", 13)
                 .into_font()
                 .color(&RGBColor(120, 120, 120));
@@ -265,9 +288,9 @@ fn draw_on<DB: DrawingBackend>(
     }
 
     let mut services: Vec<&str> = Vec::new();
-    for t in pred.graph.tasks() {
-        if !services.contains(&t.service.as_str()) {
-            services.push(&t.service);
+    for (_, service) in &pred.tasks {
+        if !services.contains(&service.as_str()) {
+            services.push(service);
         }
     }
     let colour_of = |service: &str| {
@@ -280,12 +303,12 @@ fn draw_on<DB: DrawingBackend>(
     let (plot_left, _) = shift(chart.backend_coord(&(0.0, 0.0)), corner);
     let (plot_right, _) = shift(chart.backend_coord(&(x_max, 0.0)), corner);
     let min_w = 2.0 * x_max / f64::from((plot_right - plot_left).max(1));
-    for (s, slots) in pred.replay.per_server.iter().enumerate() {
+    for (s, slots) in pred.per_server.iter().enumerate() {
         for (x, &lane) in slots.iter().zip(&shown[s]) {
             let k = lane_index(s, lane) as f64;
             let (y0, y1) = (n - k - 1.0 + inset, n - k - inset);
-            let task = pred.graph.task(x.task);
-            let base = colour_of(&task.service);
+            let (task_name, task_service) = &pred.tasks[x.task];
+            let base = colour_of(task_service);
             let end = x.end_s.max(x.start_s + min_w);
             chart
                 .draw_series([
@@ -299,7 +322,7 @@ fn draw_on<DB: DrawingBackend>(
             let (right, _) = shift(chart.backend_coord(&(end, (y0 + y1) / 2.0)), corner);
             let room = (right - left - 6).max(0) as u32;
             let font = ("sans-serif", 13).into_font().color(&BLACK);
-            if let Some(text) = fit(&task.name, room, |t| {
+            if let Some(text) = fit(task_name, room, |t| {
                 root.estimate_text_size(t, &font)
                     .map(|(w, _)| w)
                     .unwrap_or(u32::MAX)
@@ -432,11 +455,42 @@ mod tests {
         assert!(check_format(Path::new("g")).is_err());
     }
 
+    /// a → b, a → c: all three in a row on s1 (1 + 3 + 1 s), s2 idle; lower bound 4 s.
+    fn fork() -> Timeline {
+        let slot = |task, start_s, end_s| Slot {
+            task,
+            lane: 0,
+            start_s,
+            end_s,
+        };
+        Timeline {
+            policy: "round-robin".into(),
+            servers: vec![
+                ChartServer {
+                    name: "s1".into(),
+                    slots: 1,
+                },
+                ChartServer {
+                    name: "s2".into(),
+                    slots: 2,
+                },
+            ],
+            tasks: ["a", "b", "c"]
+                .iter()
+                .map(|n| (n.to_string(), "dgemm".to_string()))
+                .collect(),
+            per_server: vec![
+                vec![slot(0, 0.0, 1.0), slot(1, 1.0, 4.0), slot(2, 4.0, 5.0)],
+                vec![],
+            ],
+            makespan_s: 5.0,
+            lower_bound_s: 4.0,
+        }
+    }
+
     #[test]
     fn draws_svg_and_png() {
-        use crate::graph::predict::{predict_on, tests::fork};
-        let (g, p) = fork();
-        let pred = predict_on(g, None, p, Some(gridwise_sched::GraphPolicy::RoundRobin)).unwrap();
+        let pred = fork();
         let dir = tempfile::tempdir().unwrap();
         let svg = dir.path().join("g.svg");
         draw(&pred, &svg, "fork.json").unwrap();

@@ -1,15 +1,13 @@
-//! The graph file (format in the [module docs](super)): parsing and checking it on its own
-//! ([`GraphFile::parse`]), then against the services' descriptions ([`GraphFile::resolve`]),
-//! which yields the [`TaskGraph`] the mapping core works on.
-//!
-//! Checking happens in two steps because the second needs the agent: the file alone says which
-//! task uses which, the descriptions say what each argument is, how big each output is, and how
-//! much work each call does.
+//! The graph file (format in the [crate docs](crate)): parsing it and checking its structure
+//! ([`GraphFile::parse`]) — unique names, dependencies on earlier tasks only, no cycles, known
+//! outputs and policy. What each argument must be is checked against the services'
+//! descriptions when the file's calls are recorded in a client graph ([`crate::record`]), by
+//! the one graph check every client uses ([`gridwise_proto::check_graph`]).
 
-use crate::args::parse_inputs;
+use crate::words::{Rand, parse_inputs_with};
 use anyhow::{Context, Result, anyhow, bail};
-use gridwise_proto::{ArgDesc, ArgType, Dim, ServiceDesc};
-use gridwise_sched::{GraphPolicy, Task, TaskGraph};
+use gridwise_proto::{ArgType, ServiceDesc};
+use gridwise_sched::GraphPolicy;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -216,163 +214,15 @@ impl GraphFile {
             outputs,
         })
     }
-
-    /// Checks every task against its service's description (`describe` is asked once per
-    /// service, e.g. the agent's `describe`) and builds the task graph: work from each service's
-    /// complexity at the task's sizes, edge bytes from the producer's output shapes.
-    pub fn resolve(
-        &self,
-        mut describe: impl FnMut(&str) -> Result<ServiceDesc>,
-    ) -> Result<ResolvedGraph> {
-        let mut descs: HashMap<&str, ServiceDesc> = HashMap::new();
-        let mut resolved: Vec<ResolvedTask> = Vec::with_capacity(self.tasks.len());
-        let mut graph = TaskGraph::new();
-        for (i, spec) in self.tasks.iter().enumerate() {
-            if !descs.contains_key(spec.service.as_str()) {
-                let d = describe(&spec.service).map_err(|e| {
-                    anyhow!("task `{}`: service `{}`: {e:#}", spec.name, spec.service)
-                })?;
-                descs.insert(spec.service.as_str(), d);
-            }
-            let desc = &descs[spec.service.as_str()];
-            let task = self
-                .resolve_task(spec, desc, &resolved)
-                .with_context(|| format!("task `{}`", spec.name))?;
-            let idx = graph.add_task(Task::new(&spec.name, &spec.service, task.work));
-            debug_assert_eq!(idx, i);
-            for a in &spec.args {
-                if let Arg::From { task: p, output } = *a {
-                    graph.add_edge(p, i, resolved[p].output_bytes[output])?;
-                }
-            }
-            resolved.push(task);
-        }
-        // Tasks use earlier tasks only, so this cannot fail; checked anyway so that a graph
-        // that reaches a mapper is known to be acyclic.
-        graph.adjacency()?;
-        Ok(ResolvedGraph {
-            tasks: resolved,
-            graph,
-        })
-    }
-
-    fn resolve_task(
-        &self,
-        spec: &TaskSpec,
-        desc: &ServiceDesc,
-        earlier: &[ResolvedTask],
-    ) -> Result<ResolvedTask> {
-        desc.validate().map_err(|e| anyhow!("{e}"))?;
-        let inputs: Vec<&ArgDesc> = desc.inputs().collect();
-        if inputs.len() != spec.args.len() {
-            bail!(
-                "`{}` takes {} input(s), {} given: {}",
-                desc.name,
-                inputs.len(),
-                spec.args.len(),
-                desc.signature()
-            );
-        }
-        for (a, arg) in inputs.iter().zip(&spec.args) {
-            if let Arg::From { task, .. } = arg
-                && a.ty == ArgType::Int
-            {
-                bail!(
-                    "argument `{}` is an int, which sizes the call and must be written in the \
-                     file; it cannot come from `{}`'s output",
-                    a.name,
-                    self.tasks[*task].name
-                );
-            }
-        }
-        // A prediction does not need the arrays: `rand` ones are not materialised either (their
-        // shapes are checked below instead).
-        let values = parse_words(desc, &spec.args, false)?;
-
-        let ints: Vec<(String, i64)> = desc
-            .inputs()
-            .zip(&values)
-            .filter(|(a, _)| a.ty == ArgType::Int)
-            .filter_map(|(a, v)| v.as_int().map(|x| (a.name.clone(), x)))
-            .collect();
-        let int = |name: &str| ints.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
-        for (name, v) in &ints {
-            let sizes_something = desc.size_params.contains(name)
-                || desc
-                    .args
-                    .iter()
-                    .any(|a| dims(&a.ty).contains(&&Dim::Arg(name.clone())));
-            if sizes_something && *v < 0 {
-                bail!("argument `{name}` is {v}; sizes must not be negative");
-            }
-        }
-        let sizes: Vec<(String, i64)> = desc
-            .size_params
-            .iter()
-            .map(|p| {
-                int(p)
-                    .map(|v| (p.clone(), v))
-                    .ok_or_else(|| anyhow!("size parameter `{p}` has no integer value"))
-            })
-            .collect::<Result<_>>()?;
-
-        for (a, arg) in inputs.iter().zip(&spec.args) {
-            let Arg::From { task: p, output: k } = *arg else {
-                continue;
-            };
-            let producer = &earlier[p];
-            let pname = &self.tasks[p].name;
-            let outs: Vec<&ArgDesc> = producer.desc.outputs().collect();
-            let Some(out) = outs.get(k) else {
-                let listed: Vec<String> = outs
-                    .iter()
-                    .enumerate()
-                    .map(|(j, o)| format!("{j}: {}", o.name))
-                    .collect();
-                bail!(
-                    "argument `{}` uses output {k} of `{pname}`, but `{}` has {} output(s){}",
-                    a.name,
-                    producer.desc.name,
-                    outs.len(),
-                    if listed.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", numbered from 0 ({})", listed.join(", "))
-                    }
-                );
-            };
-            check_compatible(a, &ints, out, &producer.ints).map_err(|e| {
-                anyhow!(
-                    "argument `{}` ({}) cannot take output {k} of `{pname}` (`{}`: {}): {e}",
-                    a.name,
-                    a.ty,
-                    out.name,
-                    out.ty
-                )
-            })?;
-        }
-
-        let work = match desc.compiled_complexity().map_err(|e| anyhow!("{e}"))? {
-            Some(c) => c.eval(&sizes).map_err(|e| anyhow!("complexity: {e}"))?,
-            None => 0.0,
-        };
-        Ok(ResolvedTask {
-            desc: desc.clone(),
-            output_bytes: desc.output_bytes_for_sizes(&ints),
-            sizes,
-            ints,
-            work,
-        })
-    }
 }
 
-/// Parses a task's words for `desc`'s inputs as `gridwise call` would. Arguments taken from
-/// other tasks — and `rand` arrays unless `materialise_rand` — become empty `bytes` placeholders
-/// (parsed against a copy of the description), to be replaced or checked by the caller.
+/// Parses a task's words for `desc`'s inputs as `gridwise call` would, `rand` standing for
+/// `rand`. Arguments taken from other tasks become placeholders (empty `bytes`, parsed against
+/// a copy of the description), for the caller to replace.
 pub fn parse_words(
     desc: &ServiceDesc,
     args: &[Arg],
-    materialise_rand: bool,
+    rand: Rand,
 ) -> Result<Vec<gridwise_proto::Value>> {
     let mut shadow = desc.clone();
     let mut words = Vec::with_capacity(args.len());
@@ -382,18 +232,18 @@ pub fn parse_words(
         .filter(|a| a.mode.is_input())
         .zip(args)
     {
-        let is_array = matches!(a.ty, ArgType::Vector { .. } | ArgType::Matrix { .. });
         match arg {
-            Arg::Word(w) if !(is_array && w == "rand" && !materialise_rand) => {
-                words.push(w.clone())
-            }
-            _ => {
+            Arg::Word(w) => words.push(w.clone()),
+            // An int from another task is refused by the graph check; until then it must
+            // still parse, and not as a size that fails the arrays it shapes.
+            Arg::From { .. } if a.ty == ArgType::Int => words.push("0".into()),
+            Arg::From { .. } => {
                 a.ty = ArgType::Bytes;
                 words.push(String::new());
             }
         }
     }
-    parse_inputs(&shadow, &words)
+    parse_inputs_with(&shadow, &words, rand)
 }
 
 /// One JSON argument as a word or a reference to another task's output.
@@ -471,86 +321,6 @@ fn find_cycle(
     None
 }
 
-fn dims(ty: &ArgType) -> Vec<&Dim> {
-    match ty {
-        ArgType::Vector { len, .. } => vec![len],
-        ArgType::Matrix { rows, cols, .. } => vec![rows, cols],
-        _ => Vec::new(),
-    }
-}
-
-fn resolve_dim(d: &Dim, ints: &[(String, i64)]) -> Option<i64> {
-    match d {
-        Dim::Fixed(n) => i64::try_from(*n).ok(),
-        Dim::Arg(a) => ints.iter().find(|(k, _)| k == a).map(|(_, v)| *v),
-    }
-}
-
-/// Whether the producer's output `out` (dimensions from `out_ints`) fits the consumer's input
-/// `input` (dimensions from `in_ints`): same kind and element type, same shape.
-fn check_compatible(
-    input: &ArgDesc,
-    in_ints: &[(String, i64)],
-    out: &ArgDesc,
-    out_ints: &[(String, i64)],
-) -> std::result::Result<(), String> {
-    let same_kind = match (&input.ty, &out.ty) {
-        (ArgType::Vector { elem: a, .. }, ArgType::Vector { elem: b, .. })
-        | (ArgType::Matrix { elem: a, .. }, ArgType::Matrix { elem: b, .. }) => a == b,
-        (a, b) => a == b,
-    };
-    if !same_kind {
-        return Err("the types differ".into());
-    }
-    let want: Vec<Option<i64>> = dims(&input.ty)
-        .into_iter()
-        .map(|d| resolve_dim(d, in_ints))
-        .collect();
-    let have: Vec<Option<i64>> = dims(&out.ty)
-        .into_iter()
-        .map(|d| resolve_dim(d, out_ints))
-        .collect();
-    if want != have {
-        let show = |v: &[Option<i64>]| {
-            v.iter()
-                .map(|x| x.map_or("?".to_string(), |x| x.to_string()))
-                .collect::<Vec<_>>()
-                .join("x")
-        };
-        return Err(format!(
-            "it needs {}, the output is {}",
-            show(&want),
-            show(&have)
-        ));
-    }
-    Ok(())
-}
-
-/// A task checked against its service description.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ResolvedTask {
-    /// The service's description.
-    pub desc: ServiceDesc,
-    /// Size-parameter values, in the description's order (what the agent ranks servers by).
-    pub sizes: Vec<(String, i64)>,
-    /// Every int input by name: what output shapes resolve from.
-    pub ints: Vec<(String, i64)>,
-    /// Operations: the service's complexity at `sizes` (0 when it declares none).
-    pub work: f64,
-    /// Payload bytes of each output (OUT and INOUT arguments, in order).
-    pub output_bytes: Vec<u64>,
-}
-
-/// A graph file checked against the services: one [`ResolvedTask`] per task, and the task graph
-/// (task indices are file order) with each dependency's bytes on its edge.
-#[derive(Clone, Debug)]
-pub struct ResolvedGraph {
-    /// Per task, in file order.
-    pub tasks: Vec<ResolvedTask>,
-    /// The graph the mapping core maps.
-    pub graph: TaskGraph,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -584,12 +354,43 @@ mod tests {
         }
     }
 
-    fn resolve(text: &str) -> Result<ResolvedGraph> {
-        GraphFile::parse(text)?.resolve(describe)
+    /// The file's graph as the agent would get it: parsed, its words read by the services'
+    /// descriptions, and checked by the one graph check clients use.
+    fn check(text: &str) -> Result<gridwise_proto::CheckedGraph> {
+        use crate::Input;
+        use gridwise_proto::{CallInput, RecordedCall, check_graph};
+        let file = GraphFile::parse(text)?;
+        let inputs = crate::parse_tasks(&file, describe, Rand::SizeOnly)?;
+        let descs: Vec<ServiceDesc> = file
+            .tasks
+            .iter()
+            .map(|t| describe(&t.service))
+            .collect::<Result<_>>()?;
+        let calls: Vec<RecordedCall> = file
+            .tasks
+            .iter()
+            .zip(&descs)
+            .zip(&inputs)
+            .map(|((t, desc), ins)| RecordedCall {
+                name: &t.name,
+                desc,
+                inputs: ins
+                    .iter()
+                    .map(|i| match i {
+                        Input::Value(v) => CallInput::Value(v),
+                        Input::From { task, output } => CallInput::Output {
+                            call: *task,
+                            output: *output,
+                        },
+                    })
+                    .collect(),
+            })
+            .collect();
+        check_graph(&calls, None, false).map_err(|e| anyhow!(e))
     }
 
     fn err(text: &str) -> String {
-        format!("{:#}", resolve(text).unwrap_err())
+        format!("{:#}", check(text).unwrap_err())
     }
 
     /// A 500³ dgemm chain with a fork–join, as in examples/graphs/chain.json.
@@ -631,17 +432,27 @@ mod tests {
     }
 
     #[test]
-    fn graph_has_work_and_edge_bytes_from_the_descriptions() {
-        let r = resolve(GOOD).unwrap();
-        let g = &r.graph;
-        assert_eq!(g.len(), 6);
-        let names: Vec<&str> = g.tasks().map(|t| t.name.as_str()).collect();
+    fn graph_has_sizes_and_edge_bytes_from_the_descriptions() {
+        let g = check(GOOD).unwrap();
+        let calls = &g.request.calls;
+        let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "c", "d", "e", "f"]);
-        assert_eq!(g.task(0).work, 2.0 * 500f64.powi(3));
-        assert_eq!(g.task(0).service, "dgemm");
-        assert_eq!(g.task(4).work, 3.0);
+        assert_eq!(calls[0].profile.service, "dgemm");
+        assert_eq!(
+            calls[0].profile.sizes,
+            [("m".into(), 500), ("n".into(), 500), ("k".into(), 500)]
+        );
         let m500 = 500 * 500 * 8;
-        let mut edges: Vec<_> = g.edges().collect();
+        // `rand` is sized, not filled, yet counts as bytes the client sends.
+        assert_eq!(calls[0].profile.in_bytes, 3 * 8 + 2 * m500);
+        assert_eq!(calls[1].profile.in_bytes, 3 * 8 + m500);
+        assert_eq!(calls[4].profile.sizes, [("n".into(), 3)]);
+        let mut edges: Vec<_> = g
+            .request
+            .edges
+            .iter()
+            .map(|e| (e.from, e.to, e.bytes))
+            .collect();
         edges.sort();
         assert_eq!(
             edges,
@@ -653,34 +464,29 @@ mod tests {
                 (4, 5, 24)
             ]
         );
-        assert_eq!(r.tasks[0].output_bytes, [m500]);
-        assert_eq!(r.tasks[4].output_bytes, [24, 8]);
-        assert_eq!(
-            r.tasks[0].sizes,
-            [("m".into(), 500), ("n".into(), 500), ("k".into(), 500)]
-        );
-        assert_eq!(g.topo_order().unwrap(), [0, 1, 2, 3, 4, 5]);
-        assert_eq!(GraphPolicy::default_for(g), GraphPolicy::Heft);
+        assert_eq!(g.producers[3], [1, 2]);
     }
 
     #[test]
     fn example_file_is_a_fork_join_chain() {
-        let f = GraphFile::parse(include_str!("../../../../examples/graphs/chain.json")).unwrap();
-        let r = f.resolve(describe).unwrap();
-        assert_eq!(r.graph.len(), 6);
-        assert_eq!(r.graph.edge_count(), 6);
-        assert_eq!(f.outputs, [5]);
+        let text = include_str!("../../../examples/graphs/chain.json");
+        let g = check(text).unwrap();
+        assert_eq!(g.request.calls.len(), 6);
+        assert_eq!(g.request.edges.len(), 6);
+        assert_eq!(GraphFile::parse(text).unwrap().outputs, [5]);
     }
 
     #[test]
-    fn two_outputs_of_one_producer_are_one_edge_with_both_sizes() {
-        let r = resolve(
+    fn two_outputs_of_one_producer_are_two_edges_with_their_sizes() {
+        let g = check(
             r#"{"tasks":[
                 {"name":"a","service":"dgemm","args":[4,4,4,"rand","rand"]},
                 {"name":"b","service":"dgemm","args":[4,4,4,{"from":"a","output":0},{"from":"a","output":0}]}]}"#,
         )
         .unwrap();
-        assert_eq!(r.graph.edges().collect::<Vec<_>>(), [(0, 1, 2 * 4 * 4 * 8)]);
+        let bytes: Vec<u64> = g.request.edges.iter().map(|e| e.bytes).collect();
+        assert_eq!(bytes, [4 * 4 * 8, 4 * 4 * 8]);
+        assert_eq!(g.producers[1], [0]);
     }
 
     #[test]
@@ -781,7 +587,7 @@ mod tests {
             ),
             (
                 task(r#"-4, 4, 4, "rand", "rand""#),
-                "argument `m` is -4; sizes must not be negative",
+                "`A` is shaped by `m`, which must come first and be a non-negative int",
             ),
             (
                 task(r#"4, 4, 4, {"from":"a","output":1}, "rand""#),
@@ -793,11 +599,11 @@ mod tests {
             ),
             (
                 task(r#"4, 4, 4, {"from":"e","output":0}, "rand""#),
-                "argument `A` (matrix<f64>[m,k]) cannot take output 0 of `e` (`y`: vector<f64>[n]): the types differ",
+                "call `b`: argument `A` must be matrix<f64>[4,4], but output 0 (`y`) of `e` is vector<f64>[3]",
             ),
             (
                 task(r#"4, 4, 2, {"from":"a","output":0}, "rand""#),
-                "cannot take output 0 of `a` (`C`: matrix<f64>[m,n]): it needs 4x2, the output is 4x4",
+                "argument `A` must be matrix<f64>[4,2], but output 0 (`C`) of `a` is matrix<f64>[4,4]",
             ),
             (
                 task(r#"1, 2, 2, [[1, 2, 3]], "rand""#),

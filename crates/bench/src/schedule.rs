@@ -14,11 +14,11 @@
 //! cross, 2,000 independent calls of mixed sizes), `cholesky` (a tiled Cholesky DAG of 560
 //! tasks on 16 servers of 4 classes, data moving along the edges).
 
-use crate::demo::{wait_for_models, wait_for_servers};
-use crate::local::{Launcher, LocalGrid};
 use anyhow::{Result, anyhow, bail};
 use gridwise_client::{Client, GraphArg};
 use gridwise_kernels::{EmulatedKernel, EmulatedSpec, Kernel};
+use gridwise_localgrid::{Launcher, LocalGrid};
+use gridwise_localgrid::{wait_for_models, wait_for_servers};
 use gridwise_proto::Value;
 use gridwise_sched::graph::generate::SplitMix64;
 use gridwise_sched::graph::lp_lower_bound;

@@ -1,13 +1,16 @@
 //! Daemons started on this machine (loopback, ephemeral ports) for the demo, benchmarks and
-//! end-to-end tests. A daemon is killed when its handle drops, and also when this process dies
-//! (Linux parent-death signal), so no run leaves strays behind.
+//! end-to-end tests, and waiting for them to be ready. A daemon is killed when its handle drops,
+//! and also when the thread that started it dies (Linux parent-death signal), so no run leaves
+//! strays behind.
 
 use anyhow::Context;
+use gridwise_client::Client;
+use gridwise_proto::{BuildState, ServerState};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a daemon may take to print its `listening <addr>` line.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -326,5 +329,73 @@ impl LocalGrid {
             }
         }
         out
+    }
+}
+
+/// Polls the agent until `n` servers are up.
+pub fn wait_for_servers(client: &Client, n: usize, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let st = client.status()?;
+        let up = st
+            .servers
+            .iter()
+            .filter(|s| s.state == ServerState::Up)
+            .count();
+        if up >= n {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {up} of {n} servers registered within {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Polls the agent until `servers` models are built, with a progress bar.
+pub fn wait_for_models(client: &Client, servers: usize, timeout: Duration) -> anyhow::Result<()> {
+    let bar = indicatif::ProgressBar::new(servers as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "  {spinner} [{bar:20}] {pos}/{len} models built  {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(100));
+    let deadline = Instant::now() + timeout;
+    loop {
+        let models = client.models()?;
+        let done = models
+            .iter()
+            .filter(|m| {
+                m.progress
+                    .as_ref()
+                    .is_some_and(|p| p.state == BuildState::Done)
+            })
+            .count();
+        let points: u32 = models.iter().map(|m| m.points).sum();
+        bar.set_position(done as u64);
+        bar.set_message(format!("{points} points measured"));
+        if let Some(f) = models
+            .iter()
+            .find_map(|m| match m.progress.as_ref().map(|p| &p.state) {
+                Some(BuildState::Failed(e)) => Some(format!("{}: {e}", m.server)),
+                _ => None,
+            })
+        {
+            bar.abandon();
+            anyhow::bail!("a model build failed on {f}");
+        }
+        if done >= servers {
+            bar.finish_with_message(format!("{points} points measured"));
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bar.abandon();
+            anyhow::bail!("model builds did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -4,9 +4,9 @@
 //! grid got there: retries, work done twice, how fast a frozen server was noticed and how
 //! fast the agent was back.
 
-use crate::demo::wait_for_servers;
-use crate::local::LocalGrid;
 use gridwise_client::{CallResult, Client, ClientConfig, FunctionHandle, SessionId};
+use gridwise_localgrid::LocalGrid;
+use gridwise_localgrid::wait_for_servers;
 use gridwise_proto::Value;
 use serde_json::json;
 use statrs::statistics::{Data, OrderStatistics};

@@ -1,9 +1,9 @@
 //! `gridwise bench rpc`: the cost of one remote call over the full path — ranking at the
 //! agent, execution on the server, the timing report back to the agent — for the no-op `add`.
 
-use crate::demo::wait_for_servers;
-use crate::local::LocalGrid;
 use gridwise_client::{Client, ClientConfig};
+use gridwise_localgrid::LocalGrid;
+use gridwise_localgrid::wait_for_servers;
 use gridwise_proto::Value;
 use serde_json::json;
 use statrs::statistics::{Data, OrderStatistics};

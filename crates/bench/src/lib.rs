@@ -1,0 +1,12 @@
+//! The benchmarks behind `gridwise bench`. Each returns (or emits, line by line) the JSON the
+//! issues specify, so a figure in a note can be traced to the command that printed it.
+//!
+//! `rpc` and `faults` start a real local grid of daemons; `mapping` and `schedule` drive the
+//! scheduling core directly or through a grid; `models` builds functional performance models
+//! against the built-in kernels.
+
+pub mod faults;
+pub mod mapping;
+pub mod models;
+pub mod rpc;
+pub mod schedule;
