@@ -91,7 +91,8 @@ pub struct GraphPlan {
     /// Estimated compute time of every call on every server (row-major calls × servers, s;
     /// infinite where it cannot run).
     pub etc: Vec<f64>,
-    /// `(call, server)` pairs with no estimate at all (counted as 0 s: optimistic).
+    /// `(call, server)` pairs with no estimate at all: no calibrated rate, model or past call
+    /// anywhere, so their `etc` is the agent's assumed time for the unknown.
     pub unknown: Vec<(u32, u32)>,
     /// Latency assumed where no link was measured, s.
     pub default_latency_s: f64,

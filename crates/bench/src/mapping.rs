@@ -1,24 +1,161 @@
 //! `gridwise bench mapping`: how fast the pure decision core decides, in-process — HEFT on a
-//! large task graph, and independent-call ranking over many servers.
+//! large task graph, independent-call ranking over many servers, and how long a single call's
+//! ranking waits while the agent maps a very large graph.
 
 use gridwise_kernels::builtin;
-use gridwise_proto::{CallProfile, RankOptions, Registration};
+use gridwise_proto::{
+    CallProfile, GraphCall, GraphEdge, GraphRequest, RankOptions, Registration, ServiceDesc,
+};
 use gridwise_sched::graph::generate;
-use gridwise_sched::{AgentCore, CommModel, CoreConfig, GraphPolicy};
+use gridwise_sched::{AgentCore, CommModel, CoreConfig, GraphPolicy, map_graph_shared};
 use serde_json::json;
+use statrs::statistics::{Data, OrderStatistics};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Runs both measurements and returns the JSON object.
+/// Runs the measurements and returns the JSON object.
 pub fn run() -> anyhow::Result<serde_json::Value> {
     eprintln!("bench mapping: HEFT, 10,000 tasks over 100 servers …");
     let heft_ms = heft_10k_100()?;
     eprintln!("bench mapping: MCT ranking over 1,000 servers …");
     let per_s = rank_1000()?;
+    eprintln!("bench mapping: ranking while a 100,000-task graph is mapped on 100 servers …");
+    let during = rank_during_map()?;
     Ok(json!({
         "bench": "mapping",
         "heft_10k_tasks_100_servers_ms": (heft_ms * 10.0).round() / 10.0,
         "rank_decisions_per_s_1000_servers": per_s.round(),
+        "rank_p99_us_during_map": during.p99_us.round(),
+        "rank_max_us_during_map": during.max_us.round(),
+        "ranks_during_map": during.ranks,
+        "map_100k_tasks_100_servers_ms": during.map_ms.round(),
     }))
+}
+
+struct DuringMap {
+    p99_us: f64,
+    max_us: f64,
+    ranks: usize,
+    map_ms: f64,
+}
+
+/// Single-call ranking latency (lock wait included) on a core that is mapping and reserving
+/// a 100,000-task layered graph of dgemm calls over 100 servers, as the agent does it: one
+/// thread maps, the other ranks a call every 100 µs.
+fn rank_during_map() -> anyhow::Result<DuringMap> {
+    let dgemm = dgemm_desc()?;
+    let core = Mutex::new(grid(&dgemm, 100));
+    let g = generate::layered(100_000, 100, 0.05, 11);
+    let request = GraphRequest {
+        calls: (0..g.len())
+            .map(|i| GraphCall {
+                name: format!("t{i}"),
+                profile: profile(100 + (i % 400) as i64),
+            })
+            .collect(),
+        edges: g
+            .edges()
+            .map(|(from, to, bytes)| GraphEdge {
+                from: from as u32,
+                to: to as u32,
+                bytes,
+            })
+            .collect(),
+        policy: Some("heft".into()),
+        reserve: true,
+    };
+    let epoch = Instant::now();
+    let opts = RankOptions::default();
+    let (map_ms, latencies) = std::thread::scope(|s| -> anyhow::Result<(f64, Vec<f64>)> {
+        let mapper = s.spawn(|| {
+            let t = Instant::now();
+            let plan = map_graph_shared(&core, Some("bench"), &request, || epoch.elapsed());
+            (t.elapsed().as_secs_f64() * 1e3, plan)
+        });
+        let mut latencies = Vec::new();
+        let mut i = 0i64;
+        while !mapper.is_finished() {
+            let t = Instant::now();
+            {
+                let mut c = core.lock().unwrap_or_else(|p| p.into_inner());
+                let r = c.rank(&profile(100 + i % 400), &opts, epoch.elapsed())?;
+                c.release(r.ticket);
+            }
+            latencies.push(t.elapsed().as_secs_f64() * 1e6);
+            i += 1;
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let (ms, plan) = mapper
+            .join()
+            .map_err(|_| anyhow::anyhow!("the mapping thread panicked"))?;
+        let plan = plan.map_err(|e| anyhow::anyhow!("mapping the graph: {e}"))?;
+        anyhow::ensure!(
+            plan.tickets.len() == 100_000,
+            "{} of 100,000 calls reserved",
+            plan.tickets.len()
+        );
+        Ok((ms, latencies))
+    })?;
+    anyhow::ensure!(
+        !latencies.is_empty(),
+        "no call was ranked while the graph was mapped"
+    );
+    let max_us = latencies.iter().copied().fold(0.0, f64::max);
+    let ranks = latencies.len();
+    let p99_us = Data::new(latencies).quantile(0.99);
+    Ok(DuringMap {
+        p99_us,
+        max_us,
+        ranks,
+        map_ms,
+    })
+}
+
+fn dgemm_desc() -> anyhow::Result<ServiceDesc> {
+    Ok(builtin("dgemm")
+        .ok_or_else(|| anyhow::anyhow!("dgemm is not built in"))?
+        .desc()
+        .clone())
+}
+
+/// A core with `servers` servers offering `desc`, their rates 1–17 Gop/s.
+fn grid(desc: &ServiceDesc, servers: usize) -> AgentCore {
+    let mut core = AgentCore::new(CoreConfig {
+        max_candidates: 8,
+        ..CoreConfig::default()
+    });
+    for i in 0..servers {
+        core.register(
+            Registration {
+                secret: None,
+                instance: String::new(),
+                max_frame_bytes: u64::MAX,
+                memory_budget_bytes: u64::MAX,
+                name: format!("s{i:04}"),
+                addr: format!("10.0.{}.{}:7000", i / 250, i % 250),
+                slots: 1,
+                services: vec![desc.clone()],
+                rates: vec![],
+                default_rate: 1e9 * (1.0 + (i % 17) as f64),
+                memory_bytes: 1 << 34,
+                cores: 8,
+            },
+            Duration::ZERO,
+        )
+        .expect("a fresh core admits every bench server");
+    }
+    core
+}
+
+/// An n×n×n dgemm call.
+fn profile(n: i64) -> CallProfile {
+    CallProfile {
+        service: "dgemm".into(),
+        sizes: vec![("m".into(), n), ("n".into(), n), ("k".into(), n)],
+        in_bytes: (16 * n * n) as u64,
+        out_bytes: (8 * n * n) as u64,
+        remote_in: Vec::new(),
+    }
 }
 
 /// Median of three HEFT mappings of a layered 10,000-task DAG (about 50,000 edges) onto 100
@@ -46,40 +183,7 @@ fn heft_10k_100() -> anyhow::Result<f64> {
 /// MCT decisions per second with 1,000 servers offering dgemm, each decision over all of
 /// them; assignments are released as they are made, as reports would in a steady state.
 fn rank_1000() -> anyhow::Result<f64> {
-    let dgemm = builtin("dgemm")
-        .ok_or_else(|| anyhow::anyhow!("dgemm is not built in"))?
-        .desc()
-        .clone();
-    let mut core = AgentCore::new(CoreConfig {
-        max_candidates: 8,
-        ..CoreConfig::default()
-    });
-    for i in 0..1000 {
-        core.register(
-            Registration {
-                secret: None,
-                instance: String::new(),
-                max_frame_bytes: u64::MAX,
-                memory_budget_bytes: u64::MAX,
-                name: format!("s{i:04}"),
-                addr: format!("10.0.{}.{}:7000", i / 250, i % 250),
-                slots: 1,
-                services: vec![dgemm.clone()],
-                rates: vec![],
-                default_rate: 1e9 * (1.0 + (i % 17) as f64),
-                memory_bytes: 1 << 34,
-                cores: 8,
-            },
-            Duration::ZERO,
-        )?;
-    }
-    let profile = |n: i64| CallProfile {
-        service: "dgemm".into(),
-        sizes: vec![("m".into(), n), ("n".into(), n), ("k".into(), n)],
-        in_bytes: (16 * n * n) as u64,
-        out_bytes: (8 * n * n) as u64,
-        remote_in: Vec::new(),
-    };
+    let mut core = grid(&dgemm_desc()?, 1000);
     let opts = RankOptions::default();
     let calls = 20_000;
     let t = Instant::now();

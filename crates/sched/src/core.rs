@@ -25,7 +25,7 @@ mod prune;
 
 pub use admission::{Refusal, Registering};
 
-pub use graph_map::MAX_GRAPH_CELLS;
+pub use graph_map::{GraphOutline, GraphSnapshot, MAX_GRAPH_CELLS, MappedGraph, map_graph_shared};
 
 pub use models::DirtyPoint;
 
@@ -36,7 +36,7 @@ pub struct AgentCore {
     catalog: Catalog,
     registry: Registry,
     tickets: TicketIndex,
-    model: Box<dyn ComputeModel>,
+    model: std::sync::Arc<dyn ComputeModel>,
     // Tickets and server secrets are keyed hashes of a counter, so no peer can guess one.
     key: std::hash::RandomState,
     issued: u64,
@@ -98,7 +98,7 @@ impl AgentCore {
             catalog: Catalog::new(),
             registry: Registry::new(),
             tickets: TicketIndex::default(),
-            model: Box::new(FpmModel),
+            model: std::sync::Arc::new(FpmModel),
             key: std::hash::RandomState::new(),
             issued: 0,
             limiter: admission::RegistrationLimiter::default(),
@@ -114,7 +114,7 @@ impl AgentCore {
     }
 
     /// The same core estimating compute time with `model` instead.
-    pub fn with_compute_model(mut self, model: Box<dyn ComputeModel>) -> Self {
+    pub fn with_compute_model(mut self, model: std::sync::Arc<dyn ComputeModel>) -> Self {
         self.model = model;
         self.prunable = false;
         self
@@ -339,6 +339,24 @@ impl AgentCore {
         holder: Option<&str>,
         now: Duration,
     ) -> Ticket {
+        let holder = self.holder_key(holder);
+        self.assign_keyed(slot, compute_s, finish_s, holder, now)
+    }
+
+    /// The key a holder's tickets carry: compared, never shown.
+    pub(crate) fn holder_key(&self, holder: Option<&str>) -> Option<u64> {
+        holder.map(|h| self.key.hash_one(h))
+    }
+
+    /// [`assign`](Self::assign) with the holder already keyed, for many assignments at once.
+    pub(crate) fn assign_keyed(
+        &mut self,
+        slot: usize,
+        compute_s: f64,
+        finish_s: f64,
+        holder: Option<u64>,
+        now: Duration,
+    ) -> Ticket {
         let ticket = self.new_ticket();
         self.registry.entry_mut(slot).queue.push(Assignment {
             ticket,
@@ -346,7 +364,6 @@ impl AgentCore {
             compute_s,
             finish_s,
         });
-        let holder = holder.map(|h| self.key.hash_one(h));
         self.tickets.insert(ticket, slot, now, holder);
         self.ranked += 1;
         ticket

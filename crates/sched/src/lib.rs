@@ -35,7 +35,10 @@ mod testutil;
 
 pub use crate::catalog::{Catalog, CatalogEntry, ServiceIdx};
 pub use crate::config::{ConfigError, CoreConfig};
-pub use crate::core::{AgentCore, DirtyPoint, Refusal, Registering};
+pub use crate::core::{
+    AgentCore, DirtyPoint, GraphOutline, GraphSnapshot, MappedGraph, Refusal, Registering,
+    map_graph_shared,
+};
 pub use crate::etc::{ComputeModel, RateModel, estimate};
 pub use crate::fpm_model::FpmModel;
 pub use crate::graph::{

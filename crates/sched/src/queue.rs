@@ -94,6 +94,21 @@ impl ServerQueue {
     }
 }
 
+impl ServerQueue {
+    /// When each of `slots` slots frees from the pending assignments, seconds after `now`:
+    /// the `slots` latest predicted finishes still ahead, largest last, the rest 0. The
+    /// earliest of them is [`wait_s`](Self::wait_s).
+    pub fn free_in_s(&self, now: Duration, slots: u32) -> Vec<f64> {
+        let now_s = now.as_secs_f64();
+        let slots = slots.max(1) as usize;
+        let ahead = &self.by_finish[self.by_finish.partition_point(|a| a.finish_s <= now_s)..];
+        let busy = &ahead[ahead.len().saturating_sub(slots)..];
+        let mut out = vec![0.0; slots - busy.len()];
+        out.extend(busy.iter().map(|a| a.finish_s - now_s));
+        out
+    }
+}
+
 /// Where every pending ticket is, who holds it and when it was issued, so a report finds it on
 /// whatever server it was assigned to, only its holder may give it back, and old tickets are
 /// expired oldest first.
@@ -159,6 +174,12 @@ impl TicketIndex {
             let pending = &self.pending;
             self.order.retain(|(_, t)| pending.contains_key(t));
         }
+    }
+
+    /// Makes room for `more` tickets at once (a graph's), so the table grows once.
+    pub fn reserve(&mut self, more: usize) {
+        self.pending.reserve(more);
+        self.order.reserve(more);
     }
 
     /// Forgets `ticket`, returning the server slot it was pending on.
@@ -320,6 +341,11 @@ mod tests {
             let w = q.wait_s(now_d, slots);
             prop_assert!(w >= 0.0);
             prop_assert_eq!(w, queue_wait(&remaining, slots));
+            // The slots' free times: one per slot, the earliest is the wait.
+            let free = q.free_in_s(now_d, slots);
+            prop_assert_eq!(free.len(), slots as usize);
+            prop_assert!(free.iter().all(|f| *f >= 0.0));
+            prop_assert_eq!(free.iter().copied().fold(f64::INFINITY, f64::min), w);
         }
     }
 }

@@ -11,7 +11,7 @@ use gridwise_proto::{
     RankOptions, Ranking, RegisterReply, Registration, RpcError, ServerApiClient, ServerId,
     ServiceDesc, ServiceSummary, StorageHealth, Ticket,
 };
-use gridwise_sched::{AgentCore, Refusal, Registering};
+use gridwise_sched::{AgentCore, Refusal, Registering, map_graph_shared};
 use gridwise_store::{Op, Writer};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -383,9 +383,21 @@ impl AgentApi for AgentHandler {
     }
 
     async fn map_graph(self, _: Context, request: GraphRequest) -> Result<GraphPlan, RpcError> {
-        let now = self.now();
-        let holder = Some(self.peer.principal.as_str());
-        self.core().map_graph_for(holder, &request, now)
+        // The mapping may take seconds on a large graph: off the runtime's threads, and off
+        // the core's lock but for the copy it maps from and the reservations it records.
+        let shared = self.shared.clone();
+        let holder = self.peer.principal.clone();
+        tokio::task::spawn_blocking(move || {
+            let epoch = shared.epoch;
+            map_graph_shared(&shared.core, Some(&holder), &request, || epoch.elapsed())
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(RpcError::new(
+                ErrorCode::OtherErrorCode,
+                format!("mapping the graph failed inside the agent: {e}"),
+            ))
+        })
     }
 
     async fn models(self, _: Context) -> Vec<ModelSummary> {

@@ -230,7 +230,8 @@ impl Prediction {
             let _ = writeln!(
                 out,
                 "note: the agent has no estimate for {} of {} task/server pair(s) (no calibrated \
-                 rate, model or past calls); they count as 0 s, so this is optimistic",
+                 rate, model or past calls); each counts as an assumed time, so this is a guess \
+                 until calls have run",
                 p.unknown.len(),
                 self.tasks.len() * p.servers.len()
             );

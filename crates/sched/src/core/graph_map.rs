@@ -1,25 +1,106 @@
-//! Mapping a whole task graph at once (`map_graph`): the agent's side of SmartGridSolve's
-//! `grpc_map`. The ETC matrix holds each call's *compute* estimate on each live server (the same
-//! model `rank` uses), the communication model the measured links, and a [`GraphPolicy`] maps
-//! the graph; [`replay`] predicts its timeline.
+//! Mapping a whole task graph at once: the agent's side of SmartGridSolve's `grpc_map`, in three
+//! steps so that a large graph never holds up the agent's other decisions.
 //!
-//! Queue wait is left out of the matrix on purpose: the graph's own calls are what will fill
-//! the queues, and the replay accounts for them. What the client sends and receives is left out
-//! too: a graph's data moves server to server along its edges.
+//! 1. [`AgentCore::snapshot_graph`] copies, under the core's lock, what the mapping reads: the
+//!    catalog, the live servers offering the graph's services (models, rates, histories and
+//!    queues), the measured links. A copy of a hundred servers takes well under a millisecond.
+//! 2. [`GraphSnapshot::map`] runs without the lock: each call's *compute* estimate on each server
+//!    (the same compute model `rank` uses), the communication model, the [`GraphPolicy`] and
+//!    the [`replay`] that predicts the timeline. Each server's slots start when its queued calls
+//!    end, so a plan counts the work it lands on.
+//! 3. [`AgentCore::reserve_graph`], under the lock again, records one assignment per call when
+//!    the request reserves, and refuses if a server the plan chose went down meanwhile.
+//!
+//! [`map_graph_shared`] runs the three around a `Mutex<AgentCore>`, as the agent does.
+//!
+//! What the client sends and receives is left out of the matrix: a graph's data moves server to
+//! server along its edges.
 
-use super::AgentCore;
+use super::{AgentCore, Call, not_offered, sizes_mismatch};
+use crate::catalog::Catalog;
+use crate::etc::{self, ComputeModel};
 use crate::graph::{Bounds, CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, replay};
+use crate::links::Links;
+use crate::registry::ServerEntry;
 use gridwise_proto::{
-    ComputeSource, ErrorCode, GraphPlan, GraphRequest, PlannedLink, PlannedServer, RankOptions,
-    RpcError,
+    ComputeSource, ErrorCode, GraphPlan, GraphRequest, PlannedLink, PlannedServer, RpcError,
+    ServerId,
 };
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Above this many (call × server) estimates a request is refused rather than tying up the agent.
 pub const MAX_GRAPH_CELLS: usize = 20_000_000;
 
+/// How often [`map_graph_shared`] maps again when servers go down under it before giving up.
+const MAP_ATTEMPTS: usize = 3;
+
 fn invalid(message: String) -> RpcError {
     RpcError::new(ErrorCode::OtherErrorCode, message)
+}
+
+/// Everything mapping a graph reads, copied from the core so the mapping runs without its lock.
+pub struct GraphSnapshot {
+    policy: Option<GraphPolicy>,
+    reserve: bool,
+    catalog: Catalog,
+    // The live servers offering at least one of the graph's services, by name.
+    servers: Vec<ServerEntry>,
+    links: Links,
+    model: Arc<dyn ComputeModel>,
+    default_latency_s: f64,
+    default_bandwidth: f64,
+    taken_at: Duration,
+}
+
+/// A mapped graph waiting for [`AgentCore::reserve_graph`].
+pub struct MappedGraph {
+    plan: GraphPlan,
+    reserve: bool,
+    // Each call's compute estimate on its server, s.
+    compute_s: Vec<f64>,
+}
+
+impl MappedGraph {
+    /// The plan, with no reservation made.
+    pub fn plan(&self) -> &GraphPlan {
+        &self.plan
+    }
+}
+
+/// What a graph request asks of the platform (its policy and services), read from the
+/// request alone so that the core's lock is not held for it.
+pub struct GraphOutline<'r> {
+    req: &'r GraphRequest,
+    policy: Option<GraphPolicy>,
+    services: Vec<&'r str>,
+}
+
+impl<'r> GraphOutline<'r> {
+    /// Refuses an empty graph and an unknown policy.
+    pub fn of(req: &'r GraphRequest) -> Result<Self, RpcError> {
+        if req.calls.is_empty() {
+            return Err(invalid("the graph has no calls".into()));
+        }
+        let policy = req
+            .policy
+            .as_deref()
+            .map(str::parse::<GraphPolicy>)
+            .transpose()
+            .map_err(|e| invalid(e.to_string()))?;
+        let mut services: Vec<&str> = Vec::new();
+        for c in &req.calls {
+            // Graphs call a handful of services: a scan beats hashing 10⁵ names.
+            if !services.contains(&c.profile.service.as_str()) {
+                services.push(&c.profile.service);
+            }
+        }
+        Ok(GraphOutline {
+            req,
+            policy,
+            services,
+        })
+    }
 }
 
 impl AgentCore {
@@ -32,36 +113,203 @@ impl AgentCore {
     }
 
     /// [`map_graph`](Self::map_graph) for the client `holder`, who alone may release the
-    /// reservations.
+    /// reservations. The three steps at one instant, for callers that hold the core alone.
     pub fn map_graph_for(
         &mut self,
         holder: Option<&str>,
         req: &GraphRequest,
         now: Duration,
     ) -> Result<GraphPlan, RpcError> {
-        if req.calls.is_empty() {
-            return Err(invalid("the graph has no calls".into()));
+        let mapped = self
+            .snapshot_graph(&GraphOutline::of(req)?, now)?
+            .map(req)?;
+        self.reserve_graph(holder, mapped, now)
+    }
+
+    /// Step 1: copies what mapping the outlined graph reads. An unknown service or no live
+    /// server fails here; what concerns single calls fails in [`GraphSnapshot::map`].
+    pub fn snapshot_graph(
+        &self,
+        outline: &GraphOutline<'_>,
+        now: Duration,
+    ) -> Result<GraphSnapshot, RpcError> {
+        let mut services = Vec::with_capacity(outline.services.len());
+        for name in &outline.services {
+            let svc = self.catalog.get(name).ok_or_else(|| {
+                let e = not_offered(name);
+                let call = outline
+                    .req
+                    .calls
+                    .iter()
+                    .find(|c| c.profile.service == *name);
+                let call = call.map_or("?", |c| c.name.as_str());
+                RpcError::new(e.code, format!("call `{call}`: {}", e.message))
+            })?;
+            services.push(svc.idx);
         }
-        let policy = req
-            .policy
-            .as_deref()
-            .map(str::parse::<GraphPolicy>)
-            .transpose()
-            .map_err(|e| invalid(e.to_string()))?;
-        // Every call checked as `rank` would (service offered, sizes in order), work once.
-        let opts = RankOptions::default();
-        let mut calls = Vec::with_capacity(req.calls.len());
+        let mut slots: Vec<usize> = (0..self.registry.len())
+            .filter(|&s| {
+                let e = self.registry.entry(s);
+                e.is_up() && services.iter().any(|svc| e.offers(*svc))
+            })
+            .collect();
+        if slots.is_empty() {
+            return Err(RpcError::new(
+                ErrorCode::ServerNotFound,
+                "no live server offers any of the graph's services; start servers first",
+            ));
+        }
+        let (n, m) = (outline.req.calls.len(), slots.len());
+        if n.saturating_mul(m) > MAX_GRAPH_CELLS {
+            return Err(invalid(format!(
+                "the graph has {n} calls and the grid {m} servers: {} estimates, over the \
+                 agent's limit of {MAX_GRAPH_CELLS}; split the graph",
+                n * m
+            )));
+        }
+        slots.sort_by(|&a, &b| {
+            self.registry
+                .entry(a)
+                .name
+                .cmp(&self.registry.entry(b).name)
+        });
+        Ok(GraphSnapshot {
+            policy: outline.policy,
+            reserve: outline.req.reserve,
+            catalog: self.catalog.clone(),
+            servers: slots
+                .iter()
+                .map(|&s| self.registry.entry(s).clone())
+                .collect(),
+            links: self.links.clone(),
+            model: Arc::clone(&self.model),
+            default_latency_s: self.config.default_latency_s,
+            default_bandwidth: self.config.default_bandwidth_bytes_per_s,
+            taken_at: now,
+        })
+    }
+
+    /// Step 3: with `mapped`'s request reserving, records each call on its server's queue
+    /// under a ticket `holder` alone may release; refuses (`ServerNotFound`, nothing recorded)
+    /// if a server the plan uses is gone or down by now.
+    pub fn reserve_graph(
+        &mut self,
+        holder: Option<&str>,
+        mapped: MappedGraph,
+        now: Duration,
+    ) -> Result<GraphPlan, RpcError> {
+        let MappedGraph {
+            mut plan,
+            reserve,
+            compute_s,
+        } = mapped;
+        if !reserve {
+            return Ok(plan);
+        }
+        let mut slot_of = Vec::with_capacity(plan.servers.len());
+        for s in &plan.servers {
+            let used = plan
+                .server_of
+                .iter()
+                .any(|&c| plan.servers[c as usize].server_id == s.server_id);
+            let slot = self.live_slot(s.server_id);
+            if used && slot.is_none() {
+                return Err(server_gone(&s.name));
+            }
+            slot_of.push(slot);
+        }
+        // Each server's calls in order of predicted finish, so every push lands at the end
+        // of its queue (sorted by finish) instead of shifting it.
+        let mut order: Vec<usize> = (0..plan.server_of.len()).collect();
+        order.sort_by(|&a, &b| plan.end_s[a].total_cmp(&plan.end_s[b]));
+        let mut tickets = vec![gridwise_proto::Ticket(0); order.len()];
+        let holder = self.holder_key(holder);
+        self.tickets.reserve(order.len());
+        for t in order {
+            let slot = slot_of[plan.server_of[t] as usize].expect("checked above");
+            let finish_s = now.as_secs_f64() + plan.end_s[t];
+            tickets[t] = self.assign_keyed(slot, compute_s[t], finish_s, holder, now);
+        }
+        plan.tickets = tickets;
+        Ok(plan)
+    }
+
+    fn live_slot(&self, id: ServerId) -> Option<usize> {
+        self.registry
+            .slot_of(id)
+            .filter(|&s| self.registry.entry(s).is_up())
+    }
+}
+
+fn server_gone(name: &str) -> RpcError {
+    RpcError::new(
+        ErrorCode::ServerNotFound,
+        format!(
+            "server `{name}` went down while the graph was being mapped; map it again (the \
+             servers that are left get it)"
+        ),
+    )
+}
+
+fn lock(core: &Mutex<AgentCore>) -> MutexGuard<'_, AgentCore> {
+    core.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Maps and reserves `req` on the core behind `core`, holding the lock only to copy what the
+/// mapping reads and to record the reservations; `now` is read at each step. If servers the
+/// plan chose go down before it is reserved, maps again on the servers left (a few times).
+pub fn map_graph_shared(
+    core: &Mutex<AgentCore>,
+    holder: Option<&str>,
+    req: &GraphRequest,
+    now: impl Fn() -> Duration,
+) -> Result<GraphPlan, RpcError> {
+    let outline = GraphOutline::of(req)?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let snapshot = lock(core).snapshot_graph(&outline, now())?;
+        let mapped = snapshot.map(req)?;
+        match lock(core).reserve_graph(holder, mapped, now()) {
+            Err(e) if e.code == ErrorCode::ServerNotFound && attempt < MAP_ATTEMPTS => continue,
+            other => return other,
+        }
+    }
+}
+
+impl GraphSnapshot {
+    /// Step 2: maps the graph on the copied platform and predicts its timeline. Pure and
+    /// possibly long (HEFT on 10⁵ calls, an LP), so run it without the core's lock.
+    pub fn map(self, req: &GraphRequest) -> Result<MappedGraph, RpcError> {
+        let (n, m) = (req.calls.len(), self.servers.len());
+        // Every call checked as `rank` would (sizes in order), work once.
+        let mut calls = Vec::with_capacity(n);
         let mut graph = TaskGraph::new();
         for c in &req.calls {
-            let (service, _, call) = self
-                .call(&c.profile, &opts, now)
-                .map_err(|e| RpcError::new(e.code, format!("call `{}`: {}", c.name, e.message)))?;
+            let svc = self
+                .catalog
+                .get(&c.profile.service)
+                .ok_or_else(|| not_offered(&c.profile.service))?;
+            if !svc.sizes_match(&c.profile.sizes) {
+                let e = sizes_mismatch(svc, &c.profile);
+                return Err(RpcError::new(
+                    e.code,
+                    format!("call `{}`: {}", c.name, e.message),
+                ));
+            }
+            let call = Call {
+                svc,
+                work: etc::work(svc, &c.profile),
+                footprint: c.profile.footprint_bytes(),
+                profile: &c.profile,
+                now: self.taken_at,
+            };
             graph.add_task(Task::new(
                 c.name.clone(),
                 c.profile.service.clone(),
                 call.work.unwrap_or(0.0),
             ));
-            calls.push((service, call));
+            calls.push(call);
         }
         for e in &req.edges {
             graph
@@ -70,86 +318,48 @@ impl AgentCore {
         }
         graph.adjacency().map_err(|err| invalid(err.to_string()))?;
 
-        // The live servers offering at least one of the graph's services, by name.
-        let mut slots: Vec<usize> = (0..self.registry.len())
-            .filter(|&s| {
-                let e = self.registry.entry(s);
-                e.is_up() && calls.iter().any(|(svc, _)| e.offers(*svc))
-            })
-            .collect();
-        slots.sort_by(|&a, &b| {
-            self.registry
-                .entry(a)
-                .name
-                .cmp(&self.registry.entry(b).name)
-        });
-        if slots.is_empty() {
-            return Err(RpcError::new(
-                ErrorCode::ServerNotFound,
-                "no live server offers any of the graph's services; start servers first",
-            ));
-        }
-        let (n, m) = (calls.len(), slots.len());
-        if n.saturating_mul(m) > MAX_GRAPH_CELLS {
-            return Err(invalid(format!(
-                "the graph has {n} calls and the grid {m} servers: {} estimates, over the \
-                 agent's limit of {MAX_GRAPH_CELLS}; split the graph",
-                n * m
-            )));
-        }
-
         let mut values = vec![f64::INFINITY; n * m];
         let mut unknown = Vec::new();
         // Offered, but the model says the call does not fit: classic GridSolve cannot know.
         let mut blind_spots = Vec::new();
-        for (t, (svc, call)) in calls.iter().enumerate() {
-            for (col, &slot) in slots.iter().enumerate() {
-                let e = self.registry.entry(slot);
-                if !e.offers(*svc) {
-                    continue;
-                }
-                if !call.fits(e) {
+        for (t, call) in calls.iter().enumerate() {
+            for (col, e) in self.servers.iter().enumerate() {
+                if !e.offers(call.svc.idx) || !call.fits(e) {
                     continue;
                 }
                 if !self.model.feasible(e, call.svc, call.profile) {
                     blind_spots.push((t, col));
                     continue;
                 }
-                let (mut compute, source) =
-                    self.model.compute(e, call.svc, call.work, call.profile);
+                let (compute, source) = self.model.compute(e, call.svc, call.work, call.profile);
                 if matches!(source, ComputeSource::Assumed { .. }) {
-                    match call.work {
-                        Some(w)
-                            if w > 0.0 && e.default_rate.is_finite() && e.default_rate > 0.0 =>
-                        {
-                            compute = w / e.default_rate;
-                        }
-                        _ => unknown.push((t as u32, col as u32)),
-                    }
+                    unknown.push((t as u32, col as u32));
                 }
                 if compute.is_finite() {
                     values[t * m + col] = compute.max(0.0);
                 }
             }
         }
-        let policy_requested = policy.is_some();
-        let policy = policy.unwrap_or_else(|| GraphPolicy::default_for(&graph));
+        let policy_requested = self.policy.is_some();
+        let policy = self
+            .policy
+            .unwrap_or_else(|| GraphPolicy::default_for(&graph));
         // Classic GridSolve: one benchmark rate per server. A server's rate is its calibrated
         // rate for the first of the graph's services it offers (measured at one size, which is
         // the point: it cannot see paging), else its default rate.
-        let rates: Vec<f64> = slots
+        let rates: Vec<f64> = self
+            .servers
             .iter()
-            .map(|&slot| {
-                let e = self.registry.entry(slot);
+            .map(|e| {
                 calls
                     .iter()
-                    .find_map(|(svc, _)| e.rate(*svc))
+                    .find_map(|c| e.rate(c.svc.idx))
                     .unwrap_or(e.default_rate)
             })
             .collect();
         if policy == GraphPolicy::ConstantSpeed {
             if let Some(col) = rates.iter().position(|r| !(r.is_finite() && *r > 0.0)) {
-                let name = &self.registry.entry(slots[col]).name;
+                let name = &self.servers[col].name;
                 return Err(invalid(format!(
                     "constant-speed divides work by each server's calibrated rate, but server \
                      `{name}` has none (calibrate = false?); choose another policy"
@@ -158,10 +368,10 @@ impl AgentCore {
             // Blind to memory as GridSolve was: it places calls where they do not fit, and
             // they fail there (the Hydropad lesson, seed 003 §5.3).
             for &(t, col) in &blind_spots {
-                values[t * m + col] = calls[t].1.work.unwrap_or(0.0).max(0.0) / rates[col];
+                values[t * m + col] = calls[t].work.unwrap_or(0.0).max(0.0) / rates[col];
             }
         }
-        for (t, (_, call)) in calls.iter().enumerate() {
+        for (t, call) in calls.iter().enumerate() {
             if values[t * m..(t + 1) * m].iter().all(|v| v.is_infinite()) {
                 return Err(RpcError::new(
                     ErrorCode::ServerNotFound,
@@ -174,26 +384,27 @@ impl AgentCore {
                 ));
             }
         }
-        let servers: Vec<PlannedServer> = slots
+        let servers: Vec<PlannedServer> = self
+            .servers
             .iter()
-            .map(|&s| {
-                let e = self.registry.entry(s);
-                PlannedServer {
-                    server_id: e.id,
-                    name: e.name.clone(),
-                    addr: e.addr.clone(),
-                    slots: e.slots.max(1),
-                    default_rate: e.default_rate,
-                }
+            .map(|e| PlannedServer {
+                server_id: e.id,
+                name: e.name.clone(),
+                addr: e.addr.clone(),
+                slots: e.slots.max(1),
+                default_rate: e.default_rate,
             })
+            .collect();
+        let busy = self
+            .servers
+            .iter()
+            .map(|e| e.queue.free_in_s(self.taken_at, e.slots))
             .collect();
         let etc = EtcMatrix::new(n, m, values)
             .and_then(|x| x.with_slots(servers.iter().map(|s| s.slots as usize).collect()))
+            .and_then(|x| x.with_busy(busy))
             .map_err(|e| invalid(e.to_string()))?;
-        let (lat, bw) = (
-            self.config.default_latency_s,
-            self.config.default_bandwidth_bytes_per_s,
-        );
+        let (lat, bw) = (self.default_latency_s, self.default_bandwidth);
         let mut comm = CommModel::uniform(m, lat, bw).map_err(|e| invalid(e.to_string()))?;
         let mut links = Vec::new();
         for (a, sa) in servers.iter().enumerate() {
@@ -231,38 +442,35 @@ impl AgentCore {
                 lane[s.task] = s.lane as u32;
             }
         }
-        let mut tickets = Vec::new();
-        if req.reserve {
-            tickets.reserve(n);
-            for (t, &col) in mapping.server_of.iter().enumerate() {
-                let finish_s = now.as_secs_f64() + end_s[t];
-                tickets.push(self.assign(slots[col], etc.get(t, col), finish_s, holder, now));
-            }
-        }
-        Ok(GraphPlan {
-            policy: policy.name().to_string(),
-            policy_requested,
-            servers,
-            server_of: mapping.server_of.iter().map(|&s| s as u32).collect(),
-            order: mapping
-                .order
-                .iter()
-                .map(|o| o.iter().map(|&t| t as u32).collect())
-                .collect(),
-            tickets,
-            etc: (0..n).flat_map(|t| etc.row(t).to_vec()).collect(),
-            unknown,
-            default_latency_s: lat,
-            default_bandwidth: bw,
-            links,
-            start_s,
-            end_s,
-            lane,
-            makespan_s: predicted.makespan_s,
-            lower_bound_s: bounds.lower_bound_s,
-            critical_path_s: bounds.critical_path_s,
-            average_parallelism: bounds.average_parallelism,
-            total_work_s: bounds.total_work_s,
+        let compute_s = (0..n).map(|t| etc.get(t, mapping.server_of[t])).collect();
+        Ok(MappedGraph {
+            plan: GraphPlan {
+                policy: policy.name().to_string(),
+                policy_requested,
+                servers,
+                server_of: mapping.server_of.iter().map(|&s| s as u32).collect(),
+                order: mapping
+                    .order
+                    .iter()
+                    .map(|o| o.iter().map(|&t| t as u32).collect())
+                    .collect(),
+                tickets: Vec::new(),
+                etc: (0..n).flat_map(|t| etc.row(t).to_vec()).collect(),
+                unknown,
+                default_latency_s: lat,
+                default_bandwidth: bw,
+                links,
+                start_s,
+                end_s,
+                lane,
+                makespan_s: predicted.makespan_s,
+                lower_bound_s: bounds.lower_bound_s,
+                critical_path_s: bounds.critical_path_s,
+                average_parallelism: bounds.average_parallelism,
+                total_work_s: bounds.total_work_s,
+            },
+            reserve: self.reserve,
+            compute_s,
         })
     }
 }

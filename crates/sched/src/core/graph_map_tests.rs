@@ -170,3 +170,86 @@ fn bad_requests_say_what_is_wrong() {
     assert!(err.message.contains("independent"), "{}", err.message);
     assert_eq!(c.pending(), 0, "a refused graph reserves nothing");
 }
+
+#[test]
+fn a_plan_starts_each_slot_when_its_queued_calls_end() {
+    let mut c = grid(&[("solo", 1e9)]);
+    // A 1000³ dgemm ranked before the graph: 2 s of queued work on the only slot.
+    c.rank(
+        &dgemm_profile(1000, 1000, 1000),
+        &RankOptions::default(),
+        Duration::ZERO,
+    )
+    .unwrap();
+    let plan = c.map_graph(&diamond(None, false), Duration::ZERO).unwrap();
+    // (Its finish also counts moving its data in and out: a fraction of a millisecond.)
+    assert!((plan.start_s[0] - 2.0).abs() < 1e-3, "{:?}", plan.start_s);
+    assert!((plan.makespan_s - 10.0).abs() < 1e-3, "{}", plan.makespan_s);
+    // Half a second later the queued call has 1.5 s left.
+    let later = c
+        .map_graph(&diamond(None, false), Duration::from_millis(500))
+        .unwrap();
+    assert!(
+        (later.start_s[0] - plan.start_s[0] + 0.5).abs() < 1e-9,
+        "{:?}",
+        later.start_s
+    );
+}
+
+#[test]
+fn a_server_lost_while_mapping_refuses_the_reservation_and_records_nothing() {
+    let mut c = grid(&[("x", 1e9), ("y", 1e9)]);
+    let req = diamond(Some("round-robin"), true);
+    let mapped = c
+        .snapshot_graph(&GraphOutline::of(&req).unwrap(), Duration::ZERO)
+        .unwrap()
+        .map(&req)
+        .unwrap();
+    assert_eq!(
+        mapped.plan().tickets.len(),
+        0,
+        "mapping alone reserves nothing"
+    );
+    // Both servers fall silent past the heartbeat timeout while the graph is mapped.
+    let late = Duration::from_secs(60);
+    c.sweep(late);
+    assert!(c.registry().iter().all(|e| !e.is_up()));
+    let err = c.reserve_graph(None, mapped, late).unwrap_err();
+    assert_eq!(err.code, ErrorCode::ServerNotFound);
+    assert!(
+        err.message.contains("went down while the graph"),
+        "{}",
+        err.message
+    );
+    assert_eq!(c.pending(), 0);
+}
+
+#[test]
+fn the_shared_core_maps_outside_its_lock_and_reserves_under_it() {
+    let core = std::sync::Mutex::new(grid(&[("x", 1e9), ("y", 2e9)]));
+    let plan = map_graph_shared(&core, Some("alice"), &diamond(None, true), || {
+        Duration::ZERO
+    })
+    .unwrap();
+    let mut c = core.into_inner().unwrap();
+    assert_eq!(c.pending(), 4);
+    assert!(
+        !c.release_by(plan.tickets[0], "bob"),
+        "only the holder releases"
+    );
+    assert!(c.release_by(plan.tickets[0], "alice"));
+    assert_eq!(c.pending(), 3);
+    // The same request mapped in one go on an equal core gives the same plan.
+    let mut fresh = grid(&[("x", 1e9), ("y", 2e9)]);
+    let mut once = fresh
+        .map_graph(&diamond(None, true), Duration::ZERO)
+        .unwrap();
+    let mut shared = plan;
+    once.tickets.clear();
+    shared.tickets.clear();
+    once.servers
+        .iter_mut()
+        .zip(&shared.servers)
+        .for_each(|(a, b)| a.server_id = b.server_id);
+    assert_eq!(once, shared);
+}

@@ -476,7 +476,7 @@ fn a_custom_compute_model_replaces_the_rate_model() {
         }
     }
     let (c, _) = grid(&[("a", 1e12), ("b", 1.0)]);
-    let c = c.with_compute_model(Box::new(Fixed));
+    let c = c.with_compute_model(std::sync::Arc::new(Fixed));
     let r = c
         .explain(&dgemm_profile(10, 10, 10), &mct(), Duration::ZERO)
         .unwrap();

@@ -108,6 +108,9 @@ pub struct EtcMatrix {
     servers: usize,
     values: Vec<f64>,
     slots: Vec<usize>,
+    // Per server, per slot: when it frees from work already queued (s from the graph's
+    // start); empty when every slot is free at once.
+    busy: Vec<Vec<f64>>,
 }
 
 impl EtcMatrix {
@@ -132,6 +135,7 @@ impl EtcMatrix {
             servers,
             values,
             slots: vec![1; servers],
+            busy: Vec::new(),
         })
     }
 
@@ -167,7 +171,51 @@ impl EtcMatrix {
             });
         }
         self.slots = slots;
+        self.busy.clear();
         Ok(self)
+    }
+
+    /// The same matrix with server `s`'s slots busy until `busy[s][lane]` seconds from the
+    /// graph's start (calls queued there before it); lanes not listed are free at 0. Every
+    /// mapper and the replay start each slot there, so a plan counts the queues it lands on.
+    pub fn with_busy(mut self, busy: Vec<Vec<f64>>) -> Result<Self, PlatformError> {
+        if busy.len() != self.servers {
+            return Err(PlatformError::Slots {
+                reason: format!(
+                    "busy times given for {} servers, the matrix has {}",
+                    busy.len(),
+                    self.servers
+                ),
+            });
+        }
+        for (s, lanes) in busy.iter().enumerate() {
+            if lanes.len() > self.slots[s] {
+                return Err(PlatformError::Slots {
+                    reason: format!(
+                        "server {s} has {} slot(s) but {} busy times",
+                        self.slots[s],
+                        lanes.len()
+                    ),
+                });
+            }
+            if let Some(t) = lanes.iter().find(|t| !(t.is_finite() && **t >= 0.0)) {
+                return Err(PlatformError::Slots {
+                    reason: format!("server {s} is busy until {t} s; times must be finite, >= 0"),
+                });
+            }
+        }
+        self.busy = busy;
+        Ok(self)
+    }
+
+    /// When each of server `s`'s slots frees from queued work, s from the graph's start (one
+    /// value per slot).
+    pub fn free_at(&self, s: usize) -> Vec<f64> {
+        let mut lanes = vec![0.0; self.slots[s]];
+        if let Some(b) = self.busy.get(s) {
+            lanes[..b.len()].copy_from_slice(b);
+        }
+        lanes
     }
 
     /// Marks every server whose `mem_capacity` (bytes) is below a task's `mem_bytes` as unable to

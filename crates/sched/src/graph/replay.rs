@@ -163,7 +163,7 @@ pub fn replay(
             }
         }
     }
-    let mut lanes: Vec<Vec<f64>> = (0..m).map(|s| vec![0.0; etc.slots(s)]).collect();
+    let mut lanes: Vec<Vec<f64>> = (0..m).map(|s| etc.free_at(s)).collect();
     let mut last_start = vec![0.0f64; m];
     let mut per_server: Vec<Vec<Slot>> = mapping
         .order

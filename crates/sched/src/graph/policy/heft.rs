@@ -16,9 +16,15 @@ pub fn map(graph: &TaskGraph, etc: &EtcMatrix, comm: &CommModel) -> Result<Mappi
     let (n, m) = (p.tasks(), p.servers());
     let order = priority_order(&p);
 
-    // busy[s][lane] = sorted, disjoint (start, end) intervals.
-    let mut busy: Vec<Vec<Vec<(f64, f64)>>> =
-        (0..m).map(|s| vec![Vec::new(); etc.slots(s)]).collect();
+    // busy[s][lane] = sorted, disjoint (start, end) intervals, from the queued work on.
+    let mut busy: Vec<Vec<Vec<(f64, f64)>>> = (0..m)
+        .map(|s| {
+            etc.free_at(s)
+                .into_iter()
+                .map(|f| if f > 0.0 { vec![(0.0, f)] } else { Vec::new() })
+                .collect()
+        })
+        .collect();
     let mut plan = Plan::new(n, m);
     let mut ready = vec![0.0; m];
     for t in order {

@@ -115,12 +115,10 @@ pub(crate) struct Lanes {
 }
 
 impl Lanes {
-    /// Every slot of every server free from time 0.
+    /// Every slot of every server free once its queued work is done.
     pub fn new(etc: &EtcMatrix) -> Self {
         Lanes {
-            free: (0..etc.servers())
-                .map(|s| vec![0.0; etc.slots(s)])
-                .collect(),
+            free: (0..etc.servers()).map(|s| etc.free_at(s)).collect(),
         }
     }
 

@@ -21,7 +21,8 @@ const EPS: f64 = 1e-6;
 pub(crate) fn round(classes: &Classes, frac: &Fractional, etc: &EtcMatrix) -> Vec<usize> {
     let (n, m) = (etc.tasks(), etc.servers());
     let mut server_of = vec![usize::MAX; n];
-    let mut load = vec![0.0f64; m];
+    // Work already queued on a server counts as load, so leftovers avoid busy servers.
+    let mut load: Vec<f64> = (0..m).map(|j| etc.free_at(j).iter().sum()).collect();
     let mut leftovers: Vec<(TaskIdx, Vec<usize>)> = Vec::new();
     for (c, members) in classes.members.iter().enumerate() {
         let n_c = members.len() as f64;
