@@ -4,6 +4,7 @@
 //! structs and compile without any runtime; the `rpc` feature adds the tarpc service traits
 //! ([`AgentApi`], [`ServerApi`]) and the TCP transport with its connection hello.
 
+pub mod clock;
 pub mod complexity;
 pub mod error;
 pub mod graph;

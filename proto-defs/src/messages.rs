@@ -353,6 +353,37 @@ pub enum PointSource {
     AssumedZero,
 }
 
+impl PointSource {
+    /// Its spelling in the agent's store and in JSON for people.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PointSource::Benchmark => "benchmark",
+            PointSource::Online => "online",
+            PointSource::AssumedZero => "assumed-zero",
+        }
+    }
+}
+
+impl std::fmt::Display for PointSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PointSource {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "benchmark" => Ok(PointSource::Benchmark),
+            "online" => Ok(PointSource::Online),
+            "assumed-zero" => Ok(PointSource::AssumedZero),
+            other => Err(format!(
+                "unknown point source `{other}` (expected `benchmark`, `online` or `assumed-zero`)"
+            )),
+        }
+    }
+}
+
 /// One point of a (server, service) performance model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelPoint {

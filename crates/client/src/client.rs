@@ -6,6 +6,7 @@ use crate::error::{GrpcError, transport_text};
 use crate::graph::Graph;
 use crate::handle::{Binding, FunctionHandle};
 use crate::session::{CancelFlag, CompletionGuard, SessionId, Sessions};
+use gridwise_proto::clock::unix_ns;
 use gridwise_proto::wire;
 use gridwise_proto::{
     AgentStatus, CallError, CallErrorKind, CallId, CallProfile, Candidate, DataHandle, ErrorCode,
@@ -15,7 +16,7 @@ use gridwise_proto::{
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tarpc::client::RpcError as TransportError;
 use tokio::runtime::Handle;
 
@@ -60,13 +61,6 @@ impl std::fmt::Debug for GridClient {
             .field("agent", &self.inner.cfg.agent)
             .finish_non_exhaustive()
     }
-}
-
-pub(crate) fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// `fut`, or None once `cancel` is raised first (never, without a flag).

@@ -31,9 +31,10 @@
 //!    the kept outputs it still needs, a few times per their holders' `data_idle_ttl_s`, so a
 //!    value may wait for its consumer longer than that limit.
 
-use crate::client::{Attempt, GridClient, unix_ns};
+use crate::client::{Attempt, GridClient};
 use crate::error::GrpcError;
 use crate::handle::Binding;
+use gridwise_proto::clock::unix_ns;
 use gridwise_proto::{
     CallErrorKind, CallId, CallInput, CallProfile, DataHandle, ErrorCode, ExecuteRequest,
     GraphPlan, GraphRequest, RecordedCall, RemoteRef, ServiceDesc, Ticket, Timing, Value,

@@ -86,8 +86,9 @@ mod store;
 mod writer;
 
 pub use error::StoreError;
+pub use gridwise_proto::PointSource;
 pub use schema::SCHEMA_VERSION;
-pub use store::{DB_FILE, PointRow, PointSource, Snapshot, Store, StoredTiming};
+pub use store::{DB_FILE, PointRow, Snapshot, Store, StoredTiming};
 pub use writer::{Op, Writer, WriterConfig, WriterHealth};
 
 #[cfg(test)]

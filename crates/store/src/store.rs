@@ -2,11 +2,12 @@
 
 use crate::error::StoreError;
 use crate::schema::{MIGRATIONS, SCHEMA_VERSION};
-use gridwise_proto::{CallReport, Registration, ServerId, ServiceDesc, Ticket, Timing};
+use gridwise_proto::{
+    CallReport, PointSource, Registration, ServerId, ServiceDesc, Ticket, Timing,
+};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 /// The database file's name inside the data directory.
@@ -14,48 +15,6 @@ pub const DB_FILE: &str = "gridwise.db";
 
 /// How long a statement waits for a lock held by another connection before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Where a performance-model point's statistics came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PointSource {
-    /// Measured by a benchmark run (`gridwise bench`, calibration).
-    Benchmark,
-    /// Learned from real calls.
-    Online,
-    /// Not measured: a model builder's assumed zero-speed point at the top of the range.
-    AssumedZero,
-}
-
-impl PointSource {
-    /// The spelling stored in `model_points.source`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PointSource::Benchmark => "benchmark",
-            PointSource::Online => "online",
-            PointSource::AssumedZero => "assumed-zero",
-        }
-    }
-}
-
-impl fmt::Display for PointSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for PointSource {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "benchmark" => Ok(PointSource::Benchmark),
-            "online" => Ok(PointSource::Online),
-            "assumed-zero" => Ok(PointSource::AssumedZero),
-            other => Err(format!(
-                "unknown point source `{other}` (expected `benchmark`, `online` or `assumed-zero`)"
-            )),
-        }
-    }
-}
 
 /// The aggregated statistics of one performance-model point: a service's measurements on one
 /// server at one vector of size-parameter values. The store does not interpret the values: they

@@ -3,7 +3,8 @@
 //! needs the network — dialling a registering server to check that it is where it says, and
 //! dialling the holder of a contested name to see whether it is still there.
 
-use crate::persist::{points_op, unix_now};
+use crate::persist::points_op;
+use gridwise_proto::clock::unix_s;
 use gridwise_proto::wire::{self, DialConfig, Peer, Role};
 use gridwise_proto::{
     Ack, AgentApi, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, GraphPlan,
@@ -260,11 +261,11 @@ impl AgentHandler {
             )
         };
         if first && let Some(b) = lock(&self.bound).as_ref() {
-            self.persist(Some(Op::Server(b.id, b.reg.clone(), unix_now())));
+            self.persist(Some(Op::Server(b.id, b.reg.clone(), unix_s())));
         }
         // The server's own benchmarks are not load the calls will meet.
         if let (Some(name), false) = (name, hb.load.benchmarking) {
-            self.persist(Some(Op::Load(name, unix_now(), hb.load.loadavg_1m)));
+            self.persist(Some(Op::Load(name, unix_s(), hb.load.loadavg_1m)));
         }
         ack
     }
@@ -292,7 +293,7 @@ impl AgentApi for AgentHandler {
             (ack, name, core.take_dirty_points())
         };
         if let Some(name) = name {
-            self.persist(Some(Op::Timings(name, unix_now(), reports)));
+            self.persist(Some(Op::Timings(name, unix_s(), reports)));
         }
         self.persist(points_op(dirty));
         ack

@@ -3,16 +3,8 @@
 
 use gridwise_proto::{PointSource, PointStats};
 use gridwise_sched::{AgentCore, DirtyPoint};
-use gridwise_store::{Op, PointRow, PointSource as StoredSource, Store};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Seconds since the Unix epoch, for stored timestamps.
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
+use gridwise_store::{Op, PointRow, Store};
+use std::time::Duration;
 
 /// Loads servers (down until they register again) and model points into a fresh core.
 /// Servers last seen longer than `retention` ago are not restored: their names are returned,
@@ -25,7 +17,7 @@ pub fn restore(
     let snap = store
         .snapshot()
         .map_err(|e| anyhow::anyhow!("cannot read the agent's data: {e}"))?;
-    let now = unix_now();
+    let now = gridwise_proto::clock::unix_s();
     let mut servers = 0;
     let mut stale = Vec::new();
     for (id, reg, last_seen) in snap.servers {
@@ -65,12 +57,7 @@ fn from_row(p: &PointRow) -> (PointStats, PointSource) {
         mean: p.mean,
         max: p.max,
     };
-    let source = match p.source {
-        StoredSource::Benchmark => PointSource::Benchmark,
-        StoredSource::Online => PointSource::Online,
-        StoredSource::AssumedZero => PointSource::AssumedZero,
-    };
-    (stats, source)
+    (stats, p.source)
 }
 
 /// The store write for changed model points.
@@ -88,11 +75,7 @@ pub fn points_op(dirty: Vec<DirtyPoint>) -> Option<Op> {
             min: d.stats.min,
             mean: d.stats.mean,
             max: d.stats.max,
-            source: match d.source {
-                PointSource::Benchmark => StoredSource::Benchmark,
-                PointSource::Online => StoredSource::Online,
-                PointSource::AssumedZero => StoredSource::AssumedZero,
-            },
+            source: d.source,
         })
         .collect();
     Some(Op::Points(rows))

@@ -12,6 +12,7 @@ use crate::bench_gate::BenchGate;
 use crate::data::{DataStore, not_found};
 use crate::peers::Peers;
 use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
+use gridwise_proto::clock::unix_ns;
 use gridwise_proto::wire::{Charge, MemoryBudget, Peer, Role};
 use gridwise_proto::{
     CallError, CallErrorKind, CallId, CallReport, DataHandle, ExecuteReply, ExecuteRequest,
@@ -21,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 use tarpc::context::Context;
 use tokio::sync::{Semaphore, mpsc};
 
@@ -498,13 +499,6 @@ impl Drop for CallGuard {
             let _ = self.handler.inner.to_agent.send(ToAgent::Report(r));
         }
     }
-}
-
-fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
 }
 
 impl ServerApi for ServerHandler {

@@ -16,7 +16,7 @@ use gridwise_proto::{
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// One `[[models]]` entry of the server config.
 #[derive(Clone, Debug, Deserialize)]
@@ -336,10 +336,7 @@ impl ServerBench<'_> {
             return;
         }
         loop {
-            let now_s = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
+            let now_s = gridwise_proto::clock::unix_s() as u64;
             let cond = Conditions {
                 minute_of_day: ((now_s / 60) % (24 * 60)) as u32,
                 loadavg_1m: if self.handler.gate().recently_active(Duration::from_secs(60)) {
