@@ -7,8 +7,9 @@ use crate::etc::{self, ComputeModel};
 use crate::fpm_model::FpmModel;
 use crate::links::Links;
 use crate::policy::{self, Keyed};
-use crate::queue::{Assignment, TicketIndex};
+use crate::queue::Assignment;
 use crate::registry::{Registry, ServerEntry};
+use crate::reservations::Reservations;
 use gridwise_proto::{
     Ack, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, Etc, Heartbeat, LinkInfo,
     LinkSample, Policy, RankOptions, Ranking, RpcError, ServerId, ServiceDesc, ServiceSummary,
@@ -35,7 +36,7 @@ pub struct AgentCore {
     config: CoreConfig,
     catalog: Catalog,
     registry: Registry,
-    tickets: TicketIndex,
+    reservations: Reservations,
     model: std::sync::Arc<dyn ComputeModel>,
     // Tickets and server secrets are keyed hashes of a counter, so no peer can guess one.
     key: std::hash::RandomState,
@@ -97,7 +98,7 @@ impl AgentCore {
             config,
             catalog: Catalog::new(),
             registry: Registry::new(),
-            tickets: TicketIndex::default(),
+            reservations: Reservations::default(),
             model: std::sync::Arc::new(FpmModel),
             key: std::hash::RandomState::new(),
             issued: 0,
@@ -140,7 +141,7 @@ impl AgentCore {
         let Some(e) = self.registry.get(server) else {
             return Ack::Reregister;
         };
-        let (from, up) = (e.addr.clone(), e.is_up());
+        let (from, up) = (e.addr().to_string(), e.is_up());
         for s in samples {
             self.links.record(&from, s, now);
         }
@@ -164,12 +165,18 @@ impl AgentCore {
 
     /// Assignments not yet reported, released or expired, over all servers.
     pub fn pending(&self) -> usize {
-        self.tickets.len()
+        self.reservations.len()
     }
 
     /// The server with `id`.
     pub fn server(&self, id: ServerId) -> Option<&ServerEntry> {
         self.registry.get(id)
+    }
+
+    /// The calls reserved on the server with id `id` (empty for an unknown server).
+    pub fn queue(&self, id: ServerId) -> &crate::queue::ServerQueue {
+        let slot = self.registry.slot_of(id).unwrap_or(usize::MAX);
+        self.reservations.queue(slot)
     }
 
     /// The server called `name`.
@@ -209,14 +216,14 @@ impl AgentCore {
         let e = self.registry.entry_mut(slot);
         let mut learned = Vec::new();
         for r in reports {
-            e.completed += 1;
+            e.count_completed();
             if !r.ok {
                 continue;
             }
             let Some(svc) = self.catalog.get(&r.service) else {
                 continue;
             };
-            let Some(o) = e.offers.iter_mut().find(|o| o.service == svc.idx) else {
+            let Some(o) = e.offer_mut(svc.idx) else {
                 continue;
             };
             learned.push((svc.idx, r.timing.kernel_s));
@@ -232,7 +239,7 @@ impl AgentCore {
                 && r.timing.kernel_s > 0.0
             {
                 o.model.add_sample(&x, work / r.timing.kernel_s);
-                self.dirty.insert((e.id, svc.idx, x));
+                self.dirty.insert((e.id(), svc.idx, x));
             }
         }
         for (idx, kernel_s) in learned {
@@ -240,7 +247,7 @@ impl AgentCore {
         }
         let e = self.registry.entry_mut(slot);
         if e.is_up() {
-            e.last_heard = now;
+            e.heard_at(now);
             Ack::Ok
         } else {
             Ack::Reregister
@@ -250,32 +257,28 @@ impl AgentCore {
     /// A client gives back an assignment it holds; false if it was not pending or is held by
     /// another client (nobody may clear another's reservations).
     pub fn release_by(&mut self, ticket: Ticket, holder: &str) -> bool {
-        self.tickets.held_by(ticket, self.key.hash_one(holder)) && self.release(ticket)
+        self.reservations
+            .release_by(ticket, self.key.hash_one(holder))
     }
 
     /// Forgets an assignment (reported, given up, or expired); false if it was not pending.
     pub fn release(&mut self, ticket: Ticket) -> bool {
-        match self.tickets.remove(ticket) {
-            Some(slot) => {
-                self.registry.entry_mut(slot).queue.remove(ticket);
-                true
-            }
-            None => false,
-        }
+        self.reservations.release(ticket)
     }
 
     /// Marks silent servers down (dropping their assignments) and expires old tickets. Returns
     /// the servers that just went down.
     pub fn sweep(&mut self, now: Duration) -> Vec<ServerId> {
-        let tickets = &mut self.tickets;
-        let down = self
+        let down: Vec<ServerId> = self
             .registry
-            .sweep(now, self.config.heartbeat_timeout, |t| {
-                tickets.remove(t);
-            });
-        for (t, slot) in self.tickets.expire(now, self.config.ticket_ttl) {
-            self.registry.entry_mut(slot).queue.remove(t);
-        }
+            .sweep(now, self.config.heartbeat_timeout)
+            .into_iter()
+            .map(|(slot, id)| {
+                self.reservations.drop_server(slot);
+                id
+            })
+            .collect();
+        self.reservations.expire(now, self.config.ticket_ttl);
         let gone = self.forget_stale(now);
         let down = down
             .into_iter()
@@ -358,13 +361,13 @@ impl AgentCore {
         now: Duration,
     ) -> Ticket {
         let ticket = self.new_ticket();
-        self.registry.entry_mut(slot).queue.push(Assignment {
+        let a = Assignment {
             ticket,
             assigned_at: now,
             compute_s,
             finish_s,
-        });
-        self.tickets.insert(ticket, slot, now, holder);
+        };
+        self.reservations.add(slot, a, holder);
         self.ranked += 1;
         ticket
     }
@@ -387,7 +390,12 @@ impl AgentCore {
 
     /// The agent's view of the grid.
     pub fn status(&self, now: Duration) -> AgentStatus {
-        let mut servers: Vec<_> = self.registry.iter().map(|e| e.status(now)).collect();
+        let mut servers: Vec<_> = (0..self.registry.len())
+            .map(|s| {
+                let pending = self.reservations.queue(s).len();
+                self.registry.entry(s).status(now, pending)
+            })
+            .collect();
         servers.sort_by(|a, b| a.name.cmp(&b.name));
         AgentStatus {
             policy: self.config.policy,
@@ -510,7 +518,7 @@ impl AgentCore {
                 format!(
                     "server `{pin}` does not offer `{}` (it offers: {})",
                     profile.service,
-                    list_or_none(&e.services)
+                    list_or_none(e.services())
                 ),
             ));
         }
@@ -548,19 +556,19 @@ impl AgentCore {
                 continue;
             }
             if !self.model.feasible(e, call.svc, call.profile) {
-                cannot_run.push(&e.name);
+                cannot_run.push(e.name());
                 continue;
             }
             let key = policy::key(
                 policy,
-                || self.estimate(e, call).total_s(),
+                || self.estimate(slot, call).total_s(),
                 || e.rate(call.svc.idx),
             );
             keyed.push(Keyed { key, pos });
         }
         if keyed.is_empty() {
             if cannot_run.is_empty()
-                && let Some(biggest) = too_big.iter().max_by_key(|e| e.memory_budget_bytes)
+                && let Some(biggest) = too_big.iter().max_by_key(|e| e.memory_budget_bytes())
             {
                 return Err(too_big_error(call, biggest));
             }
@@ -591,12 +599,13 @@ impl AgentCore {
         keyed
             .iter()
             .map(|k| {
-                let e = self.registry.entry(source.slots()[k.pos]);
+                let slot = source.slots()[k.pos];
+                let e = self.registry.entry(slot);
                 Candidate {
-                    server_id: e.id,
-                    name: e.name.clone(),
-                    addr: e.addr.clone(),
-                    etc: self.estimate(e, call),
+                    server_id: e.id(),
+                    name: e.name().to_string(),
+                    addr: e.addr().to_string(),
+                    etc: self.estimate(slot, call),
                 }
             })
             .collect()
@@ -607,16 +616,26 @@ impl AgentCore {
         e.is_up() && call.fits(e) && self.model.feasible(e, call.svc, call.profile)
     }
 
-    fn estimate(&self, server: &ServerEntry, call: &Call<'_>) -> Etc {
+    /// The ETC of `call` on the server in `slot`, its queue wait from its reservations.
+    fn estimate(&self, slot: usize, call: &Call<'_>) -> Etc {
+        self.estimate_with(self.model.as_ref(), slot, call)
+    }
+
+    fn estimate_with(&self, model: &dyn ComputeModel, slot: usize, call: &Call<'_>) -> Etc {
+        let server = self.registry.entry(slot);
+        let wait = self
+            .reservations
+            .queue(slot)
+            .wait_s(call.now, server.slots());
         etc::estimate(
-            self.model.as_ref(),
+            model,
             &self.config,
             &self.links,
             server,
+            wait,
             call.svc,
             call.work,
             call.profile,
-            call.now,
         )
     }
 }
@@ -625,19 +644,19 @@ impl AgentCore {
 fn too_big_error(call: &Call<'_>, biggest: &ServerEntry) -> RpcError {
     let p = call.profile;
     let mb = |b: u64| b as f64 / 1e6;
-    let detail = if p.in_bytes > biggest.max_frame_bytes {
+    let detail = if p.in_bytes > biggest.max_frame_bytes() {
         format!(
             "its inputs take {:.1} MB, more than the largest frame a server accepts ({:.1} MB at {}); send large inputs as remote values or split the call",
             mb(p.in_bytes),
-            mb(biggest.max_frame_bytes),
-            biggest.name
+            mb(biggest.max_frame_bytes()),
+            biggest.name()
         )
     } else {
         format!(
             "it needs {:.1} MB of memory (inputs and outputs, twice), and the largest memory budget is {:.1} MB ({}); use smaller sizes, or raise memory_budget_bytes where the memory exists",
             mb(p.footprint_bytes()),
-            mb(biggest.memory_budget_bytes),
-            biggest.name
+            mb(biggest.memory_budget_bytes()),
+            biggest.name()
         )
     };
     RpcError::new(
@@ -671,7 +690,7 @@ fn none_up(svc: &CatalogEntry, source: &Source<'_>, registry: &Registry) -> RpcE
     let names: Vec<String> = source
         .slots()
         .iter()
-        .map(|&s| registry.entry(s).name.clone())
+        .map(|&s| registry.entry(s).name().to_string())
         .collect();
     let message = if names.is_empty() {
         format!(

@@ -8,7 +8,6 @@ use crate::config::CoreConfig;
 use crate::links::Links;
 use crate::registry::ServerEntry;
 use gridwise_proto::{CallProfile, ComputeSource, Etc};
-use std::time::Duration;
 
 /// Predicts kernel time.
 pub trait ComputeModel: Send + Sync {
@@ -105,7 +104,8 @@ fn term(x: f64) -> f64 {
     if x > 0.0 { x } else { 0.0 }
 }
 
-/// The ETC of `profile` on `server` at `now`: queue wait + transfer in + compute + transfer out.
+/// The ETC of `profile` on `server` at `now`, behind `queue_wait_s` of calls reserved there:
+/// queue wait + transfer in + compute + transfer out.
 /// `work` is [`work`] for the call, evaluated once per call rather than once per server. The
 /// transfer in covers the client's inputs and the pull of every remote input from its holder
 /// over the measured `links` (nothing when `server` holds it).
@@ -115,22 +115,22 @@ pub fn estimate(
     config: &CoreConfig,
     links: &Links,
     server: &ServerEntry,
+    queue_wait_s: f64,
     service: &CatalogEntry,
     work: Option<f64>,
     profile: &CallProfile,
-    now: Duration,
 ) -> Etc {
     let (compute_s, compute_source) = model.compute(server, service, work, profile);
     let bw = config.default_bandwidth_bytes_per_s;
     let lat = config.default_latency_s;
     Etc {
-        queue_wait_s: term(server.queue.wait_s(now, server.slots)),
+        queue_wait_s: term(queue_wait_s),
         transfer_in_s: term(
             lat + profile.in_bytes as f64 / bw
                 + profile
                     .remote_in
                     .iter()
-                    .map(|(holder, bytes)| links.transfer_s(holder, &server.addr, *bytes, lat, bw))
+                    .map(|(holder, bytes)| links.transfer_s(holder, server.addr(), *bytes, lat, bw))
                     .sum::<f64>(),
         ),
         compute_s: term(compute_s),
@@ -143,10 +143,9 @@ pub fn estimate(
 mod tests {
     use super::*;
     use crate::catalog::Catalog;
-    use crate::queue::Assignment;
     use crate::registry::Registry;
     use crate::testutil::{dgemm, dgemm_profile, echo, registration};
-    use gridwise_proto::Ticket;
+    use std::time::Duration;
 
     fn setup(rate: f64) -> (Catalog, Registry, usize) {
         let mut cat = Catalog::new();
@@ -156,7 +155,7 @@ mod tests {
         let mut reg = registration("s", &[dgemm(), echo()]);
         reg.default_rate = rate;
         let mut r = Registry::new();
-        let (slot, _) = r.register(reg, &[(i, false), (j, false)], Duration::ZERO, |_| {});
+        let (slot, _) = r.register(reg, &[(i, false), (j, false)], Duration::ZERO);
         (cat, r, slot)
     }
 
@@ -194,7 +193,7 @@ mod tests {
                 }
             )
         );
-        let h = &mut r.entry_mut(slot).offers[1].history;
+        let h = &mut r.entry_mut(slot).offer_mut(svc.idx).unwrap().history;
         h.record(0.5);
         h.record(1.5);
         let (t, src) = RateModel.compute(r.entry(slot), svc, None, &p);
@@ -209,7 +208,11 @@ mod tests {
             let p = dgemm_profile(10, 10, 10);
             let (_, src) = RateModel.compute(r.entry(slot), svc, work(svc, &p), &p);
             assert!(matches!(src, ComputeSource::Assumed { .. }), "{src:?}");
-            r.entry_mut(slot).offers[0].history.record(2.0);
+            r.entry_mut(slot)
+                .offer_mut(svc.idx)
+                .unwrap()
+                .history
+                .record(2.0);
             let (t, src) = RateModel.compute(r.entry(slot), svc, work(svc, &p), &p);
             assert_eq!((t, src), (2.0, ComputeSource::History { calls: 1 }));
         }
@@ -217,28 +220,21 @@ mod tests {
 
     #[test]
     fn estimate_sums_queue_transfers_and_compute() {
-        let (cat, mut r, slot) = setup(1e9);
+        let (cat, r, slot) = setup(1e9);
         let svc = cat.get("dgemm").unwrap();
         let cfg = CoreConfig::default();
         let mut p = dgemm_profile(100, 100, 100);
         p.in_bytes = 1_000_000;
         p.out_bytes = 2_000_000;
-        r.entry_mut(slot).queue.push(Assignment {
-            ticket: Ticket(1),
-            assigned_at: Duration::ZERO,
-            compute_s: 3.0,
-            finish_s: 3.0,
-        });
-        let now = Duration::from_secs(1);
         let e = estimate(
             &RateModel,
             &cfg,
             &Links::default(),
             r.entry(slot),
+            2.0,
             svc,
             work(svc, &p),
             &p,
-            now,
         );
         assert_eq!(e.queue_wait_s, 2.0);
         assert!((e.transfer_in_s - (1e-4 + 1e-3)).abs() < 1e-15);
@@ -269,10 +265,10 @@ mod tests {
             &CoreConfig::default(),
             &Links::default(),
             r.entry(slot),
+            0.0,
             svc,
             None,
             &p,
-            Duration::ZERO,
         );
         assert_eq!(e.compute_s, 0.0);
     }

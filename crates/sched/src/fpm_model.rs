@@ -41,7 +41,7 @@ impl ComputeModel for FpmModel {
                     // history gets the middle of its band (seed 003 §2.1.2): the fixed points
                     // of t = t_ideal·(1 + l(t)) under l_min and l_max. The detailed band's mean
                     // is O(w²) per estimate, too dear on the ranking path.
-                    return match server.load_track.functions() {
+                    return match server.load_track().functions() {
                         Some(lf) if t.is_finite() => {
                             let (lo, hi) = band::time_band(t, lf);
                             (

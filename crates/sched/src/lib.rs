@@ -29,6 +29,7 @@ pub mod links;
 pub mod policy;
 pub mod queue;
 pub mod registry;
+pub mod reservations;
 
 #[cfg(test)]
 mod testutil;
@@ -47,3 +48,4 @@ pub use crate::graph::{
 };
 pub use crate::queue::{Assignment, ServerQueue, TicketIndex, queue_wait};
 pub use crate::registry::{KernelHistory, Offer, Registry, ServerEntry};
+pub use crate::reservations::Reservations;

@@ -46,6 +46,13 @@ pub struct ServerQueue {
 }
 
 impl ServerQueue {
+    /// An empty queue.
+    pub const fn new() -> Self {
+        ServerQueue {
+            by_finish: Vec::new(),
+        }
+    }
+
     /// Adds an assignment.
     pub fn push(&mut self, a: Assignment) {
         let at = self

@@ -4,12 +4,10 @@
 //! registers again under the same name it resumes where it was.
 
 use crate::catalog::ServiceIdx;
-use crate::queue::ServerQueue;
 use gridwise_fpm::load::{LoadAverageMatrix, LoadFunctions, LoadHistory};
 use gridwise_fpm::model::Fpm;
 use gridwise_proto::{
     Ack, Heartbeat, LoadSample, ModelProgress, Registration, ServerId, ServerState, ServerStatus,
-    Ticket,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -106,60 +104,59 @@ impl LoadTrack {
     }
 }
 
-/// One server as the agent sees it.
+/// One server as the agent sees it. Its fields change only through the registry and the
+/// core's events (registration, heartbeat, report, sweep), so they are read through methods.
 #[derive(Clone, Debug)]
 pub struct ServerEntry {
     /// Assigned at first registration, kept across re-registrations under the same name.
-    pub id: ServerId,
+    id: ServerId,
     /// Unique name.
-    pub name: String,
+    name: String,
     /// Where clients reach it.
-    pub addr: String,
+    addr: String,
     /// Calls it runs at once.
-    pub slots: u32,
+    slots: u32,
     /// Names of the services it offers, in registration order.
-    pub services: Vec<String>,
+    services: Vec<String>,
     /// Per-service data, aligned with `services`.
-    pub offers: Vec<Offer>,
+    offers: Vec<Offer>,
     /// Operations/s for services without a rate of their own.
-    pub default_rate: f64,
+    default_rate: f64,
     /// Physical memory, bytes.
-    pub memory_bytes: u64,
+    memory_bytes: u64,
     /// CPU cores.
-    pub cores: u32,
+    cores: u32,
     /// Whether it may get calls.
-    pub state: ServerState,
+    state: ServerState,
     /// When it was last heard from (registration, heartbeat or report).
-    pub last_heard: Duration,
+    last_heard: Duration,
     /// Its load in the last heartbeat.
-    pub load: LoadSample,
+    load: LoadSample,
     /// Calls reported finished since it first registered.
-    pub completed: u64,
+    completed: u64,
     /// Its model builds, as its last heartbeat told.
-    pub progress: Vec<ModelProgress>,
+    progress: Vec<ModelProgress>,
     /// Its load history (one-minute load averages, one per `load_sample`), without the
     /// periods its own model benchmarks ran.
-    pub load_track: LoadTrack,
-    /// Calls assigned to it and not yet reported.
-    pub queue: ServerQueue,
+    load_track: LoadTrack,
     /// Random per server process, as its registration said.
-    pub instance: String,
+    instance: String,
     /// The secret the agent issued at its registration; a re-registration presenting it is
     /// this server coming back.
-    pub secret: String,
+    secret: String,
     /// The peer address the registration came from (registrations are limited per source).
-    pub source: String,
+    source: String,
     /// Whether it has sent a heartbeat since it registered (the shell saves it then).
-    pub joined: bool,
+    joined: bool,
     /// Whether it has ever sent a heartbeat: a registration that never did is forgotten at
     /// the heartbeat timeout, not marked down and kept.
-    pub proven: bool,
+    proven: bool,
     /// Whether it was restored from the agent's store and has not registered since.
-    pub restored: bool,
+    restored: bool,
     /// Bytes one call may take there (inputs, outputs and their working copies).
-    pub memory_budget_bytes: u64,
+    memory_budget_bytes: u64,
     /// Its frame limit, bytes.
-    pub max_frame_bytes: u64,
+    max_frame_bytes: u64,
 }
 
 impl Offer {
@@ -180,6 +177,153 @@ fn usable(rate: f64) -> bool {
 }
 
 impl ServerEntry {
+    /// Assigned at first registration, kept across re-registrations under the same name.
+    pub fn id(&self) -> ServerId {
+        self.id
+    }
+
+    /// Unique name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where clients reach it.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Calls it runs at once.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// Names of the services it offers, in registration order.
+    pub fn services(&self) -> &[String] {
+        &self.services
+    }
+
+    /// Per-service data, aligned with `services`.
+    pub fn all_offers(&self) -> &[Offer] {
+        &self.offers
+    }
+
+    /// Operations/s for services without a rate of their own.
+    pub fn default_rate(&self) -> f64 {
+        self.default_rate
+    }
+
+    /// Physical memory, bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory_bytes
+    }
+
+    /// CPU cores.
+    pub fn cores(&self) -> u32 {
+        self.cores
+    }
+
+    /// Whether it may get calls.
+    pub fn state(&self) -> ServerState {
+        self.state
+    }
+
+    /// When it was last heard from (registration, heartbeat or report).
+    pub fn last_heard(&self) -> Duration {
+        self.last_heard
+    }
+
+    /// Its load in the last heartbeat.
+    pub fn load(&self) -> LoadSample {
+        self.load
+    }
+
+    /// Calls reported finished since it first registered.
+    pub fn completed(&self) -> u64 {
+        self.completed
+    }
+
+    /// Its model builds, as its last heartbeat told.
+    pub fn progress(&self) -> &[ModelProgress] {
+        &self.progress
+    }
+
+    /// Its load history (one-minute load averages, one per `load_sample`), without the
+    /// periods its own model benchmarks ran.
+    pub fn load_track(&self) -> &LoadTrack {
+        &self.load_track
+    }
+
+    /// Random per server process, as its registration said.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The secret the agent issued at its registration; a re-registration presenting it is
+    /// this server coming back.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// The peer address the registration came from (registrations are limited per source).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether it has sent a heartbeat since it registered (the shell saves it then).
+    pub fn joined(&self) -> bool {
+        self.joined
+    }
+
+    /// Whether it has ever sent a heartbeat: a registration that never did is forgotten at
+    /// the heartbeat timeout, not marked down and kept.
+    pub fn proven(&self) -> bool {
+        self.proven
+    }
+
+    /// Whether it was restored from the agent's store and has not registered since.
+    pub fn restored(&self) -> bool {
+        self.restored
+    }
+
+    /// Bytes one call may take there (inputs, outputs and their working copies).
+    pub fn memory_budget_bytes(&self) -> u64 {
+        self.memory_budget_bytes
+    }
+
+    /// Its frame limit, bytes.
+    pub fn max_frame_bytes(&self) -> u64 {
+        self.max_frame_bytes
+    }
+
+    /// Its data for `service`, to learn into.
+    pub(crate) fn offer_mut(&mut self, service: ServiceIdx) -> Option<&mut Offer> {
+        self.offers.iter_mut().find(|o| o.service == service)
+    }
+
+    /// A call of it was reported finished (well or not).
+    pub(crate) fn count_completed(&mut self) {
+        self.completed += 1;
+    }
+
+    /// It was heard from at `now` (a report): it is alive.
+    pub(crate) fn heard_at(&mut self, now: Duration) {
+        self.last_heard = now;
+    }
+
+    /// Restored from the agent's store: down until it registers again, but it had proved
+    /// alive before it was saved.
+    pub(crate) fn mark_restored(&mut self) {
+        self.state = ServerState::Down;
+        self.proven = true;
+        self.restored = true;
+    }
+
+    /// The secret issued to this registration, and the peer address it came from.
+    pub(crate) fn set_credentials(&mut self, secret: &str, source: &str) {
+        secret.clone_into(&mut self.secret);
+        source.clone_into(&mut self.source);
+    }
+
     /// Whether it is up (heartbeats arrive).
     pub fn is_up(&self) -> bool {
         self.state == ServerState::Up
@@ -217,8 +361,8 @@ impl ServerEntry {
         self.offer(service).map(|o| &o.history)
     }
 
-    /// Its status line at `now`.
-    pub fn status(&self, now: Duration) -> ServerStatus {
+    /// Its status line at `now`, with `pending` calls reserved on it.
+    pub fn status(&self, now: Duration, pending: usize) -> ServerStatus {
         ServerStatus {
             id: self.id,
             name: self.name.clone(),
@@ -226,7 +370,7 @@ impl ServerEntry {
             state: self.state,
             services: self.services.clone(),
             slots: self.slots,
-            pending: u32::try_from(self.queue.len()).unwrap_or(u32::MAX),
+            pending: u32::try_from(pending).unwrap_or(u32::MAX),
             completed: self.completed,
             load: self.load,
             last_heard_s: now.saturating_sub(self.last_heard).as_secs_f64(),
@@ -323,14 +467,12 @@ impl Registry {
     /// Adds a server or replaces the data of the one with the same name (a restart), keeping
     /// its id, completed count and the history of services whose description did not change.
     /// `services` pairs each of `reg.services`, in order, with its catalog index and whether its
-    /// description changed. The replaced server's pending tickets are passed to `on_drop`: its
-    /// queue died with the old process.
+    /// description changed.
     pub(crate) fn register(
         &mut self,
         reg: Registration,
         services: &[(ServiceIdx, bool)],
         now: Duration,
-        mut on_drop: impl FnMut(Ticket),
     ) -> (usize, ServerId) {
         let instance = reg.instance.clone();
         let slot = match self.by_name.get(&reg.name) {
@@ -373,9 +515,6 @@ impl Registry {
             self.add_provider(service, slot);
         }
         let e = &mut self.servers[slot];
-        for a in e.queue.clear() {
-            on_drop(a.ticket);
-        }
         e.services = reg.services.into_iter().map(|d| d.name).collect();
         e.offers = offers;
         e.addr = reg.addr;
@@ -453,7 +592,6 @@ impl Registry {
             completed: 0,
             progress: Vec::new(),
             load_track: LoadTrack::default(),
-            queue: ServerQueue::default(),
             instance: String::new(),
             secret: String::new(),
             source: String::new(),
@@ -512,22 +650,14 @@ impl Registry {
         }
     }
 
-    /// Marks down the up servers not heard from for longer than `timeout`, passes their pending
-    /// tickets to `on_drop`, and returns their ids.
-    pub(crate) fn sweep(
-        &mut self,
-        now: Duration,
-        timeout: Duration,
-        mut on_drop: impl FnMut(Ticket),
-    ) -> Vec<ServerId> {
+    /// Marks down the up servers not heard from for longer than `timeout`; returns their
+    /// slots and ids.
+    pub(crate) fn sweep(&mut self, now: Duration, timeout: Duration) -> Vec<(usize, ServerId)> {
         let mut down = Vec::new();
-        for e in &mut self.servers {
+        for (slot, e) in self.servers.iter_mut().enumerate() {
             if e.is_up() && now.saturating_sub(e.last_heard) > timeout {
                 e.state = ServerState::Down;
-                for a in e.queue.clear() {
-                    on_drop(a.ticket);
-                }
-                down.push(e.id);
+                down.push((slot, e.id));
             }
         }
         down
@@ -579,7 +709,7 @@ mod tests {
         reg.rates = vec![("a".into(), 7.0), ("b".into(), 0.0)];
         reg.services = vec![crate::testutil::named("a"), crate::testutil::named("b")];
         let svcs = [(ServiceIdx(0), false), (ServiceIdx(1), false)];
-        let (slot, _) = r.register(reg, &svcs, secs(0), |_| {});
+        let (slot, _) = r.register(reg, &svcs, secs(0));
         let e = r.entry(slot);
         assert_eq!(e.rate(ServiceIdx(0)), Some(7.0));
         assert_eq!(e.rate(ServiceIdx(1)), Some(5.0));
@@ -595,7 +725,7 @@ mod tests {
         for name in ["c", "a", "b"] {
             let mut reg = registration(name, &[]);
             reg.services = vec![crate::testutil::named("x")];
-            r.register(reg, &s, secs(0), |_| {});
+            r.register(reg, &s, secs(0));
         }
         let names: Vec<&str> = r
             .providers(ServiceIdx(0))
@@ -605,7 +735,7 @@ mod tests {
         assert_eq!(names, ["a", "b", "c"]);
         assert_eq!(r.other_provider(ServiceIdx(0), "a"), Some("b"));
         // `b` comes back without the service.
-        r.register(registration("b", &[]), &[], secs(1), |_| {});
+        r.register(registration("b", &[]), &[], secs(1));
         assert_eq!(r.providers(ServiceIdx(0)).len(), 2);
         assert_eq!(r.up_count(ServiceIdx(0)), 2);
         assert_eq!(r.len(), 3);
@@ -614,7 +744,7 @@ mod tests {
     #[test]
     fn heartbeat_and_sweep() {
         let mut r = Registry::new();
-        let (_, id) = r.register(registration("s", &[]), &[], secs(0), |_| {});
+        let (_, id) = r.register(registration("s", &[]), &[], secs(0));
         let hb = Heartbeat {
             server_id: id,
             load: LoadSample {
@@ -629,8 +759,8 @@ mod tests {
         assert_eq!(r.heartbeat(&hb, secs(3), every, w), (Ack::Ok, true));
         assert_eq!(r.heartbeat(&hb, secs(3), every, w), (Ack::Ok, false));
         assert_eq!(r.get(id).unwrap().load.queued, 2);
-        assert!(r.sweep(secs(13), secs(10), |_| {}).is_empty());
-        assert_eq!(r.sweep(secs(14), secs(10), |_| {}), vec![id]);
+        assert!(r.sweep(secs(13), secs(10)).is_empty());
+        assert_eq!(r.sweep(secs(14), secs(10)), vec![(0, id)]);
         assert_eq!(r.get(id).unwrap().state, ServerState::Down);
         assert_eq!(r.heartbeat(&hb, secs(15), every, w).0, Ack::Reregister);
         let stranger = Heartbeat {
@@ -642,6 +772,6 @@ mod tests {
             r.heartbeat(&stranger, secs(15), every, w).0,
             Ack::Reregister
         );
-        assert!(r.sweep(secs(100), secs(10), |_| {}).is_empty());
+        assert!(r.sweep(secs(100), secs(10)).is_empty());
     }
 }

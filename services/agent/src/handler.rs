@@ -257,7 +257,7 @@ impl AgentHandler {
             (
                 ack,
                 first,
-                core.server(hb.server_id).map(|e| e.name.clone()),
+                core.server(hb.server_id).map(|e| e.name().to_string()),
             )
         };
         if first && let Some(b) = lock(&self.bound).as_ref() {
@@ -289,7 +289,7 @@ impl AgentApi for AgentHandler {
         let (ack, name, dirty) = {
             let mut core = self.core();
             let ack = core.report(server, &reports, self.now());
-            let name = core.server(server).map(|e| e.name.clone());
+            let name = core.server(server).map(|e| e.name().to_string());
             (ack, name, core.take_dirty_points())
         };
         if let Some(name) = name {

@@ -154,12 +154,12 @@ impl AgentCore {
         if let Some(e) = self.registry.by_name(&reg.name)
             && e.is_up()
         {
-            let proven = !e.secret.is_empty() && reg.secret.as_deref() == Some(e.secret.as_str());
+            let proven = !e.secret().is_empty() && reg.secret.as_deref() == Some(e.secret());
             if !proven && !ctx.holder_gone {
                 return Err(Refusal::Contested {
-                    name: e.name.clone(),
-                    addr: e.addr.clone(),
-                    instance: e.instance.clone(),
+                    name: e.name().to_string(),
+                    addr: e.addr().to_string(),
+                    instance: e.instance().to_string(),
                 });
             }
         }
@@ -168,7 +168,7 @@ impl AgentCore {
         } else {
             self.registry
                 .iter()
-                .filter(|e| e.is_up() && e.source == ctx.source && e.name != reg.name)
+                .filter(|e| e.is_up() && e.source() == ctx.source && e.name() != reg.name)
                 .count()
         };
         if from_source >= self.config.max_servers_per_source {
@@ -202,13 +202,11 @@ impl AgentCore {
         self.rr_turns.resize(self.catalog.len(), 0);
         self.invalidate_rate_orders();
         let secret = self.new_secret(&reg.name);
-        let tickets = &mut self.tickets;
-        let (slot, server_id) = self.registry.register(reg, &services, now, |t| {
-            tickets.remove(t);
-        });
+        let (slot, server_id) = self.registry.register(reg, &services, now);
+        // A registration is a new process: whatever was queued on the old one died with it.
+        self.reservations.drop_server(slot);
         let e = self.registry.entry_mut(slot);
-        e.secret.clone_from(&secret);
-        e.source.clone_from(&ctx.source);
+        e.set_credentials(&secret, &ctx.source);
         Ok(RegisterReply {
             server_id,
             heartbeat_interval_ms: u64::try_from(self.config.heartbeat_interval.as_millis())
@@ -221,7 +219,7 @@ impl AgentCore {
     /// than `restore_grace` ago and some servers it knew have not registered again. A call
     /// that finds no live server then is worth holding a moment rather than failing.
     pub fn awaiting_servers(&self, now: Duration) -> bool {
-        now < self.config.restore_grace && self.registry.iter().any(|e| e.restored)
+        now < self.config.restore_grace && self.registry.iter().any(|e| e.restored())
     }
 
     /// A fresh value no peer can guess: a keyed hash (SipHash with this agent's random key)
@@ -241,7 +239,7 @@ impl AgentCore {
     pub(crate) fn new_ticket(&mut self) -> Ticket {
         loop {
             let t = Ticket(self.unguessable("ticket"));
-            if t.0 != 0 && !self.tickets.contains(t) {
+            if t.0 != 0 && !self.reservations.contains(t) {
                 return t;
             }
         }
@@ -257,22 +255,20 @@ impl AgentCore {
         let mut slot = 0;
         while slot < self.registry.len() {
             let e = self.registry.entry(slot);
-            let silent = now.saturating_sub(e.last_heard);
-            let never_beat = !e.proven && !e.restored && silent > timeout;
+            let silent = now.saturating_sub(e.last_heard());
+            let never_beat = !e.proven() && !e.restored() && silent > timeout;
             let long_gone = !e.is_up() && silent > retention;
             if !(never_beat || long_gone) {
                 slot += 1;
                 continue;
             }
-            for a in self.registry.entry_mut(slot).queue.clear() {
-                self.tickets.remove(a.ticket);
-            }
+            self.reservations.drop_server(slot);
             let (entry, moved) = self.registry.remove(slot);
             if let Some(from) = moved {
-                self.tickets.renumber(from, slot);
+                self.reservations.move_server(from, slot);
             }
-            self.dirty.retain(|(id, _, _)| *id != entry.id);
-            gone.push((entry.id, entry.name));
+            self.dirty.retain(|(id, _, _)| *id != entry.id());
+            gone.push((entry.id(), entry.name().to_string()));
             self.invalidate_rate_orders();
         }
         gone

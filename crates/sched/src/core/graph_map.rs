@@ -46,6 +46,8 @@ pub struct GraphSnapshot {
     catalog: Catalog,
     // The live servers offering at least one of the graph's services, by name.
     servers: Vec<ServerEntry>,
+    // When each of their slots frees from the calls already reserved there, s from `taken_at`.
+    busy: Vec<Vec<f64>>,
     links: Links,
     model: Arc<dyn ComputeModel>,
     default_latency_s: f64,
@@ -170,8 +172,8 @@ impl AgentCore {
         slots.sort_by(|&a, &b| {
             self.registry
                 .entry(a)
-                .name
-                .cmp(&self.registry.entry(b).name)
+                .name()
+                .cmp(self.registry.entry(b).name())
         });
         Ok(GraphSnapshot {
             policy: outline.policy,
@@ -180,6 +182,13 @@ impl AgentCore {
             servers: slots
                 .iter()
                 .map(|&s| self.registry.entry(s).clone())
+                .collect(),
+            busy: slots
+                .iter()
+                .map(|&s| {
+                    let e = self.registry.entry(s);
+                    self.reservations.queue(s).free_in_s(now, e.slots())
+                })
                 .collect(),
             links: self.links.clone(),
             model: Arc::clone(&self.model),
@@ -224,7 +233,7 @@ impl AgentCore {
         order.sort_by(|&a, &b| plan.end_s[a].total_cmp(&plan.end_s[b]));
         let mut tickets = vec![gridwise_proto::Ticket(0); order.len()];
         let holder = self.holder_key(holder);
-        self.tickets.reserve(order.len());
+        self.reservations.reserve(order.len());
         for t in order {
             let slot = slot_of[plan.server_of[t] as usize].expect("checked above");
             let finish_s = now.as_secs_f64() + plan.end_s[t];
@@ -354,12 +363,12 @@ impl GraphSnapshot {
                 calls
                     .iter()
                     .find_map(|c| e.rate(c.svc.idx))
-                    .unwrap_or(e.default_rate)
+                    .unwrap_or(e.default_rate())
             })
             .collect();
         if policy == GraphPolicy::ConstantSpeed {
             if let Some(col) = rates.iter().position(|r| !(r.is_finite() && *r > 0.0)) {
-                let name = &self.servers[col].name;
+                let name = &self.servers[col].name();
                 return Err(invalid(format!(
                     "constant-speed divides work by each server's calibrated rate, but server \
                      `{name}` has none (calibrate = false?); choose another policy"
@@ -388,21 +397,16 @@ impl GraphSnapshot {
             .servers
             .iter()
             .map(|e| PlannedServer {
-                server_id: e.id,
-                name: e.name.clone(),
-                addr: e.addr.clone(),
-                slots: e.slots.max(1),
-                default_rate: e.default_rate,
+                server_id: e.id(),
+                name: e.name().to_string(),
+                addr: e.addr().to_string(),
+                slots: e.slots().max(1),
+                default_rate: e.default_rate(),
             })
-            .collect();
-        let busy = self
-            .servers
-            .iter()
-            .map(|e| e.queue.free_in_s(self.taken_at, e.slots))
             .collect();
         let etc = EtcMatrix::new(n, m, values)
             .and_then(|x| x.with_slots(servers.iter().map(|s| s.slots as usize).collect()))
-            .and_then(|x| x.with_busy(busy))
+            .and_then(|x| x.with_busy(self.busy))
             .map_err(|e| invalid(e.to_string()))?;
         let (lat, bw) = (self.default_latency_s, self.default_bandwidth);
         let mut comm = CommModel::uniform(m, lat, bw).map_err(|e| invalid(e.to_string()))?;

@@ -56,7 +56,7 @@ fn one_server_runs_everything_in_total_work() {
 fn heft_spreads_the_parallel_pair_and_transfers_cost_link_time() {
     let mut c = grid(&[("x", 1e9), ("y", 1e9)]);
     // A slow measured link between x and y: 8 MB at 8 MB/s = 1 s per edge.
-    let id = c.server_by_name("x").unwrap().id;
+    let id = c.server_by_name("x").unwrap().id();
     let sample = LinkSample {
         to: "y.example:7000".into(),
         latency_s: 0.0,

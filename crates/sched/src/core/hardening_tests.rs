@@ -94,7 +94,7 @@ fn a_live_servers_name_is_taken_only_with_its_secret_or_once_it_is_gone() {
             instance: String::new(),
         }
     );
-    assert_eq!(c.server_by_name("s1").unwrap().addr, "s1.example:7000");
+    assert_eq!(c.server_by_name("s1").unwrap().addr(), "s1.example:7000");
     // A wrong secret is no better.
     impostor.secret = Some("0".repeat(32));
     assert!(
@@ -198,8 +198,8 @@ fn forgetting_a_server_keeps_the_others_tickets_and_models_in_place() {
     beat(&mut c, b, 10.0);
     c.sweep(secs(10.6));
     assert!(c.server(a).is_none());
-    assert_eq!(c.server(b).unwrap().name, "b");
-    assert_eq!(c.server_by_name("b").unwrap().id, b);
+    assert_eq!(c.server(b).unwrap().name(), "b");
+    assert_eq!(c.server_by_name("b").unwrap().id(), b);
     // Whatever the ticket's server, the report still finds it.
     assert_eq!(c.pending(), 1);
     c.report(b, &[ok_report("echo", &[], 0.1)], secs(10.7));

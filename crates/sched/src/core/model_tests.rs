@@ -287,7 +287,7 @@ fn restored_servers_start_down_and_keep_their_ids_and_models() {
         PointSource::Benchmark
     ));
     let e = fresh.server(a).expect("same id");
-    assert_eq!(e.state, ServerState::Down);
+    assert_eq!(e.state(), ServerState::Down);
     assert_eq!(fresh.model("a", "dgemm").unwrap().points.len(), 1);
     // Registering again (same name, same services) keeps the model and the id.
     let reply = fresh.register(reg, Duration::from_secs(1)).unwrap();
@@ -320,7 +320,7 @@ fn a_call_goes_where_its_remote_input_already_is() {
         latency_s: 1e-5,
         bandwidth_bytes_per_s: 1e11,
     };
-    let b = c.server_by_name("b").unwrap().id;
+    let b = c.server_by_name("b").unwrap().id();
     assert_eq!(c.record_links(b, &[fast], Duration::ZERO), Ack::Ok);
     let k = c
         .explain(&p, &RankOptions::default(), Duration::ZERO)

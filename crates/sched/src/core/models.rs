@@ -5,7 +5,7 @@ use super::AgentCore;
 use gridwise_fpm::stats::SpeedStats;
 use gridwise_proto::{
     Ack, ErrorCode, ModelExport, ModelPoint, ModelSummary, PointSource, PointStats, Registration,
-    RpcError, ServerId, ServerState,
+    RpcError, ServerId,
 };
 use std::time::Duration;
 
@@ -44,7 +44,7 @@ impl AgentCore {
                 continue;
             }
             let e = self.registry.entry_mut(slot);
-            let Some(o) = e.offers.iter_mut().find(|o| o.service == idx) else {
+            let Some(o) = e.offer_mut(idx) else {
                 continue;
             };
             match p.source {
@@ -53,7 +53,7 @@ impl AgentCore {
                     o.model.insert(&p.x, SpeedStats::from(p.stats))
                 }
             }
-            let id = self.registry.entry(slot).id;
+            let id = self.registry.entry(slot).id();
             self.dirty.insert((id, idx, p.x.clone()));
         }
         Ack::Ok
@@ -63,14 +63,14 @@ impl AgentCore {
     pub fn models(&self) -> Vec<ModelSummary> {
         let mut out = Vec::new();
         for e in self.registry.iter() {
-            for o in &e.offers {
+            for o in e.all_offers() {
                 let service = self.catalog.entry(o.service).name().to_string();
-                let progress = e.progress.iter().find(|p| p.service == service).cloned();
+                let progress = e.progress().iter().find(|p| p.service == service).cloned();
                 if o.model.is_empty() && progress.is_none() {
                     continue;
                 }
                 out.push(ModelSummary {
-                    server: e.name.clone(),
+                    server: e.name().to_string(),
                     service,
                     points: o.model.len() as u32,
                     progress,
@@ -102,7 +102,7 @@ impl AgentCore {
             )
         })?;
         Ok(ModelExport {
-            server: e.name.clone(),
+            server: e.name().to_string(),
             service: service.to_string(),
             params: svc.desc.size_params.clone(),
             complexity: svc.desc.complexity.clone(),
@@ -113,7 +113,7 @@ impl AgentCore {
                 .map(|(x, s)| (x, PointStats::from(s)))
                 .collect(),
             assumed_zero: o.model.assumed_zero().map(|x| x.to_vec()),
-            progress: e.progress.iter().find(|p| p.service == service).cloned(),
+            progress: e.progress().iter().find(|p| p.service == service).cloned(),
         })
     }
 
@@ -129,7 +129,7 @@ impl AgentCore {
             let service = self.catalog.entry(idx).name().to_string();
             if o.model.assumed_zero() == Some(x.as_slice()) {
                 out.push(DirtyPoint {
-                    server: e.name.clone(),
+                    server: e.name().to_string(),
                     service,
                     x,
                     stats: PointStats::default(),
@@ -139,7 +139,7 @@ impl AgentCore {
             }
             if let Some((_, s)) = o.model.points().into_iter().find(|(p, _)| *p == x) {
                 out.push(DirtyPoint {
-                    server: e.name.clone(),
+                    server: e.name().to_string(),
                     service,
                     x,
                     stats: PointStats::from(s),
@@ -163,10 +163,8 @@ impl AgentCore {
         self.keep_id(&name, id);
         if let Some(slot) = self.registry.slot_by_name(&name) {
             let e = self.registry.entry_mut(slot);
-            e.state = ServerState::Down;
             // It beat before it was saved; until it registers again, calls may wait for it.
-            e.proven = true;
-            e.restored = true;
+            e.mark_restored();
         }
         Ok(())
     }
@@ -188,13 +186,7 @@ impl AgentCore {
             return false;
         };
         let idx = svc.idx;
-        let Some(o) = self
-            .registry
-            .entry_mut(slot)
-            .offers
-            .iter_mut()
-            .find(|o| o.service == idx)
-        else {
+        let Some(o) = self.registry.entry_mut(slot).offer_mut(idx) else {
             return false;
         };
         match source {

@@ -19,7 +19,7 @@
 
 use super::{AgentCore, Call, Source};
 use crate::catalog::ServiceIdx;
-use crate::etc::{self, RateModel};
+use crate::etc::RateModel;
 use crate::registry::Registry;
 use gridwise_proto::{Candidate, Etc};
 use std::cmp::Ordering;
@@ -49,7 +49,7 @@ impl RateOrder {
         let mut unrated = Vec::new();
         for (pos, &slot) in registry.providers(service).iter().enumerate() {
             let e = registry.entry(slot);
-            let offer = e.offers.iter().position(|o| o.service == service);
+            let offer = e.all_offers().iter().position(|o| o.service == service);
             match (offer, e.rate(service)) {
                 (Some(offer), Some(rate)) => by_rate.push(Rated {
                     rate,
@@ -176,7 +176,7 @@ impl AgentCore {
         let exact = |top: &mut TopK, pos: usize| {
             let e = self.registry.entry(slots[pos]);
             if self.eligible(e, call) {
-                top.offer(pos, self.estimate(e, call));
+                top.offer(pos, self.estimate(slots[pos], call));
             }
         };
         for &pos in &order.unrated {
@@ -188,7 +188,7 @@ impl AgentCore {
             if !e.is_up() || !call.fits(e) {
                 continue;
             }
-            let empty = match e.offers.get(r.offer) {
+            let empty = match e.all_offers().get(r.offer) {
                 Some(o) if o.service == service => o.model.is_empty(),
                 _ => false,
             };
@@ -211,19 +211,7 @@ impl AgentCore {
                 }
             }
             // Empty model: FpmModel's compute is RateModel's, and the call is feasible.
-            top.offer(
-                r.pos,
-                etc::estimate(
-                    &RateModel,
-                    &self.config,
-                    &self.links,
-                    e,
-                    call.svc,
-                    call.work,
-                    call.profile,
-                    call.now,
-                ),
-            );
+            top.offer(r.pos, self.estimate_with(&RateModel, r.slot, call));
         }
         let first = slots[top.items.first()?.1];
         let candidates = top
@@ -232,9 +220,9 @@ impl AgentCore {
             .map(|(_, pos, etc)| {
                 let e = self.registry.entry(slots[pos]);
                 Candidate {
-                    server_id: e.id,
-                    name: e.name.clone(),
-                    addr: e.addr.clone(),
+                    server_id: e.id(),
+                    name: e.name().to_string(),
+                    addr: e.addr().to_string(),
                     etc,
                 }
             })

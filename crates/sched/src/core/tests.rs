@@ -102,9 +102,9 @@ fn register_assigns_ids_and_replaces_by_name() {
     assert!(c.register(again, secs(1.0)).is_err());
     assert_eq!(r3.server_id, r1.server_id);
     let a = c.server_by_name("a").unwrap();
-    assert_eq!(a.addr, "elsewhere:9");
-    assert_eq!(a.slots, 4);
-    assert_eq!(a.services, ["dgemm", "echo"]);
+    assert_eq!(a.addr(), "elsewhere:9");
+    assert_eq!(a.slots(), 4);
+    assert_eq!(a.services(), ["dgemm", "echo"]);
     assert_eq!(c.registry().len(), 2);
 }
 
@@ -112,7 +112,7 @@ fn register_assigns_ids_and_replaces_by_name() {
 fn down_server_reregisters_under_its_id_and_gets_calls_again() {
     let (mut c, ids) = grid(&[("a", 1e9)]);
     assert_eq!(c.sweep(secs(11.0)), vec![ids[0]]);
-    assert_eq!(c.server(ids[0]).unwrap().state, ServerState::Down);
+    assert_eq!(c.server(ids[0]).unwrap().state(), ServerState::Down);
     assert_eq!(c.heartbeat(&hb(ids[0]), secs(12.0)), Ack::Reregister);
     let e = c
         .rank(&dgemm_profile(10, 10, 10), &mct(), secs(12.0))
@@ -144,7 +144,7 @@ fn restart_drops_the_old_queue() {
     c.register_from(registration("a", &[dgemm()]), &gone, secs(0.5))
         .unwrap();
     assert_eq!(c.pending(), 0);
-    assert!(c.server_by_name("a").unwrap().queue.is_empty());
+    assert!(c.queue(c.server_by_name("a").unwrap().id()).is_empty());
 }
 
 #[test]
@@ -395,7 +395,7 @@ fn constant_speed_ignores_queues_and_sizes() {
         let r = c.rank(p, &cs, Duration::ZERO).unwrap();
         assert_eq!(names(&r.candidates), ["fast", "mid", "slow"], "call {i}");
     }
-    assert_eq!(c.server_by_name("fast").unwrap().queue.len(), 6);
+    assert_eq!(c.queue(c.server_by_name("fast").unwrap().id()).len(), 6);
 }
 
 #[test]
@@ -457,7 +457,7 @@ fn pinned_calls_go_to_that_server_only() {
         .unwrap();
     assert_eq!(names(&r.candidates), ["b"]);
     assert_eq!(r.candidates[0].server_id, ids[1]);
-    assert_eq!(c.server_by_name("b").unwrap().queue.len(), 1);
+    assert_eq!(c.queue(c.server_by_name("b").unwrap().id()).len(), 1);
 }
 
 #[test]
@@ -471,7 +471,7 @@ fn a_custom_compute_model_replaces_the_rate_model() {
             _: Option<f64>,
             _: &CallProfile,
         ) -> (f64, ComputeSource) {
-            let t = if server.name == "a" { 9.0 } else { 1.0 };
+            let t = if server.name() == "a" { 9.0 } else { 1.0 };
             (t, ComputeSource::Declared)
         }
     }
@@ -594,17 +594,17 @@ fn reports_clear_tickets_wherever_they_are_pending() {
     let (mut c, ids) = grid(&[("a", 1e9), ("b", 1e9)]);
     let p = dgemm_profile(100, 100, 100);
     let t = c.rank(&p, &mct(), Duration::ZERO).unwrap().ticket;
-    assert_eq!(c.server(ids[0]).unwrap().queue.len(), 1);
+    assert_eq!(c.queue(ids[0]).len(), 1);
     // The client fell back to b, which reports the ticket.
     let ack = c.report(ids[1], &[report(Some(t), "dgemm", 0.002, true)], secs(1.0));
     assert_eq!(ack, Ack::Ok);
     assert_eq!(c.pending(), 0);
-    assert!(c.server(ids[0]).unwrap().queue.is_empty());
-    assert_eq!(c.server(ids[1]).unwrap().completed, 1);
-    assert_eq!(c.server(ids[0]).unwrap().completed, 0);
+    assert!(c.queue(ids[0]).is_empty());
+    assert_eq!(c.server(ids[1]).unwrap().completed(), 1);
+    assert_eq!(c.server(ids[0]).unwrap().completed(), 0);
     // Reporting it again is harmless.
     c.report(ids[1], &[report(Some(t), "dgemm", 0.002, true)], secs(1.0));
-    assert_eq!(c.server(ids[1]).unwrap().completed, 2);
+    assert_eq!(c.server(ids[1]).unwrap().completed(), 2);
 }
 
 #[test]
@@ -629,8 +629,8 @@ fn reports_from_down_servers_are_noted_but_ask_to_reregister() {
     c.sweep(secs(11.0));
     let ack = c.report(ids[0], &[report(None, "echo", 0.1, true)], secs(12.0));
     assert_eq!(ack, Ack::Reregister);
-    assert_eq!(c.server(ids[0]).unwrap().completed, 1);
-    assert_eq!(c.server(ids[0]).unwrap().state, ServerState::Down);
+    assert_eq!(c.server(ids[0]).unwrap().completed(), 1);
+    assert_eq!(c.server(ids[0]).unwrap().state(), ServerState::Down);
 }
 
 #[test]
@@ -667,7 +667,7 @@ fn reports_feed_history_for_services_without_complexity() {
         ComputeSource::HistoryAtSize { calls: 2 }
     );
     assert_eq!(e[0].etc.compute_s, 2.0);
-    assert_eq!(c.server(ids[0]).unwrap().completed, 4);
+    assert_eq!(c.server(ids[0]).unwrap().completed(), 4);
     // History survives a restart with the same description.
     c.sweep(secs(20.0));
     c.register(registration("a", &[dgemm(), echo()]), secs(21.0))
@@ -687,7 +687,7 @@ fn release_frees_the_queue() {
     assert!(c.release(t));
     assert!(!c.release(t));
     assert!(!c.release(Ticket(999)));
-    assert!(c.server(ids[0]).unwrap().queue.is_empty());
+    assert!(c.queue(ids[0]).is_empty());
     // With a's queue empty again, the next identical call goes to a again.
     let r = c.rank(&p, &mct(), Duration::ZERO).unwrap();
     assert_eq!(r.candidates[0].name, "a");
@@ -711,13 +711,7 @@ fn old_tickets_expire_on_sweep() {
     assert_eq!(c.pending(), 2);
     assert!(c.sweep(secs(6.0)).is_empty());
     assert_eq!(c.pending(), 1);
-    let q: Vec<Ticket> = c
-        .server(id)
-        .unwrap()
-        .queue
-        .iter()
-        .map(|a| a.ticket)
-        .collect();
+    let q: Vec<Ticket> = c.queue(id).iter().map(|a| a.ticket).collect();
     assert_eq!(q, [young]);
     assert!(!c.release(old));
     assert!(c.release(young));
