@@ -3,7 +3,7 @@
 //! A service stays in the catalog after its last server leaves, so the agent can tell "nobody
 //! ever offered this" (a typo) from "its servers are down" (wait or retry).
 
-use crate::registry::KernelHistory;
+use gridwise_predict::ServiceFacts;
 use gridwise_proto::{Complexity, ErrorCode, RpcError, ServiceDesc};
 use std::collections::HashMap;
 
@@ -19,13 +19,9 @@ pub struct CatalogEntry {
     pub idx: ServiceIdx,
     /// The description every server offering it published.
     pub desc: ServiceDesc,
-    /// The parsed complexity, if the description has one (parsed once, evaluated per call).
-    pub complexity: Option<Complexity>,
-    /// The parsed duration (seconds on any server), if the description declares one.
-    pub duration: Option<Complexity>,
-    /// Kernel times of the service's successful calls on every server: the estimate for a
-    /// server that has run none yet.
-    pub grid_history: KernelHistory,
+    /// What estimates read: its parsed complexity and duration (parsed once, evaluated per
+    /// call) and its grid-wide history.
+    pub facts: ServiceFacts,
 }
 
 impl CatalogEntry {
@@ -64,7 +60,7 @@ impl Catalog {
 
     /// Notes a successful call's kernel time in the service's grid-wide history.
     pub fn record(&mut self, idx: ServiceIdx, kernel_s: f64) {
-        self.entries[idx.0].grid_history.record(kernel_s);
+        self.entries[idx.0].facts.learn_call(kernel_s);
     }
 
     /// The service at `idx` (indices come from this catalog, so it exists).
@@ -140,8 +136,8 @@ impl Catalog {
             let changed = e.desc != *desc;
             if changed {
                 e.desc = desc.clone();
-                e.complexity = complexity;
-                e.duration = duration_of(desc);
+                e.facts.complexity = complexity;
+                e.facts.duration = duration_of(desc);
             }
             return (idx, changed);
         }
@@ -149,9 +145,11 @@ impl Catalog {
         self.entries.push(CatalogEntry {
             idx,
             desc: desc.clone(),
-            complexity,
-            duration: duration_of(desc),
-            grid_history: KernelHistory::default(),
+            facts: ServiceFacts {
+                complexity,
+                duration: duration_of(desc),
+                ..ServiceFacts::default()
+            },
         });
         self.by_name.insert(desc.name.clone(), idx);
         (idx, false)
@@ -199,7 +197,13 @@ mod tests {
         assert_eq!(i2, i);
         assert!(changed);
         assert_eq!(
-            c.get("dgemm").unwrap().complexity.as_ref().unwrap().expr(),
+            c.get("dgemm")
+                .unwrap()
+                .facts
+                .complexity
+                .as_ref()
+                .unwrap()
+                .expr(),
             "m*n*k"
         );
     }

@@ -87,6 +87,14 @@ pub enum ConfigError {
 }
 
 impl CoreConfig {
+    /// What moving data costs where no link was measured.
+    pub fn transfers(&self) -> gridwise_predict::Transfers {
+        gridwise_predict::Transfers {
+            latency_s: self.default_latency_s,
+            bandwidth: self.default_bandwidth_bytes_per_s,
+        }
+    }
+
     /// Checks the values, so a bad config file is refused at start-up rather than producing
     /// infinite or NaN estimates later.
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -3,13 +3,11 @@
 
 use crate::catalog::{Catalog, CatalogEntry, ServiceIdx};
 use crate::config::CoreConfig;
-use crate::etc::{self, ComputeModel};
-use crate::fpm_model::FpmModel;
-use crate::links::Links;
 use crate::policy::{self, Keyed};
 use crate::queue::Assignment;
 use crate::registry::{Registry, ServerEntry};
 use crate::reservations::Reservations;
+use gridwise_predict::{ComputeModel, FpmModel, Links};
 use gridwise_proto::{
     Ack, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, Etc, Heartbeat, LinkInfo,
     LinkSample, Policy, RankOptions, Ranking, RpcError, ServerId, ServiceDesc, ServiceSummary,
@@ -55,8 +53,6 @@ pub struct AgentCore {
     links: Links,
     // Per service, providers ordered by calibrated rate for exact MCT pruning (see `prune`).
     rate_orders: Vec<prune::RateOrder>,
-    // Whether the compute model is the built-in `FpmModel`, whose terms pruning bounds.
-    prunable: bool,
 }
 
 /// The servers a call may go to: a service's providers (name-sorted) or the one pinned server.
@@ -110,14 +106,12 @@ impl AgentCore {
             dirty: HashSet::new(),
             links: Links::default(),
             rate_orders: Vec::new(),
-            prunable: true,
         }
     }
 
     /// The same core estimating compute time with `model` instead.
     pub fn with_compute_model(mut self, model: std::sync::Arc<dyn ComputeModel>) -> Self {
         self.model = model;
-        self.prunable = false;
         self
     }
 
@@ -192,8 +186,10 @@ impl AgentCore {
     /// [`heartbeat`](Self::heartbeat), also saying whether it is the server's first since it
     /// registered (the moment it has proved alive and is worth saving).
     pub fn heartbeat_joined(&mut self, hb: &Heartbeat, now: Duration) -> (Ack, bool) {
-        self.registry
-            .heartbeat(hb, now, self.config.load_sample, self.config.load_window)
+        let (ack, first, _) =
+            self.registry
+                .heartbeat(hb, now, self.config.load_sample, self.config.load_window);
+        (ack, first)
     }
 
     /// Servers forgotten since the last call (never proved alive, or gone too long), for the
@@ -227,18 +223,11 @@ impl AgentCore {
                 continue;
             };
             learned.push((svc.idx, r.timing.kernel_s));
-            if !svc.sizes_match(&r.sizes) {
-                o.history.record(r.timing.kernel_s);
-                continue;
-            }
-            let x: Vec<i64> = r.sizes.iter().map(|(_, v)| *v).collect();
-            o.record(&x, r.timing.kernel_s);
-            // Online refinement: every real call is a sample of the model at its size.
-            let work = svc.complexity.as_ref().and_then(|c| c.eval(&r.sizes).ok());
-            if let Some(work) = work
-                && r.timing.kernel_s > 0.0
+            let in_order = svc.sizes_match(&r.sizes);
+            if let Some(x) = o
+                .known
+                .learn_call(&svc.facts, &r.sizes, in_order, r.timing.kernel_s)
             {
-                o.model.add_sample(&x, work / r.timing.kernel_s);
                 self.dirty.insert((e.id(), svc.idx, x));
             }
         }
@@ -446,7 +435,7 @@ impl AgentCore {
         let svc = self.catalog.entry(service);
         let call = Call {
             svc,
-            work: etc::work(svc, profile),
+            work: svc.facts.work(profile),
             footprint: profile.footprint_bytes(),
             profile,
             now,
@@ -555,7 +544,10 @@ impl AgentCore {
                 too_big.push(e);
                 continue;
             }
-            if !self.model.feasible(e, call.svc, call.profile) {
+            if !self
+                .model
+                .feasible(e.view(call.svc.idx), &call.svc.facts, call.profile)
+            {
                 cannot_run.push(e.name());
                 continue;
             }
@@ -613,27 +605,28 @@ impl AgentCore {
 
     /// Whether `e` may get the call at all: up, able to hold it, and not ruled out by its model.
     fn eligible(&self, e: &ServerEntry, call: &Call<'_>) -> bool {
-        e.is_up() && call.fits(e) && self.model.feasible(e, call.svc, call.profile)
+        e.is_up()
+            && call.fits(e)
+            && self
+                .model
+                .feasible(e.view(call.svc.idx), &call.svc.facts, call.profile)
     }
 
     /// The ETC of `call` on the server in `slot`, its queue wait from its reservations.
     fn estimate(&self, slot: usize, call: &Call<'_>) -> Etc {
-        self.estimate_with(self.model.as_ref(), slot, call)
-    }
-
-    fn estimate_with(&self, model: &dyn ComputeModel, slot: usize, call: &Call<'_>) -> Etc {
         let server = self.registry.entry(slot);
         let wait = self
             .reservations
             .queue(slot)
             .wait_s(call.now, server.slots());
-        etc::estimate(
-            model,
-            &self.config,
+        gridwise_predict::estimate(
+            self.model.as_ref(),
+            &self.config.transfers(),
             &self.links,
-            server,
+            server.view(call.svc.idx),
+            server.addr(),
             wait,
-            call.svc,
+            &call.svc.facts,
             call.work,
             call.profile,
         )

@@ -6,11 +6,11 @@
 //! `now`, the monotonic time since the agent started, so the daemon, the tests and a simulator
 //! drive the same code.
 //!
-//! A decision estimates, for every live server offering the service, an ETC = queue wait +
-//! transfer in + compute + transfer out ([`etc`]), orders the servers by a [`Policy`] ([`policy`])
-//! and records an assignment to the first one ([`queue`]) so the next decision sees its queue.
-//! The compute term comes from a [`ComputeModel`]; [`RateModel`] (complexity ÷ calibrated rate,
-//! else past kernel times) is the default.
+//! A decision asks `gridwise-predict` for the ETC of the call on every live server offering the
+//! service (queue wait + transfer in + compute + transfer out, the compute term from a
+//! [`ComputeModel`], [`FpmModel`] by default), orders the servers by a [`Policy`] ([`policy`])
+//! and records a reservation on the first one ([`reservations`]) so the next decision sees its
+//! queue. The core computes no estimate itself.
 //!
 //! [`graph`] maps a whole group of calls with data dependencies at once (a [`TaskGraph`] onto
 //! servers by a [`GraphPolicy`]) and predicts the result by deterministic [`replay()`].
@@ -22,10 +22,7 @@
 pub mod catalog;
 pub mod config;
 pub mod core;
-pub mod etc;
-pub mod fpm_model;
 pub mod graph;
-pub mod links;
 pub mod policy;
 pub mod queue;
 pub mod registry;
@@ -40,12 +37,11 @@ pub use crate::core::{
     AgentCore, DirtyPoint, GraphOutline, GraphSnapshot, MappedGraph, Refusal, Registering,
     map_graph_shared,
 };
-pub use crate::etc::{ComputeModel, RateModel, estimate};
-pub use crate::fpm_model::FpmModel;
 pub use crate::graph::{
     Bounds, CommModel, EtcMatrix, GraphError, GraphPolicy, MapError, Mapping, PlatformError,
     Replay, ReplayError, Task, TaskGraph, TaskIdx, replay,
 };
 pub use crate::queue::{Assignment, ServerQueue, TicketIndex, queue_wait};
-pub use crate::registry::{KernelHistory, Offer, Registry, ServerEntry};
+pub use crate::registry::{Offer, Registry, ServerEntry};
 pub use crate::reservations::Reservations;
+pub use gridwise_predict::{ComputeModel, FpmModel, RateModel};

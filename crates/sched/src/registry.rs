@@ -4,104 +4,20 @@
 //! registers again under the same name it resumes where it was.
 
 use crate::catalog::ServiceIdx;
-use gridwise_fpm::load::{LoadAverageMatrix, LoadFunctions, LoadHistory};
-use gridwise_fpm::model::Fpm;
+use gridwise_predict::{HostKnowledge, LoadTrack, OfferKnowledge, ServerView};
 use gridwise_proto::{
     Ack, Heartbeat, LoadSample, ModelProgress, Registration, ServerId, ServerState, ServerStatus,
 };
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// Running mean of the kernel times of a service's successful calls on one server.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct KernelHistory {
-    /// Calls the mean is over.
-    pub calls: u64,
-    /// Mean kernel time, seconds.
-    pub mean_s: f64,
-}
-
-impl KernelHistory {
-    /// Adds one kernel time; negative and non-finite times are ignored (a broken clock must not
-    /// poison the mean).
-    pub fn record(&mut self, kernel_s: f64) {
-        if !(kernel_s.is_finite() && kernel_s >= 0.0) {
-            return;
-        }
-        self.calls += 1;
-        self.mean_s += (kernel_s - self.mean_s) / self.calls as f64;
-    }
-}
-
-/// Distinct sizes whose kernel times a server keeps per service; calls at other sizes still
-/// count in the service's overall history.
-const SIZES_REMEMBERED: usize = 4096;
-
 /// A service as one server offers it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Offer {
     /// The service.
     pub service: ServiceIdx,
-    /// Operations/s the server measured for this service at start-up, if it did.
-    pub rate: Option<f64>,
-    /// Kernel times of its past calls here.
-    pub history: KernelHistory,
-    /// Kernel times of its past calls here, per size vector: the time model of services
-    /// whose time no complexity formula gives (e.g. a simulation step).
-    pub by_size: HashMap<Vec<i64>, KernelHistory>,
-    /// Its functional performance model of this service: benchmark points from the server's
-    /// model builder and samples from real calls.
-    pub model: Fpm,
-}
-
-/// A server's load history and the load functions of its band model (seed 003 §2.1).
-#[derive(Clone, Debug, Default)]
-pub struct LoadTrack {
-    history: Option<LoadHistory>,
-    last_sample: Option<Duration>,
-    functions: Option<LoadFunctions>,
-}
-
-/// Fewer samples than this give no band: three minutes say little about the next hour.
-const MIN_LOAD_SAMPLES: usize = 3;
-
-impl LoadTrack {
-    /// Takes a load average seen at `now` if a sample period has passed since the last one.
-    pub fn observe(&mut self, now: Duration, loadavg: f64, every: Duration, window: usize) {
-        if self
-            .last_sample
-            .is_some_and(|t| now.saturating_sub(t) < every)
-        {
-            return;
-        }
-        let delta = every.as_secs_f64().max(1e-3);
-        let cap = (2 * window.max(1)).saturating_sub(1).max(1);
-        let h = match &mut self.history {
-            Some(h) => h,
-            None => match LoadHistory::new(delta, cap) {
-                Ok(h) => self.history.insert(h),
-                Err(_) => return,
-            },
-        };
-        if h.push(loadavg).is_err() {
-            return;
-        }
-        self.last_sample = Some(now);
-        self.functions = (h.len() >= MIN_LOAD_SAMPLES)
-            .then(|| LoadAverageMatrix::from_history(h, window.max(1)).ok())
-            .flatten()
-            .map(|m| m.load_functions());
-    }
-
-    /// The load functions l_min(t), l_max(t), once enough history exists.
-    pub fn functions(&self) -> Option<&LoadFunctions> {
-        self.functions.as_ref()
-    }
-
-    /// Samples kept.
-    pub fn samples(&self) -> usize {
-        self.history.as_ref().map_or(0, |h| h.len())
-    }
+    /// What the server has shown about it: rate, histories, performance model.
+    pub known: OfferKnowledge,
 }
 
 /// One server as the agent sees it. Its fields change only through the registry and the
@@ -120,8 +36,6 @@ pub struct ServerEntry {
     services: Vec<String>,
     /// Per-service data, aligned with `services`.
     offers: Vec<Offer>,
-    /// Operations/s for services without a rate of their own.
-    default_rate: f64,
     /// Physical memory, bytes.
     memory_bytes: u64,
     /// CPU cores.
@@ -136,9 +50,8 @@ pub struct ServerEntry {
     completed: u64,
     /// Its model builds, as its last heartbeat told.
     progress: Vec<ModelProgress>,
-    /// Its load history (one-minute load averages, one per `load_sample`), without the
-    /// periods its own model benchmarks ran.
-    load_track: LoadTrack,
+    /// Its default rate and background load: what estimates read about it whatever it runs.
+    host: HostKnowledge,
     /// Random per server process, as its registration said.
     instance: String,
     /// The secret the agent issued at its registration; a re-registration presenting it is
@@ -157,23 +70,6 @@ pub struct ServerEntry {
     memory_budget_bytes: u64,
     /// Its frame limit, bytes.
     max_frame_bytes: u64,
-}
-
-impl Offer {
-    /// Records a successful call's kernel time at its sizes.
-    pub fn record(&mut self, x: &[i64], kernel_s: f64) {
-        self.history.record(kernel_s);
-        if let Some(h) = self.by_size.get_mut(x) {
-            h.record(kernel_s);
-        } else if self.by_size.len() < SIZES_REMEMBERED {
-            self.by_size.entry(x.to_vec()).or_default().record(kernel_s);
-        }
-    }
-}
-
-/// Whether a rate can divide a complexity into a meaningful time.
-fn usable(rate: f64) -> bool {
-    rate.is_finite() && rate > 0.0
 }
 
 impl ServerEntry {
@@ -207,9 +103,9 @@ impl ServerEntry {
         &self.offers
     }
 
-    /// Operations/s for services without a rate of their own.
+    /// Operations/s for services without a rate of their own (0 when it did not calibrate).
     pub fn default_rate(&self) -> f64 {
-        self.default_rate
+        self.host.default_rate
     }
 
     /// Physical memory, bytes.
@@ -250,7 +146,15 @@ impl ServerEntry {
     /// Its load history (one-minute load averages, one per `load_sample`), without the
     /// periods its own model benchmarks ran.
     pub fn load_track(&self) -> &LoadTrack {
-        &self.load_track
+        &self.host.load
+    }
+
+    /// What an estimate of `service` here may read.
+    pub fn view(&self, service: ServiceIdx) -> ServerView<'_> {
+        ServerView {
+            host: &self.host,
+            offer: self.offer(service).map(|o| &o.known),
+        }
     }
 
     /// Random per server process, as its registration said.
@@ -350,15 +254,7 @@ impl ServerEntry {
     /// The rate to divide `service`'s complexity by: its own calibrated rate, else the default
     /// rate; `None` when neither is a positive finite number.
     pub fn rate(&self, service: ServiceIdx) -> Option<f64> {
-        self.offer(service)
-            .and_then(|o| o.rate)
-            .filter(|r| usable(*r))
-            .or(Some(self.default_rate).filter(|r| usable(*r)))
-    }
-
-    /// Its kernel-time history for `service`.
-    pub fn history(&self, service: ServiceIdx) -> Option<&KernelHistory> {
-        self.offer(service).map(|o| &o.history)
+        self.view(service).rate()
     }
 
     /// Its status line at `now`, with `pending` calls reserved on it.
@@ -374,7 +270,7 @@ impl ServerEntry {
             completed: self.completed,
             load: self.load,
             last_heard_s: now.saturating_sub(self.last_heard).as_secs_f64(),
-            default_rate: self.default_rate,
+            default_rate: self.host.default_rate,
         }
     }
 }
@@ -492,26 +388,16 @@ impl Registry {
                 .iter()
                 .position(|o| o.service == service && !changed)
                 .map(|i| old_offers.swap_remove(i));
-            let (history, by_size, model) = match kept {
-                Some(o) => (o.history, o.by_size, o.model),
-                None => (
-                    KernelHistory::default(),
-                    HashMap::new(),
-                    Fpm::new(desc.size_params.clone()),
-                ),
-            };
             let rate = reg
                 .rates
                 .iter()
                 .find(|(n, _)| *n == desc.name)
                 .map(|(_, r)| *r);
-            offers.push(Offer {
-                service,
-                rate,
-                history,
-                by_size,
-                model,
-            });
+            let known = match kept {
+                Some(o) => OfferKnowledge { rate, ..o.known },
+                None => OfferKnowledge::new(desc.size_params.clone(), rate),
+            };
+            offers.push(Offer { service, known });
             self.add_provider(service, slot);
         }
         let e = &mut self.servers[slot];
@@ -519,7 +405,7 @@ impl Registry {
         e.offers = offers;
         e.addr = reg.addr;
         e.slots = reg.slots;
-        e.default_rate = reg.default_rate;
+        e.host.default_rate = reg.default_rate;
         e.memory_bytes = reg.memory_bytes;
         e.cores = reg.cores;
         e.memory_budget_bytes = reg.memory_budget_bytes;
@@ -583,7 +469,6 @@ impl Registry {
             slots: 1,
             services: Vec::new(),
             offers: Vec::new(),
-            default_rate: 0.0,
             memory_bytes: 0,
             cores: 0,
             state: ServerState::Up,
@@ -591,7 +476,7 @@ impl Registry {
             load: LoadSample::default(),
             completed: 0,
             progress: Vec::new(),
-            load_track: LoadTrack::default(),
+            host: HostKnowledge::default(),
             instance: String::new(),
             secret: String::new(),
             source: String::new(),
@@ -624,14 +509,16 @@ impl Registry {
         }
     }
 
-    /// Notes a heartbeat: unknown and down servers are told to register again.
+    /// Notes a heartbeat: unknown and down servers are told to register again. Also says
+    /// whether it is the server's first since it registered, and the load average it added to
+    /// the server's background-load history, if it added one.
     pub(crate) fn heartbeat(
         &mut self,
         hb: &Heartbeat,
         now: Duration,
         sample_every: Duration,
         window: usize,
-    ) -> (Ack, bool) {
+    ) -> (Ack, bool, Option<f64>) {
         match self.slot_of(hb.server_id).map(|s| &mut self.servers[s]) {
             Some(e) if e.is_up() => {
                 let first = !e.joined;
@@ -640,13 +527,10 @@ impl Registry {
                 e.last_heard = now;
                 e.load = hb.load;
                 e.progress.clone_from(&hb.models);
-                if !hb.load.benchmarking {
-                    e.load_track
-                        .observe(now, hb.load.loadavg_1m, sample_every, window);
-                }
-                (Ack::Ok, first)
+                let kept = e.host.learn_load(now, &hb.load, sample_every, window);
+                (Ack::Ok, first, kept)
             }
-            _ => (Ack::Reregister, false),
+            _ => (Ack::Reregister, false, None),
         }
     }
 
@@ -669,30 +553,13 @@ mod tests {
     use super::*;
     use crate::testutil::registration;
 
-    #[test]
-    fn load_track_samples_once_per_period_and_gives_a_band() {
-        let mut t = LoadTrack::default();
-        let every = Duration::from_secs(60);
-        for s in 0..3u64 {
-            // Several heartbeats per period; only the first of each counts.
-            t.observe(Duration::from_secs(s * 60), 0.5, every, 60);
-            t.observe(Duration::from_secs(s * 60 + 1), 9.0, every, 60);
-        }
-        assert_eq!(t.samples(), 3);
-        let lf = t.functions().expect("three samples make a band");
-        assert!((lf.l_min(60.0) - 0.5).abs() < 1e-12 && (lf.l_max(60.0) - 0.5).abs() < 1e-12);
-        let mut short = LoadTrack::default();
-        short.observe(Duration::ZERO, 1.0, every, 60);
-        assert!(short.functions().is_none());
-    }
-
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
     }
 
     #[test]
     fn history_is_a_running_mean_of_valid_times() {
-        let mut h = KernelHistory::default();
+        let mut h = gridwise_predict::KernelHistory::default();
         h.record(1.0);
         h.record(3.0);
         h.record(f64::NAN);
@@ -714,7 +581,7 @@ mod tests {
         assert_eq!(e.rate(ServiceIdx(0)), Some(7.0));
         assert_eq!(e.rate(ServiceIdx(1)), Some(5.0));
         assert_eq!(e.rate(ServiceIdx(2)), Some(5.0));
-        r.entry_mut(slot).default_rate = f64::INFINITY;
+        r.entry_mut(slot).host.default_rate = f64::INFINITY;
         assert_eq!(r.entry(slot).rate(ServiceIdx(1)), None);
     }
 
@@ -756,8 +623,11 @@ mod tests {
             models: Vec::new(),
         };
         let (every, w) = (secs(60), 60);
-        assert_eq!(r.heartbeat(&hb, secs(3), every, w), (Ack::Ok, true));
-        assert_eq!(r.heartbeat(&hb, secs(3), every, w), (Ack::Ok, false));
+        assert_eq!(
+            r.heartbeat(&hb, secs(3), every, w),
+            (Ack::Ok, true, Some(0.5))
+        );
+        assert_eq!(r.heartbeat(&hb, secs(3), every, w), (Ack::Ok, false, None));
         assert_eq!(r.get(id).unwrap().load.queued, 2);
         assert!(r.sweep(secs(13), secs(10)).is_empty());
         assert_eq!(r.sweep(secs(14), secs(10)), vec![(0, id)]);

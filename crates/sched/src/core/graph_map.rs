@@ -18,10 +18,9 @@
 
 use super::{AgentCore, Call, not_offered, sizes_mismatch};
 use crate::catalog::Catalog;
-use crate::etc::{self, ComputeModel};
 use crate::graph::{Bounds, CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, replay};
-use crate::links::Links;
 use crate::registry::ServerEntry;
+use gridwise_predict::{ComputeModel, Links};
 use gridwise_proto::{
     ComputeSource, ErrorCode, GraphPlan, GraphRequest, PlannedLink, PlannedServer, RpcError,
     ServerId,
@@ -308,7 +307,7 @@ impl GraphSnapshot {
             }
             let call = Call {
                 svc,
-                work: etc::work(svc, &c.profile),
+                work: svc.facts.work(&c.profile),
                 footprint: c.profile.footprint_bytes(),
                 profile: &c.profile,
                 now: self.taken_at,
@@ -336,16 +335,19 @@ impl GraphSnapshot {
                 if !e.offers(call.svc.idx) || !call.fits(e) {
                     continue;
                 }
-                if !self.model.feasible(e, call.svc, call.profile) {
+                let view = e.view(call.svc.idx);
+                if !self.model.feasible(view, &call.svc.facts, call.profile) {
                     blind_spots.push((t, col));
                     continue;
                 }
-                let (compute, source) = self.model.compute(e, call.svc, call.work, call.profile);
-                if matches!(source, ComputeSource::Assumed { .. }) {
+                let compute = self
+                    .model
+                    .compute(view, &call.svc.facts, call.work, call.profile);
+                if matches!(compute.source, ComputeSource::Assumed { .. }) {
                     unknown.push((t as u32, col as u32));
                 }
-                if compute.is_finite() {
-                    values[t * m + col] = compute.max(0.0);
+                if compute.seconds.is_finite() {
+                    values[t * m + col] = compute.seconds.max(0.0);
                 }
             }
         }
@@ -377,7 +379,8 @@ impl GraphSnapshot {
             // Blind to memory as GridSolve was: it places calls where they do not fit, and
             // they fail there (the Hydropad lesson, seed 003 §5.3).
             for &(t, col) in &blind_spots {
-                values[t * m + col] = calls[t].work.unwrap_or(0.0).max(0.0) / rates[col];
+                values[t * m + col] =
+                    gridwise_predict::constant_speed_s(calls[t].work.unwrap_or(0.0), rates[col]);
             }
         }
         for (t, call) in calls.iter().enumerate() {

@@ -4,8 +4,8 @@
 //! complexity formula describes.
 
 use super::*;
-use crate::etc::ASSUMED_UNKNOWN_S;
 use crate::testutil::{dgemm, dgemm_profile, echo, registration};
+use gridwise_predict::ASSUMED_UNKNOWN_S;
 use gridwise_proto::{ArgDesc, ArgMode, ComputeSource, LoadSample, Registration, Timing};
 
 fn secs(s: f64) -> Duration {

@@ -2,7 +2,6 @@
 //! listings and exports, what changed since the last save, and restoring what was saved.
 
 use super::AgentCore;
-use gridwise_fpm::stats::SpeedStats;
 use gridwise_proto::{
     Ack, ErrorCode, ModelExport, ModelPoint, ModelSummary, PointSource, PointStats, Registration,
     RpcError, ServerId,
@@ -47,12 +46,7 @@ impl AgentCore {
             let Some(o) = e.offer_mut(idx) else {
                 continue;
             };
-            match p.source {
-                PointSource::AssumedZero => o.model.set_assumed_zero(&p.x),
-                PointSource::Benchmark | PointSource::Online => {
-                    o.model.insert(&p.x, SpeedStats::from(p.stats))
-                }
-            }
+            o.known.learn_point(&p.x, p.stats, p.source);
             let id = self.registry.entry(slot).id();
             self.dirty.insert((id, idx, p.x.clone()));
         }
@@ -66,13 +60,13 @@ impl AgentCore {
             for o in e.all_offers() {
                 let service = self.catalog.entry(o.service).name().to_string();
                 let progress = e.progress().iter().find(|p| p.service == service).cloned();
-                if o.model.is_empty() && progress.is_none() {
+                if o.known.model.is_empty() && progress.is_none() {
                     continue;
                 }
                 out.push(ModelSummary {
                     server: e.name().to_string(),
                     service,
-                    points: o.model.len() as u32,
+                    points: o.known.model.len() as u32,
                     progress,
                 });
             }
@@ -107,12 +101,13 @@ impl AgentCore {
             params: svc.desc.size_params.clone(),
             complexity: svc.desc.complexity.clone(),
             points: o
+                .known
                 .model
                 .points()
                 .into_iter()
                 .map(|(x, s)| (x, PointStats::from(s)))
                 .collect(),
-            assumed_zero: o.model.assumed_zero().map(|x| x.to_vec()),
+            assumed_zero: o.known.model.assumed_zero().map(|x| x.to_vec()),
             progress: e.progress().iter().find(|p| p.service == service).cloned(),
         })
     }
@@ -127,7 +122,7 @@ impl AgentCore {
             };
             let Some(o) = e.offer(idx) else { continue };
             let service = self.catalog.entry(idx).name().to_string();
-            if o.model.assumed_zero() == Some(x.as_slice()) {
+            if o.known.model.assumed_zero() == Some(x.as_slice()) {
                 out.push(DirtyPoint {
                     server: e.name().to_string(),
                     service,
@@ -137,7 +132,7 @@ impl AgentCore {
                 });
                 continue;
             }
-            if let Some((_, s)) = o.model.points().into_iter().find(|(p, _)| *p == x) {
+            if let Some((_, s)) = o.known.model.points().into_iter().find(|(p, _)| *p == x) {
                 out.push(DirtyPoint {
                     server: e.name().to_string(),
                     service,
@@ -189,12 +184,7 @@ impl AgentCore {
         let Some(o) = self.registry.entry_mut(slot).offer_mut(idx) else {
             return false;
         };
-        match source {
-            PointSource::AssumedZero => o.model.set_assumed_zero(x),
-            PointSource::Benchmark | PointSource::Online => {
-                o.model.insert(x, SpeedStats::from(stats))
-            }
-        }
+        o.known.learn_point(x, stats, source);
         true
     }
 }

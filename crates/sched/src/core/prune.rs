@@ -1,26 +1,23 @@
 //! Exact pruning of MCT ranking over a service's providers.
 //!
-//! A server whose model for the service is empty and which has a usable calibrated rate `r`
-//! gets, from [`FpmModel`](crate::fpm_model::FpmModel), exactly the compute term
-//! `term(work / r)` (the model is empty, so FPM falls straight through to the rate). Its other
-//! terms are bounded below by what every server shares: the queue wait is ≥ 0, the transfer in
-//! is the client's inputs plus remote pulls that are each ≥ 0, the transfer out is the same for
-//! all. So `LB(r) = Etc { 0, term(lat + in/bw), term(work/r), term(lat + out/bw) }.total_s()`
-//! never exceeds its real total (floating-point addition and division are monotone), and it is
-//! non-decreasing as `r` decreases. Visiting such servers fastest-rate first, the scan stops
-//! once the next bound is above the k-th best total found so far (or equal to it with a later
-//! name): no server after it can enter the top k, nor tie into it.
+//! A server on which the compute model promises a compute term of exactly `work / r`
+//! ([`ComputeModel::exact_rate`](gridwise_predict::ComputeModel::exact_rate): for the FPM
+//! model, a server with no model point for the service and a usable rate `r`) has an ETC total
+//! no lower than [`lower_bound_s`]`(r)`, which does not decrease as `r` does. Visiting such
+//! servers fastest-rate first, the scan stops once the next bound is above the k-th best total
+//! found so far (or equal to it with a later name): no server after it can enter the top k,
+//! nor tie into it.
 //!
 //! Everything the bound does not cover is evaluated exactly every time: servers without a
-//! usable rate, and servers whose model for the service is not empty *now* (checked live on
+//! usable rate, and servers whose model no longer promises the rate *now* (checked live on
 //! every decision, because model points arrive without passing through the registration path).
 //! The rate order itself depends only on rates, offers and providers, which only change on
 //! registration, where it is dropped.
 
 use super::{AgentCore, Call, Source};
 use crate::catalog::ServiceIdx;
-use crate::etc::RateModel;
 use crate::registry::Registry;
+use gridwise_predict::lower_bound_s;
 use gridwise_proto::{Candidate, Etc};
 use std::cmp::Ordering;
 
@@ -39,8 +36,6 @@ struct Rated {
     rate: f64,
     pos: usize,
     slot: usize,
-    /// Index of the service's offer in the server's `offers`.
-    offer: usize,
 }
 
 impl RateOrder {
@@ -49,14 +44,8 @@ impl RateOrder {
         let mut unrated = Vec::new();
         for (pos, &slot) in registry.providers(service).iter().enumerate() {
             let e = registry.entry(slot);
-            let offer = e.all_offers().iter().position(|o| o.service == service);
-            match (offer, e.rate(service)) {
-                (Some(offer), Some(rate)) => by_rate.push(Rated {
-                    rate,
-                    pos,
-                    slot,
-                    offer,
-                }),
+            match (e.offers(service), e.rate(service)) {
+                (true, Some(rate)) => by_rate.push(Rated { rate, pos, slot }),
                 _ => unrated.push(pos),
             }
         }
@@ -141,36 +130,11 @@ impl AgentCore {
         let Source::Providers(slots) = source else {
             return None;
         };
-        if !self.prunable {
-            return None;
-        }
         let work = call.work.filter(|w| w.is_finite() && *w > 0.0)?;
-        // A declared duration, not the rate, sets the compute term: the bound does not hold.
-        if call.svc.duration.is_some() {
-            return None;
-        }
         let service = call.svc.idx;
         let order = self.rate_orders.get(service.0).filter(|o| o.built)?;
-
-        let bw = self.config.default_bandwidth_bytes_per_s;
-        let lat = self.config.default_latency_s;
-        let p = call.profile;
-        // Remote pulls are ≥ 0 when the defaults are sane (measured links always are).
-        let pulls_nonneg = p.remote_in.is_empty() || (lat >= 0.0 && bw > 0.0);
-        let bound = |rate: f64| {
-            Etc {
-                queue_wait_s: 0.0,
-                transfer_in_s: if pulls_nonneg {
-                    term(lat + p.in_bytes as f64 / bw)
-                } else {
-                    0.0
-                },
-                compute_s: term(work / rate),
-                transfer_out_s: term(lat + p.out_bytes as f64 / bw),
-                compute_source: gridwise_proto::ComputeSource::CalibratedRate { rate },
-            }
-            .total_s()
-        };
+        let transfers = self.config.transfers();
+        let bound = |rate: f64| lower_bound_s(&transfers, rate, work, call.profile);
 
         let mut top = TopK::new(limit.max(1));
         let exact = |top: &mut TopK, pos: usize| {
@@ -188,11 +152,8 @@ impl AgentCore {
             if !e.is_up() || !call.fits(e) {
                 continue;
             }
-            let empty = match e.all_offers().get(r.offer) {
-                Some(o) if o.service == service => o.model.is_empty(),
-                _ => false,
-            };
-            if !empty {
+            let view = e.view(service);
+            if self.model.exact_rate(view, &call.svc.facts) != Some(r.rate) {
                 // Its model (or something unexpected) decides: no bound, evaluate it.
                 exact(&mut top, r.pos);
                 continue;
@@ -210,8 +171,9 @@ impl AgentCore {
                     _ => {}
                 }
             }
-            // Empty model: FpmModel's compute is RateModel's, and the call is feasible.
-            top.offer(r.pos, self.estimate_with(&RateModel, r.slot, call));
+            if self.model.feasible(view, &call.svc.facts, call.profile) {
+                top.offer(r.pos, self.estimate(r.slot, call));
+            }
         }
         let first = slots[top.items.first()?.1];
         let candidates = top
@@ -229,9 +191,4 @@ impl AgentCore {
             .collect();
         Some((candidates, first))
     }
-}
-
-/// As [`etc`]'s terms: never negative or NaN.
-fn term(x: f64) -> f64 {
-    if x > 0.0 { x } else { 0.0 }
 }

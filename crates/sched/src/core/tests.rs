@@ -1,6 +1,6 @@
 use super::*;
-use crate::etc::ASSUMED_UNKNOWN_S;
 use crate::testutil::{dgemm, dgemm_profile, echo, registration};
+use gridwise_predict::ASSUMED_UNKNOWN_S;
 use gridwise_proto::{ComputeSource, LoadSample, Registration, ServerState, Timing};
 
 fn secs(s: f64) -> Duration {
@@ -466,13 +466,18 @@ fn a_custom_compute_model_replaces_the_rate_model() {
     impl ComputeModel for Fixed {
         fn compute(
             &self,
-            server: &ServerEntry,
-            _: &CatalogEntry,
+            server: gridwise_predict::ServerView<'_>,
+            _: &gridwise_predict::ServiceFacts,
             _: Option<f64>,
             _: &CallProfile,
-        ) -> (f64, ComputeSource) {
-            let t = if server.name() == "a" { 9.0 } else { 1.0 };
-            (t, ComputeSource::Declared)
+        ) -> gridwise_predict::Compute {
+            // Slow where the rate says fast: only the model decides.
+            let t = if server.host.default_rate > 1.0 {
+                9.0
+            } else {
+                1.0
+            };
+            gridwise_predict::Compute::point(t, ComputeSource::Declared)
         }
     }
     let (c, _) = grid(&[("a", 1e12), ("b", 1.0)]);

@@ -44,7 +44,7 @@ pub fn map(
     }
     let est = EtcMatrix::from_fn(graph.len(), etc.servers(), |t, s| {
         if etc.feasible(t, s) {
-            graph.task(t).work / rates[s]
+            gridwise_predict::constant_speed_s(graph.task(t).work, rates[s])
         } else {
             f64::INFINITY
         }

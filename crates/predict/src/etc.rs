@@ -1,0 +1,274 @@
+//! The estimated time to compute (ETC) of one call on one server: queue wait + transfer in +
+//! compute + transfer out, and the lower bound ranking prunes with.
+
+use crate::compute::ComputeModel;
+use crate::knowledge::{ServerView, ServiceFacts};
+use crate::links::Links;
+use gridwise_proto::{CallProfile, ComputeSource, Etc};
+
+/// What moving data costs where no link was measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Transfers {
+    /// One-way latency, s.
+    pub latency_s: f64,
+    /// Bandwidth, bytes/s.
+    pub bandwidth: f64,
+}
+
+/// A term that cannot be negative or NaN, whatever a model returns.
+fn term(x: f64) -> f64 {
+    if x > 0.0 { x } else { 0.0 }
+}
+
+/// The client's inputs in, before any remote pull.
+fn sent_in_s(t: &Transfers, profile: &CallProfile) -> f64 {
+    t.latency_s + profile.in_bytes as f64 / t.bandwidth
+}
+
+/// The outputs back to the client.
+fn sent_out_s(t: &Transfers, profile: &CallProfile) -> f64 {
+    t.latency_s + profile.out_bytes as f64 / t.bandwidth
+}
+
+/// The ETC of `profile` on the server at `addr` (seen as `server`) behind `queue_wait_s` of
+/// work reserved there. `work` is the call's operations ([`ServiceFacts::work`]), evaluated
+/// once per call rather than once per server. The transfer in covers the client's inputs and
+/// the pull of every remote input from its holder over the measured `links` (nothing when the
+/// server holds it).
+#[allow(clippy::too_many_arguments)]
+pub fn estimate(
+    model: &dyn ComputeModel,
+    transfers: &Transfers,
+    links: &Links,
+    server: ServerView<'_>,
+    addr: &str,
+    queue_wait_s: f64,
+    service: &ServiceFacts,
+    work: Option<f64>,
+    profile: &CallProfile,
+) -> Etc {
+    let compute = model.compute(server, service, work, profile);
+    let (lat, bw) = (transfers.latency_s, transfers.bandwidth);
+    Etc {
+        queue_wait_s: term(queue_wait_s),
+        transfer_in_s: term(
+            sent_in_s(transfers, profile)
+                + profile
+                    .remote_in
+                    .iter()
+                    .map(|(holder, bytes)| links.transfer_s(holder, addr, *bytes, lat, bw))
+                    .sum::<f64>(),
+        ),
+        compute_s: term(compute.seconds),
+        transfer_out_s: term(sent_out_s(transfers, profile)),
+        compute_source: compute.source,
+    }
+}
+
+/// A total no server whose model's compute term is exactly `work / rate`
+/// ([`ComputeModel::exact_rate`]) can beat: its queue wait is ≥ 0, its remote pulls are each ≥
+/// 0 (when the default transfers are sane; measured links always are), the rest is the same
+/// for every server. Floating-point addition and division are monotone, so the bound never
+/// exceeds the real [`estimate`] total, and it does not decrease as `rate` does.
+pub fn lower_bound_s(transfers: &Transfers, rate: f64, work: f64, profile: &CallProfile) -> f64 {
+    let pulls_nonneg =
+        profile.remote_in.is_empty() || (transfers.latency_s >= 0.0 && transfers.bandwidth > 0.0);
+    Etc {
+        queue_wait_s: 0.0,
+        transfer_in_s: if pulls_nonneg {
+            term(sent_in_s(transfers, profile))
+        } else {
+            0.0
+        },
+        compute_s: term(work / rate),
+        transfer_out_s: term(sent_out_s(transfers, profile)),
+        compute_source: ComputeSource::CalibratedRate { rate },
+    }
+    .total_s()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::{ASSUMED_UNKNOWN_S, RateModel};
+    use crate::knowledge::{HostKnowledge, OfferKnowledge};
+    use gridwise_proto::Complexity;
+
+    fn dgemm_facts() -> ServiceFacts {
+        let params: Vec<String> = ["m", "n", "k"].map(String::from).to_vec();
+        ServiceFacts {
+            complexity: Some(Complexity::parse("2*m*n*k", &params).unwrap()),
+            ..ServiceFacts::default()
+        }
+    }
+
+    fn profile(n: i64) -> CallProfile {
+        CallProfile {
+            service: "dgemm".into(),
+            sizes: vec![("m".into(), n), ("n".into(), n), ("k".into(), n)],
+            in_bytes: 1_000_000,
+            out_bytes: 2_000_000,
+            remote_in: Vec::new(),
+        }
+    }
+
+    const LAN: Transfers = Transfers {
+        latency_s: 1e-4,
+        bandwidth: 1e9,
+    };
+
+    fn host(rate: f64) -> HostKnowledge {
+        HostKnowledge {
+            default_rate: rate,
+            ..HostKnowledge::default()
+        }
+    }
+
+    #[test]
+    fn estimate_sums_queue_transfers_and_compute() {
+        let (h, facts, p) = (host(1e9), dgemm_facts(), profile(100));
+        let view = ServerView {
+            host: &h,
+            offer: None,
+        };
+        let w = facts.work(&p);
+        assert_eq!(w, Some(2e6));
+        let e = estimate(
+            &RateModel,
+            &LAN,
+            &Links::default(),
+            view,
+            "s:1",
+            2.0,
+            &facts,
+            w,
+            &p,
+        );
+        assert_eq!(e.queue_wait_s, 2.0);
+        assert!((e.transfer_in_s - (1e-4 + 1e-3)).abs() < 1e-15);
+        assert!((e.transfer_out_s - (1e-4 + 2e-3)).abs() < 1e-15);
+        assert_eq!(e.compute_s, 2e-3);
+        assert_eq!(
+            e.compute_source,
+            ComputeSource::CalibratedRate { rate: 1e9 }
+        );
+        // The bound is the same total without the queue.
+        let lb = lower_bound_s(&LAN, 1e9, 2e6, &p);
+        assert!((e.total_s() - 2.0 - lb).abs() < 1e-12, "{lb}");
+    }
+
+    #[test]
+    fn history_stands_in_for_a_formula_then_the_unknown_is_assumed() {
+        let h = host(1e9);
+        let mut o = OfferKnowledge::new(vec![], None);
+        let facts = ServiceFacts::default();
+        let p = CallProfile {
+            service: "echo".into(),
+            sizes: vec![],
+            in_bytes: 0,
+            out_bytes: 0,
+            remote_in: Vec::new(),
+        };
+        fn view<'a>(h: &'a HostKnowledge, o: &'a OfferKnowledge) -> ServerView<'a> {
+            ServerView {
+                host: h,
+                offer: Some(o),
+            }
+        }
+        assert_eq!(facts.work(&p), None);
+        let c = RateModel.compute(view(&h, &o), &facts, None, &p);
+        assert_eq!(
+            (c.seconds, c.source),
+            (
+                ASSUMED_UNKNOWN_S,
+                ComputeSource::Assumed {
+                    seconds: ASSUMED_UNKNOWN_S
+                }
+            )
+        );
+        o.history.record(0.5);
+        o.history.record(1.5);
+        let c = RateModel.compute(view(&h, &o), &facts, None, &p);
+        assert_eq!(
+            (c.seconds, c.source),
+            (1.0, ComputeSource::History { calls: 2 })
+        );
+    }
+
+    #[test]
+    fn unusable_rates_fall_through_to_history() {
+        for rate in [0.0, f64::NAN, f64::INFINITY, -1.0] {
+            let h = host(rate);
+            let mut o = OfferKnowledge::new(vec!["m".into(), "n".into(), "k".into()], None);
+            let (facts, p) = (dgemm_facts(), profile(10));
+            let c = RateModel.compute(
+                ServerView {
+                    host: &h,
+                    offer: Some(&o),
+                },
+                &facts,
+                facts.work(&p),
+                &p,
+            );
+            assert!(matches!(c.source, ComputeSource::Assumed { .. }), "{c:?}");
+            assert_eq!(
+                RateModel.exact_rate(
+                    ServerView {
+                        host: &h,
+                        offer: Some(&o)
+                    },
+                    &facts
+                ),
+                None
+            );
+            o.history.record(2.0);
+            let c = RateModel.compute(
+                ServerView {
+                    host: &h,
+                    offer: Some(&o),
+                },
+                &facts,
+                facts.work(&p),
+                &p,
+            );
+            assert_eq!(
+                (c.seconds, c.source),
+                (2.0, ComputeSource::History { calls: 1 })
+            );
+        }
+    }
+
+    #[test]
+    fn a_broken_model_cannot_make_terms_negative_or_nan() {
+        struct Broken;
+        impl ComputeModel for Broken {
+            fn compute(
+                &self,
+                _: ServerView<'_>,
+                _: &ServiceFacts,
+                _: Option<f64>,
+                _: &CallProfile,
+            ) -> crate::compute::Compute {
+                crate::compute::Compute::point(f64::NAN, ComputeSource::Declared)
+            }
+        }
+        let h = host(1e9);
+        let view = ServerView {
+            host: &h,
+            offer: None,
+        };
+        let p = profile(1);
+        let e = estimate(
+            &Broken,
+            &LAN,
+            &Links::default(),
+            view,
+            "s:1",
+            -3.0,
+            &ServiceFacts::default(),
+            None,
+            &p,
+        );
+        assert_eq!((e.compute_s, e.queue_wait_s), (0.0, 0.0));
+    }
+}

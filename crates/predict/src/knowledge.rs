@@ -1,0 +1,109 @@
+//! What estimates read: facts about a service wherever it runs, what one server has shown
+//! about one service, and what is known about a server whatever it runs. The agent keeps one
+//! of each per service, per (server, service) and per server; it changes them only through
+//! [`crate::learn`].
+
+use crate::history::KernelHistory;
+use crate::load::LoadTrack;
+use gridwise_fpm::model::Fpm;
+use gridwise_proto::{CallProfile, Complexity};
+use std::collections::HashMap;
+
+/// Distinct sizes whose kernel times a server keeps per service; calls at other sizes still
+/// count in the service's overall history.
+pub(crate) const SIZES_REMEMBERED: usize = 4096;
+
+/// A service, wherever it runs.
+#[derive(Clone, Debug, Default)]
+pub struct ServiceFacts {
+    /// The parsed complexity (operations as a function of the sizes), if it has one.
+    pub complexity: Option<Complexity>,
+    /// The parsed declared duration (seconds on any server), if it declares one.
+    pub duration: Option<Complexity>,
+    /// Kernel times of its successful calls on every server: the estimate for a server that
+    /// has run none yet.
+    pub grid_history: KernelHistory,
+}
+
+impl ServiceFacts {
+    /// The operations a call performs: the complexity at the profile's sizes, or `None` when
+    /// there is none or it cannot be evaluated at these sizes (the call is still rankable from
+    /// history, and the server judges the arguments).
+    pub fn work(&self, profile: &CallProfile) -> Option<f64> {
+        self.complexity
+            .as_ref()
+            .and_then(|c| c.eval(&profile.sizes).ok())
+    }
+
+    /// The declared duration at the call's sizes, if the service declares one.
+    pub fn declared(&self, profile: &CallProfile) -> Option<f64> {
+        self.duration
+            .as_ref()
+            .and_then(|d| d.eval(&profile.sizes).ok())
+    }
+}
+
+/// A service as one server has shown it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OfferKnowledge {
+    /// Operations/s the server measured for this service at start-up, if it did.
+    pub rate: Option<f64>,
+    /// Kernel times of its past calls here.
+    pub history: KernelHistory,
+    /// Kernel times of its past calls here, per size vector.
+    pub by_size: HashMap<Vec<i64>, KernelHistory>,
+    /// Its functional performance model here: benchmark points from the server's model
+    /// builder and samples from real calls.
+    pub model: Fpm,
+}
+
+impl OfferKnowledge {
+    /// Nothing learnt yet for a service sized by `size_params`, calibrated at `rate`.
+    pub fn new(size_params: Vec<String>, rate: Option<f64>) -> Self {
+        OfferKnowledge {
+            rate,
+            history: KernelHistory::default(),
+            by_size: HashMap::new(),
+            model: Fpm::new(size_params),
+        }
+    }
+}
+
+/// A server, whatever it runs.
+#[derive(Clone, Debug, Default)]
+pub struct HostKnowledge {
+    /// Operations/s for services without a rate of their own (0 when it did not calibrate).
+    pub default_rate: f64,
+    /// Its background load, without the periods its own model benchmarks ran.
+    pub load: LoadTrack,
+}
+
+/// What an estimate may read about one server for one service.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerView<'a> {
+    /// The server.
+    pub host: &'a HostKnowledge,
+    /// The service there, if the server offers it.
+    pub offer: Option<&'a OfferKnowledge>,
+}
+
+/// Whether a rate can divide a complexity into a meaningful time.
+pub(crate) fn usable(rate: f64) -> bool {
+    rate.is_finite() && rate > 0.0
+}
+
+impl ServerView<'_> {
+    /// The rate to divide the service's complexity by: the server's calibrated rate for it,
+    /// else its default rate; `None` when neither is a positive finite number.
+    pub fn rate(&self) -> Option<f64> {
+        self.offer
+            .and_then(|o| o.rate)
+            .filter(|r| usable(*r))
+            .or(Some(self.host.default_rate).filter(|r| usable(*r)))
+    }
+
+    /// The functional performance model, if it has a point.
+    pub fn model(&self) -> Option<&Fpm> {
+        self.offer.map(|o| &o.model).filter(|m| !m.is_empty())
+    }
+}
