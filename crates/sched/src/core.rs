@@ -13,12 +13,12 @@ use gridwise_proto::{
     LinkSample, Policy, RankOptions, Ranking, RpcError, ServerId, ServiceDesc, ServiceSummary,
     Ticket,
 };
-use std::collections::HashSet;
 use std::hash::BuildHasher;
 use std::time::Duration;
 
 mod admission;
 mod graph_map;
+mod learned;
 mod models;
 mod prune;
 
@@ -26,7 +26,7 @@ pub use admission::{Refusal, Registering};
 
 pub use graph_map::{GraphOutline, GraphSnapshot, MAX_GRAPH_CELLS, MappedGraph, map_graph_shared};
 
-pub use models::DirtyPoint;
+pub use learned::{Learned, Outcome, PointChange};
 
 /// Everything the agent decides with. Pure: no I/O, no clock; every event carries `now`, the
 /// monotonic time since the agent started.
@@ -40,16 +40,11 @@ pub struct AgentCore {
     key: std::hash::RandomState,
     issued: u64,
     limiter: admission::RegistrationLimiter,
-    // Servers forgotten since the last `take_forgotten`, so the shell deletes them from disk.
-    forgotten: Vec<String>,
     ranked: u64,
     // Round-robin turns per service, so each service's calls rotate over its own servers.
     rr_turns: Vec<u64>,
     // Reused by `rank` so that a decision allocates only its answer.
     scratch: Vec<Keyed>,
-    // Model points changed since the last `take_dirty_points` (server, service, sizes), so
-    // the shell persists only what changed.
-    dirty: HashSet<(ServerId, ServiceIdx, Vec<i64>)>,
     links: Links,
     // Per service, providers ordered by calibrated rate for exact MCT pruning (see `prune`).
     rate_orders: Vec<prune::RateOrder>,
@@ -99,11 +94,9 @@ impl AgentCore {
             key: std::hash::RandomState::new(),
             issued: 0,
             limiter: admission::RegistrationLimiter::default(),
-            forgotten: Vec::new(),
             ranked: 0,
             rr_turns: Vec::new(),
             scratch: Vec::new(),
-            dirty: HashSet::new(),
             links: Links::default(),
             rate_orders: Vec::new(),
         }
@@ -178,37 +171,48 @@ impl AgentCore {
         self.registry.by_name(name)
     }
 
-    /// A server is alive. Unknown and down servers are told to register again.
-    pub fn heartbeat(&mut self, hb: &Heartbeat, now: Duration) -> Ack {
-        self.heartbeat_joined(hb, now).0
-    }
-
-    /// [`heartbeat`](Self::heartbeat), also saying whether it is the server's first since it
-    /// registered (the moment it has proved alive and is worth saving).
-    pub fn heartbeat_joined(&mut self, hb: &Heartbeat, now: Duration) -> (Ack, bool) {
-        let (ack, first, _) =
+    /// A server is alive. Unknown and down servers are told to register again. Teaches
+    /// [`Learned::Joined`] at its first heartbeat since it registered (the moment it has proved
+    /// alive and is worth saving) and [`Learned::Load`] when its load enters its history.
+    pub fn heartbeat(&mut self, hb: &Heartbeat, now: Duration) -> Outcome<Ack> {
+        let (ack, first, load) =
             self.registry
                 .heartbeat(hb, now, self.config.load_sample, self.config.load_window);
-        (ack, first)
-    }
-
-    /// Servers forgotten since the last call (never proved alive, or gone too long), for the
-    /// shell to delete from its store.
-    pub fn take_forgotten(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.forgotten)
+        let mut learned = Vec::new();
+        if first {
+            learned.push(Learned::Joined(hb.server_id));
+        }
+        if let (Some(loadavg_1m), Some(e)) = (load, self.registry.get(hb.server_id)) {
+            learned.push(Learned::Load {
+                server: e.name().to_string(),
+                loadavg_1m,
+            });
+        }
+        Outcome {
+            reply: ack,
+            learned,
+        }
     }
 
     /// A server's finished calls. Their tickets are cleared wherever they are pending (the
-    /// client may have fallen back to another server); successful kernel times feed the history.
-    pub fn report(&mut self, server: ServerId, reports: &[CallReport], now: Duration) -> Ack {
+    /// client may have fallen back to another server); successful kernel times feed the
+    /// histories and models. Teaches [`Learned::Timings`] and a [`Learned::Point`] per model
+    /// point the calls changed.
+    pub fn report(
+        &mut self,
+        server: ServerId,
+        reports: &[CallReport],
+        now: Duration,
+    ) -> Outcome<Ack> {
         for r in reports {
             if let Some(t) = r.ticket {
                 self.release(t);
             }
         }
         let Some(slot) = self.registry.slot_of(server) else {
-            return Ack::Reregister;
+            return Outcome::nothing(Ack::Reregister);
         };
+        let mut changed = Vec::new();
         let e = self.registry.entry_mut(slot);
         let mut learned = Vec::new();
         for r in reports {
@@ -228,18 +232,27 @@ impl AgentCore {
                 .known
                 .learn_call(&svc.facts, &r.sizes, in_order, r.timing.kernel_s)
             {
-                self.dirty.insert((e.id(), svc.idx, x));
+                changed.push((svc.idx, x));
             }
         }
         for (idx, kernel_s) in learned {
             self.catalog.record(idx, kernel_s);
         }
         let e = self.registry.entry_mut(slot);
-        if e.is_up() {
+        let ack = if e.is_up() {
             e.heard_at(now);
             Ack::Ok
         } else {
             Ack::Reregister
+        };
+        let mut learned = vec![Learned::Timings {
+            server: e.name().to_string(),
+            reports: reports.to_vec(),
+        }];
+        learned.extend(self.point_changes(slot, changed));
+        Outcome {
+            reply: ack,
+            learned,
         }
     }
 
@@ -255,9 +268,9 @@ impl AgentCore {
         self.reservations.release(ticket)
     }
 
-    /// Marks silent servers down (dropping their assignments) and expires old tickets. Returns
-    /// the servers that just went down.
-    pub fn sweep(&mut self, now: Duration) -> Vec<ServerId> {
+    /// Marks silent servers down (dropping their reservations), forgets stale ones and
+    /// expires old reservations. Teaches [`Learned::Down`] and [`Learned::Forgotten`].
+    pub fn sweep(&mut self, now: Duration) -> Vec<Learned> {
         let down: Vec<ServerId> = self
             .registry
             .sweep(now, self.config.heartbeat_timeout)
@@ -269,13 +282,13 @@ impl AgentCore {
             .collect();
         self.reservations.expire(now, self.config.ticket_ttl);
         let gone = self.forget_stale(now);
-        let down = down
+        let mut learned: Vec<Learned> = down
             .into_iter()
             .filter(|id| !gone.iter().any(|(g, _)| g == id))
+            .map(Learned::Down)
             .collect();
-        self.forgotten
-            .extend(gone.into_iter().map(|(_, name)| name));
-        down
+        learned.extend(gone.into_iter().map(|(_, name)| Learned::Forgotten(name)));
+        learned
     }
 
     /// Ranks the live servers able to run the call and records an assignment to the first.

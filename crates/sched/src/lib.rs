@@ -34,8 +34,8 @@ mod testutil;
 pub use crate::catalog::{Catalog, CatalogEntry, ServiceIdx};
 pub use crate::config::{ConfigError, CoreConfig};
 pub use crate::core::{
-    AgentCore, DirtyPoint, GraphOutline, GraphSnapshot, MappedGraph, Refusal, Registering,
-    map_graph_shared,
+    AgentCore, GraphOutline, GraphSnapshot, Learned, MappedGraph, Outcome, PointChange, Refusal,
+    Registering, map_graph_shared,
 };
 pub use crate::graph::{
     Bounds, CommModel, EtcMatrix, GraphError, GraphPolicy, MapError, Mapping, PlatformError,

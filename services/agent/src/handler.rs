@@ -3,7 +3,7 @@
 //! needs the network — dialling a registering server to check that it is where it says, and
 //! dialling the holder of a contested name to see whether it is still there.
 
-use crate::persist::points_op;
+use crate::persist::ops_for;
 use gridwise_proto::clock::unix_s;
 use gridwise_proto::wire::{self, DialConfig, Peer, Role};
 use gridwise_proto::{
@@ -12,7 +12,7 @@ use gridwise_proto::{
     RankOptions, Ranking, RegisterReply, Registration, RpcError, ServerApiClient, ServerId,
     ServiceDesc, ServiceSummary, StorageHealth, Ticket,
 };
-use gridwise_sched::{AgentCore, Refusal, Registering, map_graph_shared};
+use gridwise_sched::{AgentCore, Learned, Refusal, Registering, map_graph_shared};
 use gridwise_store::{Op, Writer};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -87,6 +87,22 @@ impl AgentHandler {
         }
     }
 
+    /// Writes what the core learned: the shell adds nothing and leaves nothing out.
+    fn persist_learned(&self, learned: Vec<Learned>) {
+        if self.shared.writer.is_none() || learned.is_empty() {
+            return;
+        }
+        let joined = |id| {
+            lock(&self.bound)
+                .as_ref()
+                .filter(|b| b.id == id)
+                .map(|b| (b.id, b.reg.clone()))
+        };
+        for op in ops_for(learned, joined, unix_s()) {
+            self.persist(Some(op));
+        }
+    }
+
     /// Waits until everything learned so far has been tried on disk.
     pub fn flush(&self) {
         if let Some(w) = &self.shared.writer {
@@ -108,18 +124,19 @@ impl AgentHandler {
     /// Marks silent servers down, forgets stale ones (on disk too) and expires old tickets.
     pub fn sweep(&self) {
         let now = self.now();
-        let (down, forgotten) = {
-            let mut core = self.core();
-            let down = core.sweep(now);
-            (down, core.take_forgotten())
-        };
-        for id in down {
-            tracing::warn!(server = %id, "no heartbeat within the timeout: marked down");
+        let learned = self.core().sweep(now);
+        for l in &learned {
+            match l {
+                Learned::Down(id) => {
+                    tracing::warn!(server = %id, "no heartbeat within the timeout: marked down")
+                }
+                Learned::Forgotten(name) => {
+                    tracing::info!(server = %name, "forgotten: it never sent a heartbeat, or has been down longer than server_retention_s")
+                }
+                _ => {}
+            }
         }
-        for name in forgotten {
-            tracing::info!(server = %name, "forgotten: it never sent a heartbeat, or has been down longer than server_retention_s");
-            self.persist(Some(Op::Forget(name)));
-        }
+        self.persist_learned(learned);
     }
 
     /// Whether what is learned reaches the disk.
@@ -251,23 +268,9 @@ impl AgentHandler {
         if !self.bound_to(hb.server_id) {
             return Ack::Reregister;
         }
-        let (ack, first, name) = {
-            let mut core = self.core();
-            let (ack, first) = core.heartbeat_joined(&hb, self.now());
-            (
-                ack,
-                first,
-                core.server(hb.server_id).map(|e| e.name().to_string()),
-            )
-        };
-        if first && let Some(b) = lock(&self.bound).as_ref() {
-            self.persist(Some(Op::Server(b.id, b.reg.clone(), unix_s())));
-        }
-        // The server's own benchmarks are not load the calls will meet.
-        if let (Some(name), false) = (name, hb.load.benchmarking) {
-            self.persist(Some(Op::Load(name, unix_s(), hb.load.loadavg_1m)));
-        }
-        ack
+        let out = self.core().heartbeat(&hb, self.now());
+        self.persist_learned(out.learned);
+        out.reply
     }
 }
 
@@ -286,17 +289,9 @@ impl AgentApi for AgentHandler {
         if !self.bound_to(server) {
             return Ack::Reregister;
         }
-        let (ack, name, dirty) = {
-            let mut core = self.core();
-            let ack = core.report(server, &reports, self.now());
-            let name = core.server(server).map(|e| e.name().to_string());
-            (ack, name, core.take_dirty_points())
-        };
-        if let Some(name) = name {
-            self.persist(Some(Op::Timings(name, unix_s(), reports)));
-        }
-        self.persist(points_op(dirty));
-        ack
+        let out = self.core().report(server, &reports, self.now());
+        self.persist_learned(out.learned);
+        out.reply
     }
 
     async fn list_services(self, _: Context) -> Vec<ServiceSummary> {
@@ -360,12 +355,9 @@ impl AgentApi for AgentHandler {
         if !self.bound_to(server) {
             return Ack::Reregister;
         }
-        let (ack, dirty) = {
-            let mut core = self.core();
-            (core.model_points(server, &points), core.take_dirty_points())
-        };
-        self.persist(points_op(dirty));
-        ack
+        let out = self.core().model_points(server, &points);
+        self.persist_learned(out.learned);
+        out.reply
     }
 
     async fn links(self, _: Context, server: ServerId, samples: Vec<LinkSample>) -> Ack {

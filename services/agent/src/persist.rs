@@ -2,7 +2,8 @@
 //! turning the core's changes into store writes (done on the store's own thread).
 
 use gridwise_proto::{PointSource, PointStats};
-use gridwise_sched::{AgentCore, DirtyPoint};
+use gridwise_proto::{Registration, ServerId};
+use gridwise_sched::{AgentCore, Learned};
 use gridwise_store::{Op, PointRow, Store};
 use std::time::Duration;
 
@@ -60,23 +61,46 @@ fn from_row(p: &PointRow) -> (PointStats, PointSource) {
     (stats, p.source)
 }
 
-/// The store write for changed model points.
-pub fn points_op(dirty: Vec<DirtyPoint>) -> Option<Op> {
-    if dirty.is_empty() {
-        return None;
+/// The store writes for what the core learned, in order; changed model points in one write.
+/// A server that joined is saved with the registration it was admitted with (`joined`: its id
+/// and registration, which the core does not keep).
+pub fn ops_for(
+    learned: Vec<Learned>,
+    joined: impl Fn(ServerId) -> Option<(ServerId, Registration)>,
+    now_unix_s: f64,
+) -> Vec<Op> {
+    let mut ops = Vec::new();
+    let mut rows = Vec::new();
+    for l in learned {
+        match l {
+            Learned::Joined(id) => {
+                if let Some((id, reg)) = joined(id) {
+                    ops.push(Op::Server(id, reg, now_unix_s));
+                }
+            }
+            Learned::Load { server, loadavg_1m } => {
+                ops.push(Op::Load(server, now_unix_s, loadavg_1m))
+            }
+            Learned::Timings { server, reports } => {
+                ops.push(Op::Timings(server, now_unix_s, reports))
+            }
+            Learned::Point(p) => rows.push(PointRow {
+                server: p.server,
+                service: p.service,
+                x: p.x,
+                count: p.stats.count,
+                min: p.stats.min,
+                mean: p.stats.mean,
+                max: p.stats.max,
+                source: p.source,
+            }),
+            Learned::Forgotten(name) => ops.push(Op::Forget(name)),
+            // Down is not stored: a restarted agent restores every server down anyway.
+            Learned::Down(_) => {}
+        }
     }
-    let rows = dirty
-        .into_iter()
-        .map(|d| PointRow {
-            server: d.server,
-            service: d.service,
-            x: d.x,
-            count: d.stats.count,
-            min: d.stats.min,
-            mean: d.stats.mean,
-            max: d.stats.max,
-            source: d.source,
-        })
-        .collect();
-    Some(Op::Points(rows))
+    if !rows.is_empty() {
+        ops.push(Op::Points(rows));
+    }
+    ops
 }

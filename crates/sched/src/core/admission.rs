@@ -267,7 +267,6 @@ impl AgentCore {
             if let Some(from) = moved {
                 self.reservations.move_server(from, slot);
             }
-            self.dirty.retain(|(id, _, _)| *id != entry.id());
             gone.push((entry.id(), entry.name().to_string()));
             self.invalidate_rate_orders();
         }

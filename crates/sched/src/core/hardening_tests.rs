@@ -21,6 +21,7 @@ fn beat(c: &mut AgentCore, id: ServerId, at: f64) -> Ack {
         },
         secs(at),
     )
+    .reply
 }
 
 fn from(source: &str) -> Registering {
@@ -166,17 +167,24 @@ fn a_registration_that_never_beats_is_forgotten_not_kept() {
         secs(1.0),
     )
     .unwrap();
-    assert_eq!(c.sweep(secs(11.0)), vec![real.server_id]);
+    assert_eq!(
+        c.sweep(secs(11.0)),
+        vec![
+            Learned::Down(real.server_id),
+            Learned::Forgotten("fake".into())
+        ]
+    );
     assert!(c.server(fake.server_id).is_none());
-    assert_eq!(c.take_forgotten(), vec!["fake".to_string()]);
-    assert!(c.take_forgotten().is_empty());
+    assert!(c.sweep(secs(11.5)).is_empty(), "each is taught once");
     // The one that beat is down and kept (with its id, for when it comes back)...
     assert!(!c.server(real.server_id).unwrap().is_up());
     assert_eq!(c.pending(), 0);
     // ...until it has been gone longer than the retention.
     let retention = CoreConfig::default().server_retention.as_secs_f64();
-    c.sweep(secs(retention + 12.0));
-    assert_eq!(c.take_forgotten(), vec!["real".to_string()]);
+    assert_eq!(
+        c.sweep(secs(retention + 12.0)),
+        vec![Learned::Forgotten("real".into())]
+    );
     assert!(c.registry().is_empty());
 }
 

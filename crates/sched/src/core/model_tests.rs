@@ -63,7 +63,7 @@ fn a_real_call_becomes_a_model_point_and_the_next_estimate_uses_it() {
         ComputeSource::CalibratedRate { .. }
     ));
     // 2·100³ operations in 1 ms: 2 Gop/s, twice the calibrated 1 Gop/s.
-    c.report(a, &[dgemm_call(100, 1e-3)], Duration::ZERO);
+    let taught = c.report(a, &[dgemm_call(100, 1e-3)], Duration::ZERO);
     let after = c
         .explain(
             &dgemm_profile(100, 100, 100),
@@ -81,13 +81,15 @@ fn a_real_call_becomes_a_model_point_and_the_next_estimate_uses_it() {
     ));
     assert!((on_a.etc.compute_s - 1e-3).abs() < 1e-12);
     assert_eq!(after[0].name, "a", "the model shows a is faster");
-    let dirty = c.take_dirty_points();
-    assert_eq!(dirty.len(), 1);
+    let points: Vec<&PointChange> = taught.points().collect();
+    assert_eq!(points.len(), 1);
     assert_eq!(
-        (dirty[0].server.as_str(), dirty[0].x.clone()),
+        (points[0].server.as_str(), points[0].x.clone()),
         ("a", vec![100, 100, 100])
     );
-    assert!(c.take_dirty_points().is_empty(), "taken once");
+    assert!(
+        matches!(&taught.learned[0], Learned::Timings { server, reports } if server == "a" && reports.len() == 1)
+    );
 }
 
 #[test]
@@ -268,15 +270,15 @@ fn a_load_history_adjusts_the_estimate() {
 #[test]
 fn restored_servers_start_down_and_keep_their_ids_and_models() {
     let (mut c, a, _) = two_servers();
-    c.model_points(a, &[point(100, 2e9)]);
-    let saved = c.take_dirty_points();
+    let taught = c.model_points(a, &[point(100, 2e9)]);
+    let saved: Vec<&PointChange> = taught.points().collect();
     let reg = registration("a", &[dgemm()]);
 
     let mut fresh = AgentCore::new(CoreConfig::default());
     fresh
         .restore_server(a, reg.clone(), Duration::ZERO)
         .unwrap();
-    for d in &saved {
+    for d in saved {
         assert!(fresh.restore_point(&d.server, &d.service, &d.x, d.stats, d.source));
     }
     assert!(!fresh.restore_point(

@@ -2,38 +2,27 @@
 //! listings and exports, what changed since the last save, and restoring what was saved.
 
 use super::AgentCore;
+use super::learned::{Learned, Outcome, PointChange};
+use crate::catalog::ServiceIdx;
 use gridwise_proto::{
     Ack, ErrorCode, ModelExport, ModelPoint, ModelSummary, PointSource, PointStats, Registration,
     RpcError, ServerId,
 };
 use std::time::Duration;
 
-/// A model point that changed since the last save.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DirtyPoint {
-    /// Server name.
-    pub server: String,
-    /// Service name.
-    pub service: String,
-    /// Sizes.
-    pub x: Vec<i64>,
-    /// The point's statistics now.
-    pub stats: PointStats,
-    /// Whether it is the builder's assumed zero-speed endpoint rather than a measurement.
-    pub source: PointSource,
-}
-
 impl AgentCore {
-    /// Points measured by a server's model builder.
-    pub fn model_points(&mut self, server: ServerId, points: &[ModelPoint]) -> Ack {
+    /// Points measured by a server's model builder; what changed comes back as
+    /// [`Learned::Point`]s.
+    pub fn model_points(&mut self, server: ServerId, points: &[ModelPoint]) -> Outcome<Ack> {
         // A down or unknown server is told to register again and will resend these points, so
         // nothing is taken now (or they would count twice).
         let Some(slot) = self.registry.slot_of(server) else {
-            return Ack::Reregister;
+            return Outcome::nothing(Ack::Reregister);
         };
         if !self.registry.entry(slot).is_up() {
-            return Ack::Reregister;
+            return Outcome::nothing(Ack::Reregister);
         }
+        let mut changed = Vec::new();
         for p in points {
             let Some(svc) = self.catalog.get(&p.service) else {
                 continue;
@@ -47,10 +36,12 @@ impl AgentCore {
                 continue;
             };
             o.known.learn_point(&p.x, p.stats, p.source);
-            let id = self.registry.entry(slot).id();
-            self.dirty.insert((id, idx, p.x.clone()));
+            changed.push((idx, p.x.clone()));
         }
-        Ack::Ok
+        Outcome {
+            reply: Ack::Ok,
+            learned: self.point_changes(slot, changed),
+        }
     }
 
     /// Every (server, service) model with at least one point or a build under way.
@@ -112,35 +103,33 @@ impl AgentCore {
         })
     }
 
-    /// The model points changed since the last call, for persistence.
-    pub fn take_dirty_points(&mut self) -> Vec<DirtyPoint> {
-        let dirty = std::mem::take(&mut self.dirty);
-        let mut out = Vec::with_capacity(dirty.len());
-        for (id, idx, x) in dirty {
-            let Some(e) = self.registry.get(id) else {
-                continue;
-            };
+    /// The points `changed` on the server in `slot` as they stand now, each once.
+    pub(super) fn point_changes(
+        &self,
+        slot: usize,
+        mut changed: Vec<(ServiceIdx, Vec<i64>)>,
+    ) -> Vec<Learned> {
+        changed.sort();
+        changed.dedup();
+        let e = self.registry.entry(slot);
+        let mut out = Vec::with_capacity(changed.len());
+        for (idx, x) in changed {
             let Some(o) = e.offer(idx) else { continue };
             let service = self.catalog.entry(idx).name().to_string();
-            if o.known.model.assumed_zero() == Some(x.as_slice()) {
-                out.push(DirtyPoint {
-                    server: e.name().to_string(),
-                    service,
-                    x,
-                    stats: PointStats::default(),
-                    source: PointSource::AssumedZero,
-                });
+            let (stats, source) = if o.known.model.assumed_zero() == Some(x.as_slice()) {
+                (PointStats::default(), PointSource::AssumedZero)
+            } else if let Some((_, s)) = o.known.model.points().into_iter().find(|(p, _)| *p == x) {
+                (PointStats::from(s), PointSource::Benchmark)
+            } else {
                 continue;
-            }
-            if let Some((_, s)) = o.known.model.points().into_iter().find(|(p, _)| *p == x) {
-                out.push(DirtyPoint {
-                    server: e.name().to_string(),
-                    service,
-                    x,
-                    stats: PointStats::from(s),
-                    source: PointSource::Benchmark,
-                });
-            }
+            };
+            out.push(Learned::Point(PointChange {
+                server: e.name().to_string(),
+                service,
+                x,
+                stats,
+                source,
+            }));
         }
         out
     }

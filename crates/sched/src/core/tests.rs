@@ -111,7 +111,7 @@ fn register_assigns_ids_and_replaces_by_name() {
 #[test]
 fn down_server_reregisters_under_its_id_and_gets_calls_again() {
     let (mut c, ids) = grid(&[("a", 1e9)]);
-    assert_eq!(c.sweep(secs(11.0)), vec![ids[0]]);
+    assert_eq!(c.sweep(secs(11.0)), vec![Learned::Down(ids[0])]);
     assert_eq!(c.server(ids[0]).unwrap().state(), ServerState::Down);
     assert_eq!(c.heartbeat(&hb(ids[0]), secs(12.0)), Ack::Reregister);
     let e = c
@@ -216,7 +216,7 @@ fn heartbeats_keep_servers_up_and_silence_marks_them_down() {
         Ack::Reregister
     );
     assert!(c.sweep(secs(10.0)).is_empty());
-    assert_eq!(c.sweep(secs(10.5)), vec![ids[1]]);
+    assert_eq!(c.sweep(secs(10.5)), vec![Learned::Down(ids[1])]);
     assert!(c.sweep(secs(10.6)).is_empty());
     // Down servers get no calls, whatever the policy.
     for p in Policy::ALL {
@@ -239,7 +239,7 @@ fn going_down_drops_pending_assignments() {
         .unwrap()
         .ticket;
     c.heartbeat(&hb(ids[1]), secs(9.0));
-    assert_eq!(c.sweep(secs(10.5)), vec![ids[0]]);
+    assert_eq!(c.sweep(secs(10.5)), vec![Learned::Down(ids[0])]);
     assert_eq!(c.pending(), 0);
     assert!(!c.release(t));
 }
@@ -760,4 +760,95 @@ fn services_are_listed_by_name_with_live_server_counts() {
     let rows: Vec<u32> = c.list_services().iter().map(|s| s.servers_up).collect();
     assert_eq!(rows, [1, 1]);
     assert_eq!(c.describe("dgemm").unwrap(), dgemm());
+}
+
+// --- what events teach ------------------------------------------------------------------------
+
+#[test]
+fn a_heartbeat_teaches_joining_once_and_background_load_once_per_period() {
+    let mut c = core();
+    let id = c
+        .register(registration("a", &[dgemm()]), Duration::ZERO)
+        .unwrap()
+        .server_id;
+    let beat = |load: f64, benchmarking: bool| Heartbeat {
+        server_id: id,
+        load: LoadSample {
+            loadavg_1m: load,
+            benchmarking,
+            ..LoadSample::default()
+        },
+        models: Vec::new(),
+    };
+    let first = c.heartbeat(&beat(0.5, false), secs(1.0));
+    assert_eq!(first.reply, Ack::Ok);
+    assert_eq!(
+        first.learned,
+        [
+            Learned::Joined(id),
+            Learned::Load {
+                server: "a".into(),
+                loadavg_1m: 0.5
+            }
+        ]
+    );
+    // Within the same sampling period: nothing new.
+    assert!(c.heartbeat(&beat(0.7, false), secs(2.0)).learned.is_empty());
+    // The server's own benchmarks are not background load, whatever the period.
+    let period = CoreConfig::default().load_sample.as_secs_f64();
+    let busy = c.heartbeat(&beat(3.0, true), secs(1.0 + period));
+    assert!(busy.learned.is_empty(), "{:?}", busy.learned);
+    let quiet = c.heartbeat(&beat(0.25, false), secs(1.0 + period));
+    assert_eq!(
+        quiet.learned,
+        [Learned::Load {
+            server: "a".into(),
+            loadavg_1m: 0.25
+        }]
+    );
+    // An unknown server learns nothing and is told to register.
+    let stranger = Heartbeat {
+        server_id: ServerId::new_random(),
+        ..beat(1.0, false)
+    };
+    let out = c.heartbeat(&stranger, secs(3.0));
+    assert_eq!((out.reply, out.learned.len()), (Ack::Reregister, 0));
+}
+
+#[test]
+fn a_report_teaches_its_timings_and_the_model_points_it_moved() {
+    let (mut c, ids) = grid(&[("a", 1e9)]);
+    let call = |n: i64, kernel_s: f64, ok: bool| CallReport {
+        ticket: None,
+        service: "dgemm".into(),
+        sizes: vec![("m".into(), n), ("n".into(), n), ("k".into(), n)],
+        timing: Timing {
+            kernel_s,
+            ..Timing::default()
+        },
+        ok,
+    };
+    let reports = [
+        call(100, 1e-3, true),
+        call(100, 3e-3, true),
+        call(50, 1.0, false),
+    ];
+    let out = c.report(ids[0], &reports, secs(1.0));
+    assert_eq!(out.reply, Ack::Ok);
+    assert_eq!(
+        out.learned[0],
+        Learned::Timings {
+            server: "a".into(),
+            reports: reports.to_vec()
+        }
+    );
+    // Two samples of one point: it is taught once, as it stands after both. The failed call
+    // teaches no speed.
+    let points: Vec<&PointChange> = out.points().collect();
+    assert_eq!(points.len(), 1, "{:?}", out.learned);
+    assert_eq!(points[0].x, [100, 100, 100]);
+    assert_eq!(points[0].stats.count, 2);
+    assert_eq!(c.server(ids[0]).unwrap().completed(), 3);
+    let unknown = c.report(ServerId::new_random(), &reports, secs(1.0));
+    assert_eq!((unknown.reply, unknown.learned.len()), (Ack::Reregister, 0));
 }
