@@ -4,7 +4,8 @@
 //! prediction and with the lower bounds. Pure and deterministic apart from the mapping time.
 
 use anyhow::{Context, Result};
-use gridwise_sim::{GraphPolicy, Scenario, SimReport, Simulation};
+use gridwise_proto::Policy;
+use gridwise_sim::{GraphPolicy, Scenario, SimReport, Simulation, simulate_online};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -33,6 +34,9 @@ pub struct SimArgs {
 /// Runs `gridwise sim`.
 pub fn run(args: SimArgs) -> Result<()> {
     let scenario = Scenario::load(&args.scenario)?;
+    if scenario.is_online() {
+        return run_online(&scenario, &args);
+    }
     let name = scenario.display_name().to_string();
     let platform = scenario.platform()?;
     let workload = scenario.workload()?;
@@ -137,6 +141,83 @@ pub fn run(args: SimArgs) -> Result<()> {
             default
         )
     );
+    Ok(())
+}
+
+/// An online workload: each ranking policy of the agent (`--policy` among mct, round-robin,
+/// constant-speed; mct by default, all three with `--all`) on the same stream of calls.
+fn run_online(scenario: &Scenario, args: &SimArgs) -> Result<()> {
+    let name = scenario.display_name();
+    let policies: Vec<Policy> = if args.all {
+        Policy::ALL.to_vec()
+    } else if args.policies.is_empty() {
+        vec![Policy::Mct]
+    } else {
+        let mut list = Vec::new();
+        for p in &args.policies {
+            let q: Policy = p.name().parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "--policy {p}: an online workload is ranked call by call by the agent; use \
+                     mct, round-robin or constant-speed"
+                )
+            })?;
+            if !list.contains(&q) {
+                list.push(q);
+            }
+        }
+        list
+    };
+    let mut rows = Vec::new();
+    for policy in policies {
+        let run = match simulate_online(scenario, policy) {
+            Ok(run) => run,
+            Err(e) if args.all => {
+                eprintln!("sim: {policy}: {e}");
+                continue;
+            }
+            Err(e) => return Err(e).with_context(|| format!("scenario {name}, policy {policy}")),
+        };
+        let r = run.report;
+        if args.json {
+            let mut j = serde_json::to_value(&r)?;
+            j["bench"] = json!("sim");
+            j["scenario"] = json!(name);
+            println!("{j}");
+        } else {
+            rows.push(r);
+        }
+    }
+    if !args.json {
+        let Some(first) = rows.first() else {
+            return Ok(());
+        };
+        println!(
+            "scenario {name}: {} online calls on {} servers, ranked by the agent core\n",
+            first.calls, first.servers
+        );
+        println!(
+            "{:<15} {:>11} {:>11} {:>11} {:>11} {:>11} {:>13}",
+            "policy",
+            "makespan",
+            "mean resp.",
+            "p95 resp.",
+            "mean wait",
+            "pred. error",
+            "decisions/s"
+        );
+        for r in &rows {
+            println!(
+                "{:<15} {:>11} {:>11} {:>11} {:>11} {:>10.1}% {:>13.0}",
+                r.policy,
+                secs(r.makespan_s),
+                secs(r.mean_response_s),
+                secs(r.p95_response_s),
+                secs(r.mean_wait_s),
+                r.mean_prediction_error * 100.0,
+                r.decisions_per_s
+            );
+        }
+    }
     Ok(())
 }
 

@@ -19,17 +19,21 @@
 #![warn(missing_docs)]
 
 pub mod engine;
+pub mod online;
 pub mod platform;
 pub mod report;
 pub mod scenario;
 pub mod workload;
 
 #[cfg(test)]
+mod online_tests;
+#[cfg(test)]
 mod tests;
 
 pub use engine::{EngineError, SimRun, simulate};
 pub use gridwise_sched::GraphPolicy;
+pub use online::{Decision, OnlineReport, OnlineRun, simulate_online};
 pub use platform::{Availability, Platform, ServerClass};
 pub use report::{MAX_LP_BOUND_CELLS, MAX_LP_CELLS, Outcome, SimError, SimReport, Simulation, run};
-pub use scenario::{Scenario, ScenarioError, Sizes, WorkloadSpec};
+pub use scenario::{Gaps, Knowledge, Scenario, ScenarioError, Sizes, WorkloadSpec};
 pub use workload::Workload;

@@ -247,6 +247,54 @@ pub enum WorkloadSpec {
         /// The calls; `after` may also name a task listed later (the graph must stay acyclic).
         tasks: Vec<TaskSpec>,
     },
+    /// Single calls arriving one at a time, each ranked by the agent's decision core when it
+    /// arrives (its queues, MCT with pruning) and learnt from when it finishes, as a live
+    /// agent would (see [`crate::online`]). Service `i % len` for call `i`, sizes drawn.
+    Online {
+        /// How many calls.
+        calls: usize,
+        /// Services, taken round robin.
+        services: Vec<String>,
+        /// Sizes.
+        sizes: Sizes,
+        /// Mean time between arrivals, s; 0 sends every call at time 0.
+        mean_gap_s: f64,
+        /// How the gaps are drawn.
+        #[serde(default)]
+        gaps: Gaps,
+        /// What the agent knows before the first call.
+        #[serde(default)]
+        agent_knows: Knowledge,
+        /// Seed of the size and gap draws.
+        #[serde(default)]
+        seed: u64,
+    },
+}
+
+/// How the gaps between online arrivals are drawn.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Gaps {
+    /// Exponential with the mean gap: a Poisson stream of independent users.
+    #[default]
+    Poisson,
+    /// Exactly the mean gap apart.
+    Fixed,
+}
+
+/// What the simulated agent knows about the servers' speeds before the first call.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Knowledge {
+    /// Nothing: no calibrated rate, no model. Estimates come from the calls it sees finish.
+    #[default]
+    Nothing,
+    /// One calibrated rate per server, as classic GridSolve measured it (see
+    /// [`Platform::rates`]): what constant-speed ranks by.
+    Rates,
+    /// Every server's performance model of every service it offers, with one point at each
+    /// point of its speed function: what a finished model build measures.
+    Models,
 }
 
 /// One explicit call of a `tasks` workload.
@@ -293,6 +341,7 @@ impl WorkloadSpec {
                 .iter()
                 .map(|t| (t.service.clone(), format!("workload.tasks[{:?}]", t.name)))
                 .collect(),
+            WorkloadSpec::Online { services, .. } => listed(services),
         }
     }
 }
@@ -528,6 +577,12 @@ impl Scenario {
             }
         }
         Platform::new(classes, comm)
+    }
+
+    /// Whether its workload is online calls (simulated by [`crate::online`]) rather than a
+    /// graph to map.
+    pub fn is_online(&self) -> bool {
+        matches!(self.workload, WorkloadSpec::Online { .. })
     }
 
     /// The task graph with every task's size (checking the scenario again first, as

@@ -138,6 +138,21 @@ pub(crate) fn check(w: &WorkloadSpec) -> Result<(), ScenarioError> {
             }
             explicit_shape(tasks).map(|_| ())
         }
+        WorkloadSpec::Online {
+            calls,
+            services,
+            sizes,
+            mean_gap_s,
+            ..
+        } => {
+            if !(mean_gap_s.is_finite() && *mean_gap_s >= 0.0) {
+                return bad(
+                    "mean_gap_s",
+                    format!("{mean_gap_s} must be a finite number of seconds >= 0"),
+                );
+            }
+            check_generated(*calls, services, sizes)
+        }
     }
 }
 
@@ -160,7 +175,7 @@ fn check_sizes(sizes: &Sizes) -> Result<(), ScenarioError> {
 }
 
 /// A size drawn from `sizes`.
-fn draw(sizes: &Sizes, rng: &mut SplitMix64) -> u64 {
+pub(crate) fn draw(sizes: &Sizes, rng: &mut SplitMix64) -> u64 {
     match sizes {
         Sizes::Fixed(x) => *x,
         // hi - lo + 1 cannot overflow: sizes are at most i64::MAX.
@@ -296,6 +311,11 @@ pub(crate) fn build(s: &Scenario) -> Result<Workload, ScenarioError> {
                 .collect();
             rebuild(&shape, spec, &mut costs)
         }
+        WorkloadSpec::Online { .. } => Err(ScenarioError::invalid(
+            "workload",
+            "an online workload is a stream of single calls, not a graph to map: run it with \
+             `gridwise sim` and a ranking policy (mct, round-robin or constant-speed)",
+        )),
     }
 }
 
