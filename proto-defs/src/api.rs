@@ -16,7 +16,7 @@ pub trait AgentApi {
     async fn heartbeat(hb: Heartbeat) -> Ack;
     /// A server's finished calls (batched).
     async fn report(server: ServerId, reports: Vec<CallReport>) -> Ack;
-    /// Every service some server offers.
+    /// Every service in the catalog, with how many live servers offer it now (possibly none).
     async fn list_services() -> Vec<ServiceSummary>;
     /// One service's description, for checking and packing arguments.
     async fn describe(service: String) -> Result<ServiceDesc, RpcError>;

@@ -15,7 +15,7 @@ pub fn unix_ns() -> u64 {
     u64::try_from(since_epoch().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Seconds since the epoch.
+/// Seconds since the epoch with the fraction kept: the unit of the agent's stored timestamps.
 pub fn unix_s() -> f64 {
     since_epoch().as_secs_f64()
 }

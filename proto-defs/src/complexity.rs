@@ -12,7 +12,6 @@ pub enum ComplexityError {
     /// The text does not parse.
     #[error("complexity `{expr}` does not parse: {reason}")]
     Parse {
-        /// The expression.
         expr: String,
         /// The parser's words.
         reason: String,
@@ -22,21 +21,14 @@ pub enum ComplexityError {
         "complexity `{expr}` uses `{var}`, which is not a size parameter (size parameters: {allowed})"
     )]
     UnknownVariable {
-        /// The expression.
         expr: String,
-        /// The unknown name.
         var: String,
         /// The names it may use.
         allowed: String,
     },
     /// Evaluation failed or gave no finite, non-negative number.
     #[error("complexity `{expr}` cannot be evaluated here: {reason}")]
-    Eval {
-        /// The expression.
-        expr: String,
-        /// What went wrong.
-        reason: String,
-    },
+    Eval { expr: String, reason: String },
 }
 
 /// A parsed complexity expression over named size parameters.
@@ -82,7 +74,7 @@ impl Complexity {
         })
     }
 
-    /// The expression text.
+    /// The text as given to [`parse`](Self::parse).
     pub fn expr(&self) -> &str {
         &self.expr
     }

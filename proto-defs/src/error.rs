@@ -127,14 +127,12 @@ impl fmt::Display for ErrorCode {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct RpcError {
-    /// The GridRPC code.
     pub code: ErrorCode,
     /// What was wrong and what to do.
     pub message: String,
 }
 
 impl RpcError {
-    /// An error with a code and a message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
@@ -170,7 +168,8 @@ pub enum CallErrorKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[error("{kind:?}: {message}")]
 pub struct CallError {
-    /// What kind of failure.
+    /// Decides whether the call may be retried elsewhere ([`retryable`](Self::retryable)) and
+    /// which GridRPC code a client reports ([`code`](Self::code)).
     pub kind: CallErrorKind,
     /// What happened, in words.
     pub message: String,
@@ -180,7 +179,7 @@ pub struct CallError {
 }
 
 impl CallError {
-    /// A failure of a kind with a message.
+    /// A failure with no lost inputs; use [`input_lost`](Self::input_lost) for those.
     pub fn new(kind: CallErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,

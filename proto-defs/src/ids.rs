@@ -9,7 +9,7 @@ use uuid::Uuid;
 pub struct ServerId(pub Uuid);
 
 impl ServerId {
-    /// A fresh random id.
+    /// A v4 UUID, as the agent makes at a server's first registration.
     pub fn new_random() -> Self {
         Self(Uuid::new_v4())
     }
@@ -28,7 +28,7 @@ impl fmt::Display for ServerId {
 pub struct CallId(pub Uuid);
 
 impl CallId {
-    /// A fresh random id.
+    /// A v4 UUID, so that clients pick ids without asking anyone and still never collide.
     pub fn new_random() -> Self {
         Self(Uuid::new_v4())
     }
@@ -46,7 +46,7 @@ impl fmt::Display for CallId {
 pub struct DataHandle(pub Uuid);
 
 impl DataHandle {
-    /// A fresh random handle.
+    /// A v4 UUID, so that handles made by different servers never collide.
     pub fn new_random() -> Self {
         Self(Uuid::new_v4())
     }

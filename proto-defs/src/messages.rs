@@ -10,7 +10,6 @@ use std::str::FromStr;
 /// What the agent needs to rank servers for one call: no bulk data, only sizes and byte counts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallProfile {
-    /// Service name.
     pub service: String,
     /// Size parameter values, in the description's order.
     pub sizes: Vec<(String, i64)>,
@@ -52,7 +51,7 @@ pub struct LinkSample {
 pub struct LinkInfo {
     /// Address of the measuring server.
     pub from: String,
-    /// The measurement.
+    /// What `from` measured of its link to `sample.to`.
     pub sample: LinkSample,
     /// Seconds since it was measured.
     pub age_s: f64,
@@ -211,7 +210,7 @@ pub struct Etc {
     pub queue_wait_s: f64,
     /// Sending the inputs: latency + in_bytes ÷ bandwidth.
     pub transfer_in_s: f64,
-    /// Running the kernel.
+    /// Running the kernel, estimated as `compute_source` says.
     pub compute_s: f64,
     /// Returning the outputs: latency + out_bytes ÷ bandwidth.
     pub transfer_out_s: f64,
@@ -229,13 +228,13 @@ impl Etc {
 /// One server the call may go to, with its estimate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
-    /// The server.
     pub server_id: ServerId,
-    /// Its name.
+    /// Its unique registration name, the one [`RankOptions::pin_server`] takes.
     pub name: String,
     /// Where clients reach it (host:port).
     pub addr: String,
-    /// The estimate.
+    /// Candidates are in `etc.total_s()` order only under MCT; the other policies order
+    /// without it.
     pub etc: Etc,
 }
 
@@ -267,7 +266,6 @@ pub struct Registration {
     pub addr: String,
     /// Calls it runs at once; the rest wait in its queue.
     pub slots: u32,
-    /// The services it offers.
     pub services: Vec<ServiceDesc>,
     /// Operations per second measured at start-up, per service that has a complexity.
     pub rates: Vec<(String, f64)>,
@@ -275,7 +273,7 @@ pub struct Registration {
     pub default_rate: f64,
     /// Physical memory, bytes.
     pub memory_bytes: u64,
-    /// CPU cores.
+    /// CPU cores of the host; stored for operators, not used in ranking (`slots` is).
     pub cores: u32,
     /// Bytes the server lets one call's inputs and outputs (and their working copies) take:
     /// calls that need more are not sent there.
@@ -307,7 +305,7 @@ pub struct RegisterReply {
 /// A server's load at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoadSample {
-    /// Calls running.
+    /// Kernels running now: at most the server's slots.
     pub running: u32,
     /// Calls waiting for a slot.
     pub queued: u32,
@@ -318,12 +316,15 @@ pub struct LoadSample {
     pub benchmarking: bool,
 }
 
-/// A heartbeat.
+/// What a server sends the agent every `heartbeat_interval_ms` ([`RegisterReply`]); a server
+/// silent past the agent's timeout is marked [`ServerState::Down`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Heartbeat {
-    /// Who.
+    /// From the server's [`RegisterReply`]; an id the agent does not know (or a server it
+    /// marked down) is answered [`Ack::Reregister`].
     pub server_id: ServerId,
-    /// Its load now.
+    /// Replaces the load the agent shows for the server; its `loadavg_1m` also feeds the load
+    /// history unless `benchmarking` is set.
     pub load: LoadSample,
     /// Progress of its model builds.
     pub models: Vec<ModelProgress>,
@@ -332,13 +333,11 @@ pub struct Heartbeat {
 /// Summary statistics of the speeds measured at one size (operations/s).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PointStats {
-    /// Runs.
+    /// Runs merged into the point, benchmarks and real calls alike; 0 for an assumed-zero point
+    /// (whose speeds are all 0).
     pub count: u64,
-    /// Slowest.
     pub min: f64,
-    /// Mean.
     pub mean: f64,
-    /// Fastest.
     pub max: f64,
 }
 
@@ -387,22 +386,21 @@ impl std::str::FromStr for PointSource {
 /// One point of a (server, service) performance model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelPoint {
-    /// Service name.
     pub service: String,
     /// Size parameter values, in the description's order.
     pub x: Vec<i64>,
     /// Speeds measured there.
     pub stats: PointStats,
-    /// Where it came from.
+    /// With [`PointSource::AssumedZero`], `stats` is all zeros and only `x` means anything.
     pub source: PointSource,
 }
 
 /// A construction interval of a model build (for plots).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BuildInterval {
-    /// One end.
+    /// The end at the smaller size.
     pub lo: Vec<i64>,
-    /// The other end.
+    /// The end at the larger size.
     pub hi: Vec<i64>,
     /// Whether the builder is done with it.
     pub finalised: bool,
@@ -426,30 +424,26 @@ pub enum BuildState {
 /// Progress of one model build on a server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelProgress {
-    /// Service name.
     pub service: String,
     /// Construction method (gbbp, naive, …).
     pub method: String,
-    /// State.
     pub state: BuildState,
-    /// Points measured.
+    /// Points the build has measured so far (an assumed zero is not one).
     pub points: u32,
-    /// Kernel runs.
+    /// Kernel runs over all points: a point may take several.
     pub runs: u32,
     /// Time spent benchmarking, s.
     pub bench_time_s: f64,
-    /// Construction intervals.
+    /// Construction intervals, for plots: only GBBP builds make them.
     pub intervals: Vec<BuildInterval>,
 }
 
 /// A (server, service) model as the agent holds it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelExport {
-    /// Server name.
     pub server: String,
-    /// Service name.
     pub service: String,
-    /// Size parameter names.
+    /// Size parameter names, in the order of every point's sizes.
     pub params: Vec<String>,
     /// The service's complexity expression.
     pub complexity: Option<String>,
@@ -464,11 +458,9 @@ pub struct ModelExport {
 /// One line of the agent's model list.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelSummary {
-    /// Server name.
     pub server: String,
-    /// Service name.
     pub service: String,
-    /// Measured points.
+    /// Points of the agent's model, from benchmarks and real calls alike.
     pub points: u32,
     /// Build progress on the server, if any.
     pub progress: Option<ModelProgress>,
@@ -477,7 +469,7 @@ pub struct ModelSummary {
 /// The agent's answer to a heartbeat or a report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Ack {
-    /// Noted.
+    /// Noted: the agent knows the server and holds it up.
     Ok,
     /// The agent does not know this server (it restarted, or marked it down): register again.
     Reregister,
@@ -491,7 +483,7 @@ pub struct Timing {
     /// From the client's send to the request's arrival (needs synchronised clocks across hosts;
     /// exact on one host).
     pub input_transfer_s: f64,
-    /// Running the kernel.
+    /// Running the kernel: the one term the agent learns speeds from.
     pub kernel_s: f64,
     /// From arrival to reply, all included.
     pub server_s: f64,
@@ -502,11 +494,11 @@ pub struct Timing {
 pub struct CallReport {
     /// The assignment it came with, if any.
     pub ticket: Option<Ticket>,
-    /// Service name.
     pub service: String,
-    /// Size parameter values.
+    /// Size parameter values; the model learns the kernel time at these sizes only when they
+    /// match the service's size parameters (else only the service's history does).
     pub sizes: Vec<(String, i64)>,
-    /// Where the time went.
+    /// Only `kernel_s`, and only of a call with `ok`, feeds the agent's history and models.
     pub timing: Timing,
     /// Whether the kernel returned outputs.
     pub ok: bool,
@@ -519,7 +511,6 @@ pub struct ExecuteRequest {
     pub call_id: CallId,
     /// The agent's assignment, if the agent chose this server.
     pub ticket: Option<Ticket>,
-    /// Service name.
     pub service: String,
     /// IN and INOUT values, in order.
     pub inputs: Vec<Value>,
@@ -538,24 +529,20 @@ pub struct ExecuteRequest {
 pub struct ExecuteReply {
     /// OUT and INOUT values, in order.
     pub outputs: Vec<Value>,
-    /// Where the time went.
     pub timing: Timing,
-    /// The server's name.
     pub server: String,
 }
 
 /// What a server says about itself.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServerInfo {
-    /// Name.
+    /// The name it registers under.
     pub name: String,
     /// Random per process (see [`Registration::instance`]).
     pub instance: String,
-    /// Services offered.
     pub services: Vec<ServiceDesc>,
     /// Calls run at once.
     pub slots: u32,
-    /// Load now.
     pub load: LoadSample,
 }
 
@@ -571,21 +558,20 @@ pub enum ServerState {
 /// A server as the agent sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServerStatus {
-    /// Id.
+    /// Kept when the server re-registers under its name.
     pub id: ServerId,
-    /// Name.
     pub name: String,
-    /// Address.
+    /// Where clients reach it (host:port).
     pub addr: String,
-    /// Up or down.
     pub state: ServerState,
-    /// Services offered.
+    /// Names of the services it offers.
     pub services: Vec<String>,
-    /// Slots.
+    /// Calls it runs at once, as it registered.
     pub slots: u32,
     /// Calls assigned by the agent and not yet reported.
     pub pending: u32,
-    /// Calls finished and reported.
+    /// Calls it reported finished, failed ones included; a re-registration keeps the count, an
+    /// agent restart starts it again at 0.
     pub completed: u64,
     /// The load in the last heartbeat.
     pub load: LoadSample,
@@ -598,7 +584,6 @@ pub struct ServerStatus {
 /// A service and how many live servers offer it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServiceSummary {
-    /// Description.
     pub desc: ServiceDesc,
     /// Live servers offering it.
     pub servers_up: u32,
@@ -607,13 +592,14 @@ pub struct ServiceSummary {
 /// The agent's view of the grid.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AgentStatus {
-    /// The agent's default policy.
+    /// The agent's default policy; a call's [`RankOptions::policy`] overrides it.
     pub policy: Policy,
     /// Seconds since the agent started.
     pub uptime_s: f64,
-    /// Every known server.
+    /// Every known server, down ones included, sorted by name.
     pub servers: Vec<ServerStatus>,
-    /// Calls ranked since start.
+    /// Assignments made since the agent started, each call of a reserved graph included
+    /// (`explain` makes none).
     pub ranked: u64,
     /// Whether what the agent learns reaches its disk.
     pub storage: StorageHealth,
@@ -635,9 +621,7 @@ pub struct StorageHealth {
 /// A server's answer to a ping.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Pong {
-    /// Name.
     pub name: String,
-    /// Load now.
     pub load: LoadSample,
     /// Values kept on the server (outputs not sent back) and not freed yet.
     pub held_values: u64,

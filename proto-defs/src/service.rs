@@ -36,7 +36,7 @@ impl ArgMode {
 /// An array dimension: a fixed number, or the value of an `int` input argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Dim {
-    /// A fixed extent.
+    /// A number in the IDL, e.g. the `3` of `vector<f64>[3]`.
     Fixed(u64),
     /// The value of the named int input argument.
     Arg(String),
@@ -84,22 +84,15 @@ pub enum ArgType {
     Double,
     /// A UTF-8 string.
     Str,
-    /// Opaque bytes.
+    /// Opaque bytes. Like a string, its size is unknown until produced, so output estimates
+    /// count it as 0.
     Bytes,
     /// A vector of `len` elements.
-    Vector {
-        /// Element type.
-        elem: ElemType,
-        /// Length.
-        len: Dim,
-    },
+    Vector { elem: ElemType, len: Dim },
     /// A row-major rows × cols matrix.
     Matrix {
-        /// Element type.
         elem: ElemType,
-        /// Rows.
         rows: Dim,
-        /// Columns.
         cols: Dim,
     },
 }
@@ -175,7 +168,6 @@ impl From<ArgType> for String {
 pub struct ArgDesc {
     /// Name, unique within the service.
     pub name: String,
-    /// Direction.
     pub mode: ArgMode,
     /// Type, in IDL spelling when written in a config file.
     #[serde(rename = "type")]
@@ -228,38 +220,27 @@ pub struct ServiceDesc {
 pub enum ServiceError {
     /// Two arguments share a name.
     #[error("service `{service}`: argument `{arg}` is declared twice")]
-    DuplicateArg {
-        /// Service name.
-        service: String,
-        /// Argument name.
-        arg: String,
-    },
+    DuplicateArg { service: String, arg: String },
     /// A dimension or size parameter names something that is not an int input.
     #[error(
         "service `{service}`: `{name}` (used by {used_by}) must name an int input argument declared in the service"
     )]
     NotAnIntInput {
-        /// Service name.
         service: String,
-        /// The name used.
         name: String,
-        /// Where it is used.
+        /// For the message: `size_params`, or the shape of the argument that uses `name`.
         used_by: String,
     },
     /// The complexity is not a valid expression over the size parameters.
     #[error("service `{service}`: {source}")]
     Complexity {
-        /// Service name.
         service: String,
-        /// The expression error.
         source: ComplexityError,
     },
     /// The duration is not a valid expression over the size parameters.
     #[error("service `{service}`, in its duration: {source}")]
     Duration {
-        /// Service name.
         service: String,
-        /// The expression error.
         source: ComplexityError,
     },
     /// The name is empty or has characters other than letters, digits, `_`, `-`, `.`.
@@ -273,33 +254,28 @@ pub enum ArgError {
     /// Wrong number of input values.
     #[error("`{service}` takes {expected} input argument(s) ({names}), but {got} were given")]
     WrongCount {
-        /// Service name.
         service: String,
-        /// Inputs expected.
+        /// Values the description declares: its inputs, or its outputs when a kernel's outputs
+        /// are checked ([`ServiceDesc::check_outputs`]).
         expected: usize,
-        /// Inputs given.
         got: usize,
-        /// The input names in order.
+        /// The expected arguments' names in order, for the message (inputs with their types).
         names: String,
     },
     /// A value of the wrong kind.
     #[error("`{service}` argument `{arg}` must be {expected}, but a {got} was given")]
     WrongType {
-        /// Service name.
         service: String,
-        /// Argument name.
         arg: String,
         /// The declared type.
         expected: String,
-        /// What was given.
+        /// The given value's kind in IDL words ([`Value::kind`]).
         got: String,
     },
     /// An array whose shape or buffer does not match its declared dimensions.
     #[error("`{service}` argument `{arg}`: {detail}")]
     WrongShape {
-        /// Service name.
         service: String,
-        /// Argument name.
         arg: String,
         /// What does not match.
         detail: String,

@@ -13,7 +13,7 @@ pub enum SettingsError {
     /// The file or an override is malformed.
     #[error("config {source_name}: {reason}")]
     Invalid {
-        /// Which file (or "environment/flags").
+        /// Which file, `flag --<key>`, or "environment/flags" when no file was given.
         source_name: String,
         /// The parser's words.
         reason: String,

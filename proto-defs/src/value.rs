@@ -63,7 +63,6 @@ impl FromStr for ElemType {
 /// A dense vector (cols = 1) or row-major matrix.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct Array {
-    /// Element type.
     pub elem: ElemType,
     /// Number of rows (the length, for a vector).
     pub rows: u64,

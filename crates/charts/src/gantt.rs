@@ -31,7 +31,6 @@ pub struct Slot {
 /// A server of a timeline.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChartServer {
-    /// Its name.
     pub name: String,
     /// Calls it runs at once.
     pub slots: usize,
@@ -46,7 +45,7 @@ pub struct Timeline {
     pub servers: Vec<ChartServer>,
     /// Each task's name and service (bars are labelled by name, coloured by service).
     pub tasks: Vec<(String, String)>,
-    /// Per server, its tasks.
+    /// Each server's tasks, aligned with `servers`.
     pub per_server: Vec<Vec<Slot>>,
     /// When the last task ends, s.
     pub makespan_s: f64,

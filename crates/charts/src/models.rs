@@ -70,7 +70,7 @@ struct Sample {
 #[derive(Clone, Debug)]
 struct Curve {
     label: String,
-    /// The free size parameter.
+    /// The one size parameter the slice leaves free: the x axis.
     free: String,
     /// The slice entries that apply to this model.
     fixed: Vec<(String, i64)>,

@@ -56,7 +56,7 @@ enum Command {
     },
     /// Network links the servers measured to each other (latency, bandwidth).
     Links {
-        /// JSON.
+        /// One JSON array, an object per link.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -69,9 +69,9 @@ enum Command {
     },
     /// One remote call: `gridwise call add 41` prints 42. Arrays as JSON or `rand`.
     Call {
-        /// Service name.
+        /// The service to call (`gridwise services` lists them).
         service: String,
-        /// Input arguments in order.
+        /// Its IN and INOUT arguments in order: numbers, strings, JSON arrays or `rand`.
         #[arg(allow_negative_numbers = true)]
         args: Vec<String>,
         /// Run on this server (by name) instead of the agent's choice.
@@ -149,7 +149,7 @@ struct GraphFileArgs {
 enum ModelCmd {
     /// Every model the agent holds, with its build progress on the server.
     Status {
-        /// JSON.
+        /// One JSON array, an object per model.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -157,10 +157,10 @@ enum ModelCmd {
     },
     /// One model's points.
     Show {
-        /// Server name.
+        /// The server, by the name `gridwise status` lists.
         #[arg(long)]
         server: String,
-        /// Service name.
+        /// A service that server has a model of.
         #[arg(long)]
         service: String,
         #[command(flatten)]
@@ -185,10 +185,10 @@ enum ModelCmd {
     },
     /// One model (or, without --server/--service, every model) as JSON.
     Export {
-        /// Server name.
+        /// With --service, that server's model only (give both or neither).
         #[arg(long)]
         server: Option<String>,
-        /// Service name.
+        /// With --server, that service's model only.
         #[arg(long)]
         service: Option<String>,
         /// JSON (the only format; accepted for symmetry with other commands).

@@ -79,7 +79,7 @@ async fn unless_cancelled<F: Future>(cancel: Option<&CancelFlag>, fut: F) -> Opt
 
 /// How one attempt to run a call on one server ended.
 pub(crate) enum Attempt {
-    /// It ran.
+    /// It ran: the reply, and the execute round trip in seconds.
     Done(ExecuteReply, f64),
     /// The server could not be reached, or refused before running it: another may take it.
     NotRun(String),
@@ -757,7 +757,8 @@ impl GridClient {
         self.inner.conn.model(server, service).await
     }
 
-    /// Every service some server offers.
+    /// Every service in the agent's catalog, with how many live servers offer it now (possibly
+    /// none).
     pub async fn list_services(&self) -> Result<Vec<ServiceSummary>, GrpcError> {
         self.inner.conn.list_services().await
     }
@@ -776,7 +777,7 @@ impl GridClient {
         self.inner.conn.explain(&profile, &opts).await
     }
 
-    /// The agent's address.
+    /// As given in the [`ClientConfig`]; every reconnection dials it again.
     pub fn agent_addr(&self) -> &str {
         self.inner.conn.agent_addr()
     }

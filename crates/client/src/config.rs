@@ -170,22 +170,22 @@ impl ClientConfig {
         }
     }
 
-    /// How often servers running this client's calls are pinged.
+    /// `liveness_interval_ms`, at least 1 ms.
     pub fn liveness_interval(&self) -> Duration {
         Duration::from_millis(self.liveness_interval_ms.max(1))
     }
 
-    /// How long calls wait for the agent to come back.
+    /// `agent_retry_s`; 0 means calls do not wait for an unreachable agent.
     pub fn agent_retry(&self) -> Duration {
         Duration::from_secs(self.agent_retry_s)
     }
 
-    /// The deadline of agent requests.
+    /// `agent_timeout_ms`, at least 1 ms: the deadline of each agent request.
     pub fn agent_timeout(&self) -> Duration {
         Duration::from_millis(self.agent_timeout_ms.max(1))
     }
 
-    /// The deadline of one remote call.
+    /// `call_timeout_s`, at least 1 s: the deadline of one remote call.
     pub fn call_timeout(&self) -> Duration {
         Duration::from_secs(self.call_timeout_s.max(1))
     }

@@ -113,7 +113,6 @@ async fn open_server(
 pub(crate) struct ServerConn {
     /// Which connection this is, for dropping exactly this one.
     pub(crate) epoch: u64,
-    /// The tarpc client.
     pub(crate) client: Arc<ServerApiClient>,
     /// Cleared when the connection closes.
     alive: Arc<AtomicBool>,
@@ -217,7 +216,7 @@ impl Conn {
         })
     }
 
-    /// The agent's address.
+    /// As configured; every reconnection dials it again.
     pub(crate) fn agent_addr(&self) -> &str {
         &self.agent_addr
     }

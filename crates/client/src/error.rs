@@ -7,14 +7,14 @@ use gridwise_proto::{ArgError, CallError, ErrorCode, RpcError};
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct GrpcError {
-    /// The GridRPC error code.
+    /// What to match on: the message is for people and may change between releases.
     pub code: ErrorCode,
     /// What was wrong and, where possible, what to do about it.
     pub message: String,
 }
 
 impl GrpcError {
-    /// An error with a code and a message.
+    /// For codes the constructors below do not cover.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
@@ -22,7 +22,8 @@ impl GrpcError {
         }
     }
 
-    /// `GRPC_NOT_INITIALIZED`.
+    /// `GRPC_NOT_INITIALIZED`: a [`grpc`](crate::grpc) function was called before `initialize`
+    /// or after `finalize`.
     pub fn not_initialized() -> Self {
         Self::new(
             ErrorCode::NotInitialized,
@@ -30,7 +31,7 @@ impl GrpcError {
         )
     }
 
-    /// `GRPC_ALREADY_INITIALIZED`.
+    /// `GRPC_ALREADY_INITIALIZED`: `initialize` was called again without `finalize`.
     pub fn already_initialized() -> Self {
         Self::new(
             ErrorCode::AlreadyInitialized,

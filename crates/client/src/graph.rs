@@ -52,9 +52,10 @@ pub enum GraphArg {
     Value(Value),
     /// Output number `output` (over the producer's OUT and INOUT arguments) of `call`.
     Output {
-        /// The producing call.
+        /// A call recorded before the consumer in the same graph (checked when the graph is
+        /// planned or run).
         call: CallRef,
-        /// Which of its outputs.
+        /// From 0; that output's kind and shape must fit the argument it feeds.
         output: usize,
     },
 }
@@ -116,7 +117,7 @@ pub struct Graph {
 /// How one call of a run went.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CallRecord {
-    /// The call's name.
+    /// `service#i`, unless the call was recorded with [`Graph::call_named`].
     pub name: String,
     /// The server that ran it.
     pub server: String,
@@ -127,7 +128,7 @@ pub struct CallRecord {
     pub start_s: f64,
     /// When the server finished it, s from the start of the run.
     pub end_s: f64,
-    /// The server's timing.
+    /// As the server measured it; `start_s` is derived from it.
     pub timing: Timing,
 }
 
@@ -136,7 +137,7 @@ pub struct CallRecord {
 pub struct GraphRun {
     /// The agent's mapping and prediction.
     pub plan: GraphPlan,
-    /// Each call, by index.
+    /// Indexed by [`CallRef::index`].
     pub calls: Vec<CallRecord>,
     /// From the first call sent to the last reply, s.
     pub makespan_s: f64,
@@ -207,12 +208,12 @@ impl Graph {
         self.policy = Some(policy.to_string());
     }
 
-    /// How many calls are recorded.
+    /// Calls recorded so far: also the [`CallRef::index`] the next call will get.
     pub fn len(&self) -> usize {
         self.calls.len()
     }
 
-    /// Whether no call is recorded.
+    /// An empty graph cannot be planned or run.
     pub fn is_empty(&self) -> bool {
         self.calls.is_empty()
     }

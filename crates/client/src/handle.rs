@@ -28,9 +28,9 @@ impl Binding {
 pub struct FunctionHandle {
     /// Unique within the client that made it.
     pub id: u64,
-    /// The service name.
+    /// The same as `desc.name`.
     pub service: String,
-    /// Where calls may run.
+    /// Fixed when the handle is made: `function_handle_default` or `function_handle_init`.
     pub binding: Binding,
     /// The service description, for checking and packing arguments.
     pub desc: Arc<ServiceDesc>,
@@ -39,7 +39,7 @@ pub struct FunctionHandle {
 }
 
 impl FunctionHandle {
-    /// A live handle.
+    /// A handle not yet destructed, with a `live` flag of its own that its clones will share.
     pub(crate) fn new(id: u64, binding: Binding, desc: Arc<ServiceDesc>) -> Self {
         Self {
             id,

@@ -35,7 +35,7 @@ pub(crate) struct Liveness {
 }
 
 struct Watched {
-    /// Calls in flight there.
+    /// Live [`CallWatch`]es: the pinger stops once this is 0 and the server answers.
     calls: AtomicUsize,
     /// True while it does not answer.
     unresponsive: watch::Sender<bool>,

@@ -29,7 +29,7 @@ impl fmt::Display for SessionId {
 pub(crate) enum SessionState {
     /// The call is being ranked or run.
     Running,
-    /// The call ended.
+    /// The call ended; kept until a wait takes the session out of the table.
     Done(Result<CallResult, GrpcError>),
 }
 
@@ -114,7 +114,7 @@ impl Sessions {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a running session.
+    /// Registers a running session under a new id (from 1, never reused).
     pub(crate) fn start(&self, handle: FunctionHandle) -> (SessionId, Arc<CancelFlag>) {
         let cancel = Arc::new(CancelFlag::default());
         let mut t = self.lock();
@@ -398,7 +398,7 @@ pub(crate) struct CompletionGuard {
 }
 
 impl CompletionGuard {
-    /// A guard for one session.
+    /// Armed: dropped without [`complete`](Self::complete), it fails the session.
     pub(crate) fn new(sessions: Arc<Sessions>, id: SessionId) -> Self {
         Self {
             sessions,

@@ -85,7 +85,8 @@ pub struct AgentState {
     pub rank_delay_ms: AtomicU64,
 }
 
-/// The test agent.
+/// Ranks every listed server, in the order of [`AgentState::servers`], for the test services;
+/// no graphs, no models.
 #[derive(Clone, Default)]
 pub struct TestAgent(pub Arc<AgentState>);
 
@@ -239,7 +240,6 @@ impl AgentApi for TestAgent {
 /// What a test server has seen.
 #[derive(Default)]
 pub struct ServerStateT {
-    /// Its name.
     pub name: String,
     /// execute requests seen.
     pub executes: AtomicU64,
@@ -248,7 +248,7 @@ pub struct ServerStateT {
     running: Mutex<HashMap<CallId, Arc<Notify>>>,
 }
 
-/// A test server.
+/// Runs `add`, `sleep` (ms, cancellable), `fail` and `busy` for real; keeps no values.
 #[derive(Clone)]
 pub struct TestServer(pub Arc<ServerStateT>);
 
@@ -354,9 +354,7 @@ impl ServerApi for TestServer {
 
 /// A running test grid: one agent and its servers.
 pub struct Grid {
-    /// The agent's address.
     pub agent_addr: String,
-    /// The agent's state.
     pub agent: Arc<AgentState>,
     /// The servers' states by name.
     pub servers: HashMap<String, Arc<ServerStateT>>,
@@ -395,7 +393,7 @@ impl Grid {
         }
     }
 
-    /// A test server's state.
+    /// Panics for a `dead…` or unknown name: only live test servers have a state.
     pub fn server(&self, name: &str) -> &ServerStateT {
         &self.servers[name]
     }
@@ -420,7 +418,7 @@ impl Grid {
 
 /// A TCP proxy whose connections can be cut, to simulate lost connections.
 pub struct Proxy {
-    /// Where to connect.
+    /// The proxy's own address, handed out in place of the target's.
     pub addr: String,
     conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     /// Connections accepted so far.

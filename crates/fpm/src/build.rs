@@ -50,15 +50,16 @@ pub trait Bench {
 /// Where a build stands.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Progress {
-    /// Points measured so far.
+    /// Vertices measured so far, sizes that cannot run (speed 0) included; the assumed zero is
+    /// not one.
     pub points: usize,
-    /// Kernel runs so far.
+    /// Kernel runs so far, runs at sizes that cannot run included.
     pub runs: usize,
     /// Seconds of benchmark runs so far.
     pub bench_time_s: f64,
     /// Construction intervals not yet finalised.
     pub open_intervals: usize,
-    /// Whether the build has finished.
+    /// Set only on the last report, sent once the build has finished.
     pub done: bool,
 }
 
@@ -80,11 +81,11 @@ impl Observer for NoObserver {}
 pub struct BuildReport {
     /// The model, with its construction intervals.
     pub fpm: Fpm,
-    /// Points measured.
+    /// `fpm.len()`: measured vertices, as in the last [`Progress`].
     pub points: usize,
-    /// Kernel runs.
     pub runs: usize,
-    /// Seconds of benchmark runs.
+    /// Sum of the timed regions of the runs (sizes that cannot run add nothing), not the
+    /// build's wall time.
     pub bench_time_s: f64,
 }
 
@@ -100,19 +101,13 @@ pub enum BuildError {
     /// A benchmark run failed.
     #[error("benchmark at {x:?} failed: {reason}")]
     Bench {
-        /// The size.
         x: Vec<i64>,
         /// What the benchmark said.
         reason: String,
     },
     /// A benchmark run returned a negative, NaN or infinite time or speed.
     #[error("benchmark at {x:?} returned an invalid measurement: {reason}")]
-    BadMeasurement {
-        /// The size.
-        x: Vec<i64>,
-        /// What was wrong.
-        reason: String,
-    },
+    BadMeasurement { x: Vec<i64>, reason: String },
     /// A builder invariant broke (a bug in this crate, reported instead of panicking).
     #[error("internal model builder error: {0}")]
     Internal(String),

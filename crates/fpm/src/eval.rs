@@ -52,11 +52,10 @@ use gridwise_proto::Complexity;
 /// Accuracy of a model over a set of sizes.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Accuracy {
-    /// Mean relative time error.
+    /// Mean of [`rel_time_error`] over the sizes, a fraction (0.15 is 15 %); 0 for no sizes.
     pub mean_rel_error: f64,
-    /// Largest relative time error.
+    /// ∞ when the model predicts ∞ for a size that runs (see the module doc).
     pub max_rel_error: f64,
-    /// Sizes evaluated.
     pub sizes: usize,
 }
 
@@ -184,7 +183,7 @@ impl<'a> VirtualBench<'a> {
         self
     }
 
-    /// Runs so far.
+    /// Runs so far, infeasible and failed ones included.
     pub fn runs(&self) -> usize {
         self.runs
     }
@@ -228,7 +227,7 @@ pub const EVAL_SIZES: usize = 256;
 /// An emulated routine for the construction benchmark.
 #[derive(Clone, Debug)]
 pub struct Case {
-    /// Short name.
+    /// Short name, e.g. `climb-flat`.
     pub name: &'static str,
     /// What it emulates.
     pub about: &'static str,
@@ -245,7 +244,6 @@ pub struct Case {
 /// One build of a case, with its accuracy.
 #[derive(Clone, Debug)]
 pub struct CaseRun {
-    /// The build.
     pub report: BuildReport,
     /// Accuracy over [`dense_sizes`] of the whole parameter range.
     pub accuracy: Accuracy,

@@ -88,9 +88,7 @@ use crate::stats::SpeedStats;
 /// A GBBP cut: the interval of speeds `[lo, hi]` ascribed to one size.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Cut {
-    /// Lower speed.
     pub lo: f64,
-    /// Upper speed.
     pub hi: f64,
 }
 
@@ -168,7 +166,7 @@ impl Line {
         }
     }
 
-    /// Number of positions.
+    /// Positions on the line: the axis grid's count, or the diagonal's steps + 1.
     pub(crate) fn len(&self) -> usize {
         match &self.kind {
             LineKind::Axis { grid, .. } => grid.count,

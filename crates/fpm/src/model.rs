@@ -56,7 +56,7 @@ use std::ops::Bound;
 pub struct Interval {
     /// One end (the smaller size along the construction line).
     pub lo: Vec<i64>,
-    /// The other end.
+    /// The end at the larger size.
     pub hi: Vec<i64>,
     /// Whether the builder is done with it.
     pub finalised: bool,

@@ -38,7 +38,8 @@ use crate::build::{BuildError, Ctx};
 use crate::gbbp::{self, Line};
 use std::collections::BTreeSet;
 
-/// The diagonal method.
+/// [`Method::Gbbp`](crate::spec::Method::Gbbp) over several parameters: 1-D GBBP along the
+/// diagonal, then the grid phase.
 pub(crate) fn diagonal(ctx: &mut Ctx<'_>) -> Result<(), BuildError> {
     let grids = ctx.grids.clone();
     let line = Line::diagonal(grids);
@@ -48,7 +49,8 @@ pub(crate) fn diagonal(ctx: &mut Ctx<'_>) -> Result<(), BuildError> {
     grid_phase(ctx, coarse)
 }
 
-/// The boundary method.
+/// [`Method::GbbpBoundary`](crate::spec::Method::GbbpBoundary) over several parameters: 1-D
+/// GBBP along each axis from the smallest corner, then the grid phase.
 pub(crate) fn boundary(ctx: &mut Ctx<'_>) -> Result<(), BuildError> {
     let grids = ctx.grids.clone();
     let mins: Vec<i64> = grids.iter().map(|g| g.first).collect();

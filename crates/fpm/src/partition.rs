@@ -56,7 +56,6 @@ pub enum PartitionError {
     /// All servers together can run fewer units (with finite time) than the total.
     #[error("servers can run at most {capacity} units in total, {total} requested")]
     InsufficientCapacity {
-        /// Units requested.
         total: u64,
         /// Units the servers can run together (saturated at `u64::MAX`).
         capacity: u64,

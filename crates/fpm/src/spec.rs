@@ -45,7 +45,8 @@ pub struct ParamSpec {
     /// Grid step: builders only use sizes `offset + k·stride` (PMM: ≈ 1/100 of the range).
     #[serde(default = "one")]
     pub stride: i64,
-    /// Grid offset from zero.
+    /// Shifts the grid to `offset + k·stride`, e.g. 1 with stride 2 for odd sizes only; it need
+    /// not lie in `[min, max]`.
     #[serde(default)]
     pub offset: i64,
 }
@@ -92,21 +93,20 @@ impl ParamSpec {
 /// The stride grid of one axis: `first + i·stride` for `i < count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AxisGrid {
-    /// Smallest grid size.
+    /// The parameter's `min`, rounded up onto the grid.
     pub first: i64,
-    /// Step.
     pub stride: i64,
-    /// Number of grid sizes.
+    /// At least 1: a parameter with no grid size has no `AxisGrid`.
     pub count: usize,
 }
 
 impl AxisGrid {
-    /// The i-th grid size.
+    /// The i-th grid size; `i` is not checked against `count`.
     pub fn value(&self, i: usize) -> i64 {
         self.first + i as i64 * self.stride
     }
 
-    /// The largest grid size.
+    /// The parameter's `max`, rounded down onto the grid.
     pub fn last(&self) -> i64 {
         self.value(self.count - 1)
     }

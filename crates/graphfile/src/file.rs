@@ -23,7 +23,6 @@ pub enum Arg {
     From {
         /// Index of the producing task in [`GraphFile::tasks`].
         task: usize,
-        /// Which of its outputs.
         output: usize,
     },
 }
@@ -33,7 +32,7 @@ pub enum Arg {
 pub struct TaskSpec {
     /// Its name, unique in the file.
     pub name: String,
-    /// The service it calls.
+    /// Its description decides how the words in `args` parse.
     pub service: String,
     /// Its IN and INOUT arguments, in order.
     pub args: Vec<Arg>,

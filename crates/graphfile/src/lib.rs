@@ -57,9 +57,8 @@ pub enum Input {
     Value(Value),
     /// Output `output` of task `task`.
     From {
-        /// The producing task's index.
+        /// Index into [`GraphFile::tasks`], always of an earlier task.
         task: usize,
-        /// Which of its outputs.
         output: usize,
     },
 }

@@ -53,7 +53,6 @@ pub struct AddKernel {
 }
 
 impl AddKernel {
-    /// The kernel with its service description.
     pub fn new() -> Self {
         Self {
             desc: service(
@@ -152,7 +151,6 @@ pub struct LoopKernel {
 }
 
 impl LoopKernel {
-    /// The kernel with its service description.
     pub fn new() -> Self {
         Self {
             desc: service(
@@ -195,7 +193,6 @@ pub struct FailKernel {
 }
 
 impl FailKernel {
-    /// The kernel with its service description.
     pub fn new() -> Self {
         Self {
             desc: service(
@@ -253,7 +250,6 @@ pub struct DgemmKernel {
 const DGEMM_CALIBRATION_SIZE: u64 = 256;
 
 impl DgemmKernel {
-    /// The kernel with its service description.
     pub fn new() -> Self {
         Self {
             desc: service(

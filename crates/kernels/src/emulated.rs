@@ -20,7 +20,8 @@ pub struct EmulatedSpec {
     /// One line for users; a description of the emulation is used when empty.
     #[serde(default)]
     pub doc: String,
-    /// The single int size parameter.
+    /// Name of the one int size parameter (default `n`); not `seconds`, which names the
+    /// output that reports the time slept.
     #[serde(default = "default_param")]
     pub param: String,
     /// Operations as a function of `param`.
@@ -54,7 +55,6 @@ pub enum EmulatedError {
     /// The speed points are unusable.
     #[error("emulated service `{service}`: speed: {source}")]
     Speed {
-        /// Service name.
         service: String,
         /// What is wrong with the points.
         source: SpeedError,
@@ -63,20 +63,10 @@ pub enum EmulatedError {
     #[error(
         "emulated service `{service}`: param `{param}` must be an identifier (letters, digits, `_`, not starting with a digit) other than `seconds`"
     )]
-    BadParam {
-        /// Service name.
-        service: String,
-        /// The name given.
-        param: String,
-    },
+    BadParam { service: String, param: String },
     /// A negative calibration size.
     #[error("emulated service `{service}`: calibration_size {size} must be 0 or more")]
-    BadCalibrationSize {
-        /// Service name.
-        service: String,
-        /// The size given.
-        size: i64,
-    },
+    BadCalibrationSize { service: String, size: i64 },
     /// The resulting service description is invalid (bad name or complexity).
     #[error(transparent)]
     Service(#[from] ServiceError),

@@ -12,7 +12,6 @@ pub enum SpeedError {
     BadSize {
         /// Position in the list, from 0.
         index: usize,
-        /// The size given.
         size: f64,
     },
     /// Sizes out of order or repeated.
@@ -22,9 +21,8 @@ pub enum SpeedError {
     NotIncreasing {
         /// Position in the list, from 0.
         index: usize,
-        /// The previous size.
+        /// The size of point `index - 1`.
         prev: f64,
-        /// The size given.
         size: f64,
     },
     /// A speed that is negative, NaN or infinite.
@@ -34,9 +32,7 @@ pub enum SpeedError {
     BadSpeed {
         /// Position in the list, from 0.
         index: usize,
-        /// The size of the point.
         size: f64,
-        /// The speed given.
         speed: f64,
     },
 }

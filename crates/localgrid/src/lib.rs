@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 /// How long a daemon may take to print its `listening <addr>` line.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A running daemon process.
+/// A running daemon process, killed (SIGKILL) when the handle drops.
 pub struct Daemon {
     child: Child,
-    /// The address it listens on.
+    /// As its `listening <addr>` line gave it: the port it actually bound.
     pub addr: String,
     /// What it was started as (for messages).
     pub label: String,
@@ -94,7 +94,7 @@ impl Daemon {
         }
     }
 
-    /// The process id.
+    /// For what the handle does not do itself: other signals, reading `/proc`.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -136,7 +136,6 @@ fn die_with_parent(_cmd: &mut Command) {}
 /// or `gridwise-agent`).
 #[derive(Clone, Debug)]
 pub struct Launcher {
-    /// The executable.
     pub program: PathBuf,
     /// Arguments that come first (a subcommand).
     pub prefix: Vec<String>,
@@ -163,9 +162,10 @@ impl Launcher {
 /// An agent and servers on loopback, each a separate process, with their config files and logs
 /// in a temporary folder that goes away with the grid.
 pub struct LocalGrid {
-    /// The agent.
+    /// [`restart_agent`](Self::restart_agent) replaces it, on the same address.
     pub agent: Daemon,
-    /// The servers, in start order.
+    /// In start order, aligned with `names`; [`restart_server`](Self::restart_server) replaces
+    /// one in place, on a new port.
     pub servers: Vec<Daemon>,
     /// The servers' names, in start order.
     pub names: Vec<String>,
@@ -305,14 +305,15 @@ impl LocalGrid {
         Ok(p)
     }
 
-    /// Client settings for this grid.
+    /// Client settings for this grid: its agent and client token, defaults otherwise.
     pub fn client_config(&self) -> gridwise_client::ClientConfig {
         let mut cfg = gridwise_client::ClientConfig::with_agent(self.agent.addr.clone());
         cfg.token = self.client_token.clone();
         cfg
     }
 
-    /// Where the logs are.
+    /// The grid's temporary folder, deleted with it: logs, config files and (unless
+    /// `--data-dir` was given) the agent's data directory.
     pub fn log_dir(&self) -> &Path {
         self.dir.path()
     }

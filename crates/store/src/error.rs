@@ -3,7 +3,8 @@
 use rusqlite::ErrorCode;
 use std::path::PathBuf;
 
-/// A store failure; every message names the database and says what to do.
+/// A store failure; every message names the database and says what to do. Every `path` is the
+/// database file (`:memory:` for an in-memory store), except [`CreateDir`](Self::CreateDir)'s.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The data directory could not be created.
@@ -12,9 +13,7 @@ pub enum StoreError {
         .path.display()
     )]
     CreateDir {
-        /// The directory.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// The database file could not be opened.
@@ -23,11 +22,9 @@ pub enum StoreError {
         .path.display()
     )]
     Open {
-        /// The database file.
         path: PathBuf,
-        /// What SQLite said.
         source: rusqlite::Error,
-        /// What to do.
+        /// Advice chosen from the SQLite error code, ending the message.
         hint: &'static str,
     },
     /// The file is not an SQLite database, or it is damaged.
@@ -36,9 +33,7 @@ pub enum StoreError {
         .path.display()
     )]
     Corrupt {
-        /// The database file.
         path: PathBuf,
-        /// What SQLite said.
         source: rusqlite::Error,
     },
     /// The file is an SQLite database that some other program made.
@@ -47,9 +42,8 @@ pub enum StoreError {
         .path.display()
     )]
     Foreign {
-        /// The database file.
         path: PathBuf,
-        /// One of its tables.
+        /// Its first table by name, or `(user_version N)` when the version is negative.
         table: String,
     },
     /// The database was written by a newer gridwise.
@@ -58,7 +52,6 @@ pub enum StoreError {
         .path.display()
     )]
     NewerSchema {
-        /// The database file.
         path: PathBuf,
         /// The version in the file.
         found: i64,
@@ -71,13 +64,11 @@ pub enum StoreError {
         .path.display()
     )]
     Sqlite {
-        /// The database file.
         path: PathBuf,
         /// What the store was doing.
         action: &'static str,
-        /// What SQLite said.
         source: rusqlite::Error,
-        /// What to do.
+        /// Advice chosen from the SQLite error code, ending the message.
         hint: &'static str,
     },
     /// A value could not be written as JSON.
@@ -86,11 +77,9 @@ pub enum StoreError {
         .path.display()
     )]
     Encode {
-        /// The database file.
         path: PathBuf,
         /// What was being stored.
         what: String,
-        /// Why it cannot be.
         detail: String,
     },
 }

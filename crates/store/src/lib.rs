@@ -78,8 +78,6 @@
 //! Points are bounded by the distinct sizes seen; timings and load are bounded by
 //! [`Store::prune`], which the [`Writer`] runs periodically ([`WriterConfig`]).
 
-#![warn(missing_docs)]
-
 mod error;
 mod schema;
 mod store;

@@ -21,19 +21,16 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// are in whatever unit the model uses (times in seconds, or speeds in operations/s).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PointRow {
-    /// Server name.
     pub server: String,
-    /// Service name.
     pub service: String,
     /// Size-parameter values, in the description's order.
     pub x: Vec<i64>,
     /// How many measurements the statistics are over.
     pub count: u64,
-    /// Smallest measurement.
+    /// `min`, `mean` and `max` may be NaN: SQLite stores it as NULL, and reading turns NULL
+    /// back into NaN.
     pub min: f64,
-    /// Mean measurement.
     pub mean: f64,
-    /// Largest measurement.
     pub max: f64,
     /// Where the measurements came from.
     pub source: PointSource,
@@ -42,15 +39,12 @@ pub struct PointRow {
 /// One finished call as stored in the timing history.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredTiming {
-    /// Server name.
     pub server: String,
-    /// Service name.
     pub service: String,
     /// When the agent recorded it, seconds since the Unix epoch.
     pub at_unix_s: f64,
     /// Size-parameter values.
     pub sizes: Vec<(String, i64)>,
-    /// Where the time went.
     pub timing: Timing,
     /// Whether the kernel returned outputs.
     pub ok: bool,

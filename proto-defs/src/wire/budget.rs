@@ -29,9 +29,9 @@ pub struct MemoryBudget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("needs {needed} bytes, more than the whole memory budget of {total} bytes")]
 pub struct OverBudget {
-    /// What the request needs.
+    /// Bytes asked for, as given (not rounded up to whole KiB).
     pub needed: u64,
-    /// The budget.
+    /// The whole budget, bytes: a whole number of KiB.
     pub total: u64,
 }
 
@@ -105,7 +105,7 @@ pub struct Charge {
 }
 
 impl Charge {
-    /// Bytes held.
+    /// Bytes held, rounded up to whole KiB as the budget counts them.
     pub fn bytes(&self) -> u64 {
         self.kib as u64 * KIB
     }

@@ -62,7 +62,7 @@ impl FrameCodec {
         }
     }
 
-    /// The largest frame accepted.
+    /// The largest frame body sent or received, bytes (the 4-byte length header not counted).
     pub fn max_frame(&self) -> usize {
         self.max_frame
     }

@@ -40,7 +40,8 @@ impl fmt::Display for Role {
 /// Who is on the other end of an accepted connection, as its hello proved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Peer {
-    /// Its socket address.
+    /// The connection's far end: for a peer that dialled, an ephemeral port, not the address
+    /// it listens on.
     pub addr: SocketAddr,
     /// The role its credential allows.
     pub role: Role,

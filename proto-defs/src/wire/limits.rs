@@ -47,7 +47,7 @@ impl Default for Activity {
 }
 
 impl Activity {
-    /// Bytes arrived just now.
+    /// Restarts the idle clock: bytes arrived (or, from [`BusyGuard`], a request finished).
     pub fn touch(&self) {
         self.last_rx_ms.store(now_ms(), Ordering::Relaxed);
     }
@@ -66,7 +66,8 @@ impl Activity {
         Duration::from_millis(now_ms().saturating_sub(self.last_rx_ms.load(Ordering::Relaxed)))
     }
 
-    /// Requests being served now.
+    /// Requests in flight ([`start_request`](Self::start_request) guards alive): a busy
+    /// connection is never evicted.
     pub fn busy(&self) -> usize {
         self.busy.load(Ordering::Relaxed)
     }
@@ -166,7 +167,8 @@ pub struct ConnTable {
 pub struct Admission {
     table: Arc<ConnTable>,
     id: u64,
-    /// The connection's activity.
+    /// Shared with the connection's codec and request loop, which report reads and requests
+    /// to it.
     pub activity: Arc<Activity>,
 }
 
@@ -193,7 +195,8 @@ impl ConnTable {
         })
     }
 
-    /// The limits.
+    /// As given to [`new`](Self::new) (`accept_loop` may have lowered `max_connections` below
+    /// the open-file limit first).
     pub fn limits(&self) -> &ConnLimits {
         &self.limits
     }
@@ -202,12 +205,12 @@ impl ConnTable {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Connections open now.
+    /// Connections admitted and not yet dropped; an evicted one leaves at once, before its
+    /// task has closed it.
     pub fn len(&self) -> usize {
         self.lock().conns.len()
     }
 
-    /// Whether none is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

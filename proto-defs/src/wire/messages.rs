@@ -42,7 +42,7 @@ pub fn decode_legacy<T: DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
     }
 }
 
-/// Encodes one message.
+/// Encodes one message in the varint layout [`decode`] reads (not the hello's legacy layout).
 pub fn encode<T: Serialize>(item: &T) -> io::Result<Vec<u8>> {
     options()
         .serialize(item)

@@ -49,7 +49,8 @@ pub struct DialConfig {
     pub principal: String,
     /// Largest frame accepted after the hello, bytes.
     pub max_frame_bytes: usize,
-    /// Connect timeout.
+    /// How long the TCP connect may take; past it, [`connect`] fails with
+    /// [`WireError::Timeout`].
     pub connect_timeout: Duration,
     /// How long the peer may take to answer the hello.
     pub hello_timeout: Duration,
@@ -117,38 +118,26 @@ pub fn check_max_frame(max_frame_bytes: usize) -> Result<(), String> {
 pub enum WireError {
     /// TCP connect failed.
     #[error("cannot connect to {addr}: {source}")]
-    Connect {
-        /// Peer address.
-        addr: String,
-        /// The OS error.
-        source: io::Error,
-    },
+    Connect { addr: String, source: io::Error },
     /// The peer did not answer in time.
     #[error(
         "{addr} did not answer the hello within {secs:.1}s (is it a gridwise daemon, and is it running?)"
     )]
     Timeout {
-        /// Peer address.
         addr: String,
-        /// Seconds waited.
+        /// The connect or hello timeout that ran out, s.
         secs: f64,
     },
     /// The peer refused us (version, credential, or a connection cap).
     #[error("{addr} refused the connection: {message}")]
     Refused {
-        /// Peer address.
         addr: String,
-        /// Its reason.
+        /// The reason the peer's hello reply gave.
         message: String,
     },
     /// The peer's bytes are not a gridwise hello.
     #[error("{addr} does not speak the gridwise protocol: {detail}")]
-    Protocol {
-        /// Peer address.
-        addr: String,
-        /// What was wrong.
-        detail: String,
-    },
+    Protocol { addr: String, detail: String },
 }
 
 impl WireError {
@@ -264,7 +253,7 @@ where
 pub struct Accepted {
     /// The stream, at the daemon's frame limit.
     pub framed: FramedTcp,
-    /// Who it is.
+    /// Who it is, as its hello claimed and its credential allowed.
     pub peer: Peer,
     admission: Admission,
     limits: ConnLimits,

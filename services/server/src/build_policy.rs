@@ -6,11 +6,11 @@
 use serde::Deserialize;
 use std::path::PathBuf;
 
-/// The base condition.
+/// The base condition; windows, the halt file and real calls restrict either.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum When {
-    /// As soon as possible.
+    /// Whenever the other conditions allow, whatever the host's load.
     #[default]
     Now,
     /// Only while the host's one-minute load average is below `idle_load`.

@@ -10,7 +10,7 @@ pub struct ServerArgs {
     /// TOML config file (keys as in the README's config reference).
     #[arg(long, short)]
     pub config: Option<PathBuf>,
-    /// Unique server name.
+    /// Unique server name (default: `server-<port>`).
     #[arg(long)]
     pub name: Option<String>,
     /// Address to listen on (port 0 picks a free port).
@@ -19,7 +19,7 @@ pub struct ServerArgs {
     /// Address clients should use, if not the bound one.
     #[arg(long)]
     pub advertise: Option<String>,
-    /// The agent's address.
+    /// The agent's address, host:port.
     #[arg(long)]
     pub agent: Option<String>,
     /// The secret clients must present (needs --server-token).
@@ -28,7 +28,7 @@ pub struct ServerArgs {
     /// The secret this server presents to the agent and its peers.
     #[arg(long)]
     pub server_token: Option<String>,
-    /// Calls run at once.
+    /// Calls run at once; the rest queue (default: number of cores).
     #[arg(long)]
     pub slots: Option<u32>,
     /// Skip the start-up calibration runs.

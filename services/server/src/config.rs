@@ -16,7 +16,7 @@ pub struct ServerConfig {
     pub listen: String,
     /// Address clients should use, when it differs from the bound one (NAT, 0.0.0.0).
     pub advertise: Option<String>,
-    /// The agent's address.
+    /// The agent's `host:port` (default 127.0.0.1:7000): the server registers there.
     pub agent: String,
     /// The secret clients must present (none: any client may call). Needs `server_token`.
     pub client_token: Option<String>,

@@ -61,7 +61,8 @@ struct Inner {
 /// What one call may take here.
 #[derive(Clone, Debug)]
 pub struct CallLimits {
-    /// Memory calls may take at once (also what frames still arriving may hold).
+    /// Memory calls may take at once (frames still arriving are charged to a budget of their
+    /// own).
     pub budget: Arc<MemoryBudget>,
     /// The largest frame this server sends, bytes.
     pub max_frame_bytes: u64,
@@ -99,7 +100,7 @@ pub struct RemoteData {
 /// What a server tells the agent besides heartbeats.
 #[derive(Debug)]
 pub enum ToAgent {
-    /// A finished call.
+    /// A finished call, failed ones included (the agent clears their assignments too).
     Report(CallReport),
     /// A point a model build measured (or loaded from the model directory).
     Point(ModelPoint),
@@ -158,7 +159,7 @@ impl ServerHandler {
         &self.inner.instance
     }
 
-    /// The memory budget of calls.
+    /// What calls take memory from; frames still arriving have a budget of their own.
     pub fn budget(&self) -> &Arc<MemoryBudget> {
         &self.inner.limits.budget
     }
@@ -206,7 +207,7 @@ impl ServerHandler {
         }
     }
 
-    /// Every model build's progress.
+    /// The latest progress of each service's build, as every heartbeat carries it.
     pub fn progress(&self) -> Vec<ModelProgress> {
         self.inner
             .progress

@@ -5,7 +5,7 @@ use gridwise_kernels::{Kernel, builtin, calibrate};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Kernels by service name.
+/// Kernels by service name: built-ins and emulated services, no name twice.
 pub type KernelSet = HashMap<String, Arc<dyn Kernel>>;
 
 /// Builds the built-in and emulated kernels the config asks for.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 /// One `[[models]]` entry of the server config.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ModelConfig {
-    /// The service to model.
+    /// A service this server offers, with a complexity ([`validate`] checks both).
     pub service: String,
     /// Higher is built first.
     #[serde(default)]
@@ -53,15 +53,12 @@ impl ModelConfig {
 /// A model as kept in the model directory.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SavedModel {
-    /// Service.
     pub service: String,
     /// The build settings it was made with (a changed config means a new build).
     pub spec: BuildSpec,
-    /// The model.
     pub fpm: Fpm,
-    /// Points measured.
+    /// `points`, `runs` and `bench_time_s` are the original build's: loading measures nothing.
     pub points: usize,
-    /// Kernel runs.
     pub runs: usize,
     /// Benchmark time, s.
     pub bench_time_s: f64,
