@@ -23,9 +23,10 @@ pub struct GraphCall {
 pub struct GraphEdge {
     /// Producer (index into [`GraphRequest::calls`]).
     pub from: u32,
-    /// Consumer.
+    /// Consumer, indexed the same way. The agent refuses an edge from a call to itself, to a
+    /// missing call, or closing a cycle.
     pub to: u32,
-    /// Bytes moved from producer to consumer.
+    /// Bytes moved from producer to consumer; the agent adds up repeated edges between one pair.
     pub bytes: u64,
 }
 
@@ -34,7 +35,7 @@ pub struct GraphEdge {
 pub struct GraphRequest {
     /// The calls, in submission order.
     pub calls: Vec<GraphCall>,
-    /// Their dependencies.
+    /// Empty for a bag of independent calls, which the agent maps with `lp` by default.
     pub edges: Vec<GraphEdge>,
     /// Mapping policy by name (`heft`, `min-min`, `mct`, `sufferage`, `lp`, `round-robin`,
     /// `constant-speed`); `None` for the agent's default for the graph's shape.
@@ -47,13 +48,11 @@ pub struct GraphRequest {
 /// A live server as the plan numbers it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlannedServer {
-    /// Its id.
     pub server_id: ServerId,
-    /// Its name.
     pub name: String,
     /// Where clients and peers reach it.
     pub addr: String,
-    /// Calls it runs at once.
+    /// Calls it runs at once, at least 1.
     pub slots: u32,
     /// Its calibrated default rate, operations/s (0 when it did not calibrate).
     pub default_rate: f64,
@@ -75,7 +74,8 @@ pub struct PlannedLink {
 /// The agent's mapping of a graph, with everything needed to check or redraw its prediction.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GraphPlan {
-    /// The policy that mapped it.
+    /// Name of the policy that mapped it (e.g. `heft`): the one requested, else the default
+    /// for the graph's shape.
     pub policy: String,
     /// Whether the request named it (false: the default for the graph's shape).
     pub policy_requested: bool,
@@ -102,13 +102,13 @@ pub struct GraphPlan {
     pub links: Vec<PlannedLink>,
     /// Predicted start of each call, s from the start of the graph.
     pub start_s: Vec<f64>,
-    /// Predicted end of each call.
+    /// Predicted end of each call, s from the start of the graph.
     pub end_s: Vec<f64>,
     /// Lane (of its server's slots) each call runs in.
     pub lane: Vec<u32>,
     /// Predicted makespan, s.
     pub makespan_s: f64,
-    /// No mapping can finish sooner (max of critical path and work ÷ servers).
+    /// No mapping can finish sooner (max of critical path and work ÷ total slots).
     pub lower_bound_s: f64,
     /// Longest chain with every call at its best time, free transfers.
     pub critical_path_s: f64,
@@ -137,7 +137,6 @@ pub enum CallInput<'a> {
 pub struct RecordedCall<'a> {
     /// Its name, for messages.
     pub name: &'a str,
-    /// Its service's description.
     pub desc: &'a ServiceDesc,
     /// Its IN and INOUT arguments, in order.
     pub inputs: Vec<CallInput<'a>>,
@@ -146,7 +145,7 @@ pub struct RecordedCall<'a> {
 /// A graph that passed [`check_graph`]: the agent's request, and who feeds whom.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckedGraph {
-    /// What the agent maps.
+    /// What to send the agent, each edge carrying the bytes of the output it moves.
     pub request: GraphRequest,
     /// Per call, the calls that use its outputs (each once).
     pub consumers: Vec<Vec<usize>>,

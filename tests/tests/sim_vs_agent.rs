@@ -76,7 +76,11 @@ fn a_real_agent_decides_as_the_simulated_one_given_the_same_models() {
     let platform = scenario.platform().unwrap();
     let simulated = online::simulate_online(&scenario, Policy::Mct).unwrap();
     let sizes: Vec<u64> = simulated.decisions.iter().map(|d| d.size).collect();
-    let servers: Vec<&str> = simulated.decisions.iter().map(|d| d.server.as_str()).collect();
+    let servers: Vec<&str> = simulated
+        .decisions
+        .iter()
+        .map(|d| d.server.as_str())
+        .collect();
     assert!(
         servers.contains(&"x") && servers.contains(&"y"),
         "the scenario exercises both sides of the crossing: {sizes:?} -> {servers:?}"
@@ -106,10 +110,16 @@ fn a_real_agent_decides_as_the_simulated_one_given_the_same_models() {
     // The simulated calls were far apart: nothing queued. Here each call waits for the last
     // one's report to clear it from the agent's queues, so the agent sees the same state.
     let h = c.function_handle_default("s").unwrap();
-    let idle = || c.status().is_ok_and(|s| s.servers.iter().all(|e| e.pending == 0));
+    let idle = || {
+        c.status()
+            .is_ok_and(|s| s.servers.iter().all(|e| e.pending == 0))
+    };
     let mut real = Vec::new();
     for &n in &sizes {
-        assert!(eventually(Duration::from_secs(10), idle), "a reservation never cleared");
+        assert!(
+            eventually(Duration::from_secs(10), idle),
+            "a reservation never cleared"
+        );
         let r = c
             .call(&h, vec![Value::Int(n as i64)])
             .unwrap_or_else(|e| panic!("call s({n}): {e}\n{}", g.logs()));

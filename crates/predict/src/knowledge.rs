@@ -81,7 +81,7 @@ pub struct HostKnowledge {
 /// What an estimate may read about one server for one service.
 #[derive(Clone, Copy, Debug)]
 pub struct ServerView<'a> {
-    /// The server.
+    /// What holds for the server whatever it runs: default rate, background load.
     pub host: &'a HostKnowledge,
     /// The service there, if the server offers it.
     pub offer: Option<&'a OfferKnowledge>,

@@ -6,7 +6,8 @@ use gridwise_proto::{LinkInfo, LinkSample};
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// The link table.
+/// The latest sample per (measuring server, peer) address pair; samples with a negative or
+/// non-finite latency or a bandwidth that is not a positive finite number are dropped.
 #[derive(Clone, Debug, Default)]
 pub struct Links {
     map: HashMap<(String, String), (LinkSample, Duration)>,
@@ -53,7 +54,7 @@ impl Links {
         lat + bytes as f64 / bw
     }
 
-    /// Every measured link, oldest measurement last.
+    /// Every measured link with its age at `now`, sorted by (from, to) address.
     pub fn export(&self, now: Duration) -> Vec<LinkInfo> {
         let mut out: Vec<LinkInfo> = self
             .map

@@ -50,7 +50,7 @@ impl LoadTrack {
         self.functions.as_ref()
     }
 
-    /// Samples kept.
+    /// Samples kept: at most 2w − 1 for the window w of the first sample, oldest dropped first.
     pub fn samples(&self) -> usize {
         self.history.as_ref().map_or(0, |h| h.len())
     }

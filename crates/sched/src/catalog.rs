@@ -15,7 +15,8 @@ pub struct ServiceIdx(pub usize);
 /// One known service.
 #[derive(Clone, Debug)]
 pub struct CatalogEntry {
-    /// Its index.
+    /// Its position in the catalog, fixed for the agent's life: replacing the description
+    /// keeps it.
     pub idx: ServiceIdx,
     /// The description every server offering it published.
     pub desc: ServiceDesc,
@@ -25,7 +26,6 @@ pub struct CatalogEntry {
 }
 
 impl CatalogEntry {
-    /// The service name.
     pub fn name(&self) -> &str {
         &self.desc.name
     }
@@ -48,12 +48,10 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// An empty catalog.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The service called `name`.
     pub fn get(&self, name: &str) -> Option<&CatalogEntry> {
         self.by_name.get(name).map(|i| &self.entries[i.0])
     }
@@ -78,7 +76,6 @@ impl Catalog {
         self.entries.len()
     }
 
-    /// Whether no service is known.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -79,9 +79,7 @@ pub enum ConfigError {
         "heartbeat interval ({interval:?}) must be positive and shorter than the heartbeat timeout ({timeout:?})"
     )]
     Heartbeat {
-        /// The interval.
         interval: Duration,
-        /// The timeout.
         timeout: Duration,
     },
 }

@@ -108,17 +108,16 @@ impl AgentCore {
         self
     }
 
-    /// The configuration.
     pub fn config(&self) -> &CoreConfig {
         &self.config
     }
 
-    /// The known services.
+    /// Every service ever offered, including those no server offers any more.
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
     }
 
-    /// The known servers.
+    /// Every server not yet forgotten, up or down.
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
@@ -135,17 +134,17 @@ impl AgentCore {
         if up { Ack::Ok } else { Ack::Reregister }
     }
 
-    /// Every measured link.
+    /// Every measured link with its age at `now`, sorted by (from, to) address.
     pub fn link_matrix(&self, now: Duration) -> Vec<LinkInfo> {
         self.links.export(now)
     }
 
-    /// The measured links.
     pub fn links(&self) -> &Links {
         &self.links
     }
 
-    /// Calls ranked since start.
+    /// Assignments recorded since the agent started: ranked calls and the calls of reserved
+    /// graphs alike.
     pub fn ranked(&self) -> u64 {
         self.ranked
     }
@@ -155,7 +154,6 @@ impl AgentCore {
         self.reservations.len()
     }
 
-    /// The server with `id`.
     pub fn server(&self, id: ServerId) -> Option<&ServerEntry> {
         self.registry.get(id)
     }
@@ -166,7 +164,6 @@ impl AgentCore {
         self.reservations.queue(slot)
     }
 
-    /// The server called `name`.
     pub fn server_by_name(&self, name: &str) -> Option<&ServerEntry> {
         self.registry.by_name(name)
     }
@@ -390,7 +387,8 @@ impl AgentCore {
         Ok(self.candidates(&keyed, &call, &source))
     }
 
-    /// The agent's view of the grid.
+    /// Every server sorted by name, with its reservations as `pending`. `storage` is left
+    /// at its default: the shell knows its store and fills it in.
     pub fn status(&self, now: Duration) -> AgentStatus {
         let mut servers: Vec<_> = (0..self.registry.len())
             .map(|s| {
@@ -423,7 +421,8 @@ impl AgentCore {
         out
     }
 
-    /// A service's description.
+    /// Also for services no server offers any more; `FunctionNotFound` only for a name never
+    /// offered.
     pub fn describe(&self, name: &str) -> Result<ServiceDesc, RpcError> {
         self.catalog
             .get(name)
@@ -435,8 +434,6 @@ impl AgentCore {
         self.rr_turns.get(service.0).copied().unwrap_or(0)
     }
 
-    /// Ranks without recording: the ordered candidates, the first one's server slot, the
-    /// service, and whether the call was pinned.
     /// The call being decided: its service, where it may go, and its work evaluated once.
     fn call<'a>(
         &'a self,
@@ -456,6 +453,8 @@ impl AgentCore {
         Ok((service, source, call))
     }
 
+    /// Ranks without recording: the ordered candidates, the first one's server slot, the
+    /// service, and whether the call was pinned.
     fn decide(
         &self,
         profile: &CallProfile,

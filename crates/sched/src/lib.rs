@@ -17,8 +17,6 @@
 //!
 //! [`Policy`]: gridwise_proto::Policy
 
-#![warn(missing_docs)]
-
 pub mod catalog;
 pub mod config;
 pub mod core;

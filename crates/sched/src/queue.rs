@@ -12,7 +12,8 @@ use std::time::Duration;
 /// One ranked call, not yet reported.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Assignment {
-    /// Its ticket.
+    /// As the core issues them: never 0 and unique among pending assignments, so reports and
+    /// releases find the assignment by it.
     pub ticket: Ticket,
     /// When it was ranked (time since the agent started).
     pub assigned_at: Duration,
@@ -46,14 +47,14 @@ pub struct ServerQueue {
 }
 
 impl ServerQueue {
-    /// An empty queue.
+    /// `const` so that one empty queue can be a `static`, lent for servers that have none.
     pub const fn new() -> Self {
         ServerQueue {
             by_finish: Vec::new(),
         }
     }
 
-    /// Adds an assignment.
+    /// Inserts after every assignment finishing no later, so equal finishes keep arrival order.
     pub fn push(&mut self, a: Assignment) {
         let at = self
             .by_finish
@@ -77,7 +78,6 @@ impl ServerQueue {
         self.by_finish.len()
     }
 
-    /// Whether none is pending.
     pub fn is_empty(&self) -> bool {
         self.by_finish.is_empty()
     }
@@ -235,7 +235,6 @@ impl TicketIndex {
         self.pending.len()
     }
 
-    /// Whether none is pending.
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }

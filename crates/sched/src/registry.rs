@@ -14,7 +14,6 @@ use std::time::Duration;
 /// A service as one server offers it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Offer {
-    /// The service.
     pub service: ServiceIdx,
     /// What the server has shown about it: rate, histories, performance model.
     pub known: OfferKnowledge,
@@ -26,7 +25,8 @@ pub struct Offer {
 pub struct ServerEntry {
     /// Assigned at first registration, kept across re-registrations under the same name.
     id: ServerId,
-    /// Unique name.
+    /// Unique in the registry: a registration under it replaces this entry (a restart) and
+    /// keeps its id.
     name: String,
     /// Where clients reach it.
     addr: String,
@@ -36,15 +36,17 @@ pub struct ServerEntry {
     services: Vec<String>,
     /// Per-service data, aligned with `services`.
     offers: Vec<Offer>,
-    /// Physical memory, bytes.
+    /// Physical memory of the host, bytes (0 where the server could not tell), as registered:
+    /// ranking reads `memory_budget_bytes`, not this.
     memory_bytes: u64,
-    /// CPU cores.
+    /// CPU cores of the host, as registered: ranking counts `slots`, not cores.
     cores: u32,
-    /// Whether it may get calls.
+    /// Up from a registration on; down once silent past the heartbeat timeout, or restored
+    /// from the store, until it registers again. Only up servers get calls.
     state: ServerState,
     /// When it was last heard from (registration, heartbeat or report).
     last_heard: Duration,
-    /// Its load in the last heartbeat.
+    /// Its load in the last heartbeat; all zero from a registration until the next heartbeat.
     load: LoadSample,
     /// Calls reported finished since it first registered.
     completed: u64,
@@ -68,7 +70,8 @@ pub struct ServerEntry {
     restored: bool,
     /// Bytes one call may take there (inputs, outputs and their working copies).
     memory_budget_bytes: u64,
-    /// Its frame limit, bytes.
+    /// The largest frame the server sends or receives, bytes: a call whose inputs are larger
+    /// is not sent there.
     max_frame_bytes: u64,
 }
 
@@ -78,7 +81,8 @@ impl ServerEntry {
         self.id
     }
 
-    /// Unique name.
+    /// Unique in the registry: a registration under it replaces this entry (a restart) and
+    /// keeps its id.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -108,27 +112,30 @@ impl ServerEntry {
         self.host.default_rate
     }
 
-    /// Physical memory, bytes.
+    /// Physical memory of the host, bytes (0 where the server could not tell), as registered:
+    /// ranking reads [`memory_budget_bytes`](Self::memory_budget_bytes), not this.
     pub fn memory_bytes(&self) -> u64 {
         self.memory_bytes
     }
 
-    /// CPU cores.
+    /// CPU cores of the host, as registered: ranking counts [`slots`](Self::slots), not cores.
     pub fn cores(&self) -> u32 {
         self.cores
     }
 
-    /// Whether it may get calls.
+    /// Up from a registration on; down once silent past the heartbeat timeout, or restored
+    /// from the store, until it registers again. Only up servers get calls.
     pub fn state(&self) -> ServerState {
         self.state
     }
 
-    /// When it was last heard from (registration, heartbeat or report).
+    /// When it was last heard from (registration, heartbeat or report), as time since the
+    /// agent started.
     pub fn last_heard(&self) -> Duration {
         self.last_heard
     }
 
-    /// Its load in the last heartbeat.
+    /// Its load in the last heartbeat; all zero from a registration until the next heartbeat.
     pub fn load(&self) -> LoadSample {
         self.load
     }
@@ -194,7 +201,8 @@ impl ServerEntry {
         self.memory_budget_bytes
     }
 
-    /// Its frame limit, bytes.
+    /// The largest frame the server sends or receives, bytes: a call whose inputs are larger
+    /// is not sent there.
     pub fn max_frame_bytes(&self) -> u64 {
         self.max_frame_bytes
     }
@@ -236,6 +244,8 @@ impl ServerEntry {
     /// Whether a call fits what the server accepts: its memory budget for the call's
     /// `footprint` ([`CallProfile::footprint_bytes`]) and its frame limit for the `in_bytes`
     /// sent.
+    ///
+    /// [`CallProfile::footprint_bytes`]: gridwise_proto::CallProfile::footprint_bytes
     pub fn can_hold(&self, footprint: u64, in_bytes: u64) -> bool {
         footprint <= self.memory_budget_bytes && in_bytes <= self.max_frame_bytes
     }
@@ -287,7 +297,6 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -311,12 +320,10 @@ impl Registry {
         self.by_name.get(name).copied()
     }
 
-    /// The server with `id`.
     pub fn get(&self, id: ServerId) -> Option<&ServerEntry> {
         self.slot_of(id).map(|s| &self.servers[s])
     }
 
-    /// The server called `name`.
     pub fn by_name(&self, name: &str) -> Option<&ServerEntry> {
         self.slot_by_name(name).map(|s| &self.servers[s])
     }
@@ -331,7 +338,6 @@ impl Registry {
         self.servers.len()
     }
 
-    /// Whether no server is known.
     pub fn is_empty(&self) -> bool {
         self.servers.is_empty()
     }

@@ -94,7 +94,7 @@ impl Reservations {
         old.len()
     }
 
-    /// Server `slot`'s pending assignments.
+    /// Server `slot`'s pending assignments; an empty queue for a slot that never had one.
     pub fn queue(&self, slot: usize) -> &ServerQueue {
         self.queues.get(slot).unwrap_or(&EMPTY)
     }
@@ -104,7 +104,6 @@ impl Reservations {
         self.index.len()
     }
 
-    /// Whether none is.
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
     }

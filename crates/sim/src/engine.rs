@@ -30,7 +30,7 @@ pub struct SimRun {
     pub task_finish: Vec<f64>,
     /// Per server, seconds its slots were busy ÷ its slots (so at most the makespan).
     pub busy_s: Vec<f64>,
-    /// Events processed.
+    /// Events processed: two per task (its inputs ready, its end).
     pub events: usize,
 }
 
@@ -42,16 +42,12 @@ pub enum EngineError {
     Graph(#[from] GraphError),
     /// The mapping does not place every task once on a server of this platform.
     #[error("invalid mapping: {reason}")]
-    Mapping {
-        /// What was wrong.
-        reason: String,
-    },
+    Mapping { reason: String },
     /// A task placed on a server that cannot run it.
     #[error(
         "task {task:?} is mapped to server {server}, which cannot run it (no speed for its service, or its size does not fit)"
     )]
     Infeasible {
-        /// The task.
         task: String,
         /// The server's name.
         server: String,

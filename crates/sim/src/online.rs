@@ -32,13 +32,12 @@ use std::time::{Duration, Instant};
 pub struct Decision {
     /// Its index in arrival order.
     pub call: usize,
-    /// The service it called.
     pub service: String,
-    /// Its size.
+    /// The value of its service's size parameter (`param` in the scenario).
     pub size: u64,
     /// When it arrived, s.
     pub arrival_s: f64,
-    /// The server the agent chose.
+    /// Name of the agent's first candidate, where the call ran.
     pub server: String,
     /// The agent's estimate of its whole time there (queue wait + transfers + compute), s.
     pub predicted_s: f64,
@@ -55,7 +54,7 @@ pub struct Decision {
 /// What a ranking policy achieved on an online workload.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OnlineReport {
-    /// The agent's ranking policy.
+    /// The ranking policy, named as configs spell it.
     pub policy: String,
     /// Calls simulated.
     pub calls: usize,
@@ -81,7 +80,6 @@ pub struct OnlineReport {
 /// A simulation's report and every decision behind it.
 #[derive(Clone, Debug)]
 pub struct OnlineRun {
-    /// The summary.
     pub report: OnlineReport,
     /// One per call, in arrival order.
     pub decisions: Vec<Decision>,

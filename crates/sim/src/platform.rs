@@ -81,9 +81,9 @@ impl Availability {
 /// A class of identical servers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServerClass {
-    /// Class name.
+    /// Its servers are named `name-0`, `name-1`, … (just `name` when `count` is 1).
     pub name: String,
-    /// How many servers.
+    /// Servers in the class; [`Platform::new`] refuses 0.
     pub count: usize,
     /// Calls each server runs at once.
     pub slots: usize,
@@ -160,7 +160,6 @@ impl Platform {
         })
     }
 
-    /// Number of servers.
     pub fn servers(&self) -> usize {
         self.names.len()
     }
@@ -175,7 +174,6 @@ impl Platform {
         &self.classes
     }
 
-    /// The class of server `s`.
     pub fn class_of(&self, s: usize) -> &ServerClass {
         &self.classes[self.class_of[s]]
     }
@@ -193,7 +191,7 @@ impl Platform {
         self.class_of(s).speeds.get(service)
     }
 
-    /// Server `s`'s availability trace.
+    /// Server `s`'s availability trace: its class's, which every server of the class follows.
     pub fn availability(&self, s: usize) -> &Availability {
         &self.class_of(s).load
     }

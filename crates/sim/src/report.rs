@@ -46,19 +46,15 @@ pub enum SimError {
         "no server can run task {task:?} (service {service:?}, size {size}): no class offers the service, or its speed is 0 at that size on every class that does"
     )]
     Infeasible {
-        /// The task.
         task: String,
-        /// Its service.
         service: String,
-        /// Its size.
+        /// The value of the service's size parameter the speed functions were evaluated at.
         size: f64,
     },
     /// The policy failed.
     #[error("mapping with {policy}: {source}")]
     Map {
-        /// The policy.
         policy: GraphPolicy,
-        /// Its error.
         source: MapError,
     },
     /// The LP is too large to solve here.
@@ -66,11 +62,8 @@ pub enum SimError {
         "policy lp: {tasks} tasks x {servers} servers = {cells} ETC cells, above the {limit} the LP handles in reasonable time; use heft or mct (min-min and sufferage also fit bags, but slow down with many ready tasks)"
     )]
     LpTooLarge {
-        /// Tasks.
         tasks: usize,
-        /// Servers.
         servers: usize,
-        /// Their product.
         cells: usize,
         /// [`MAX_LP_CELLS`].
         limit: usize,
@@ -86,7 +79,7 @@ pub enum SimError {
 /// What one policy achieved on one scenario.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimReport {
-    /// The policy.
+    /// Serialized by its config name, e.g. `"min-min"`.
     #[serde(serialize_with = "policy_name")]
     pub policy: GraphPolicy,
     /// Tasks in the workload.
@@ -108,7 +101,7 @@ pub struct SimReport {
     pub mapping_ms: f64,
     /// Mean over servers of busy time ÷ makespan.
     pub utilisation: f64,
-    /// Events the simulation processed.
+    /// Events the simulation processed: two per task.
     pub events: usize,
 }
 
@@ -119,7 +112,6 @@ fn policy_name<S: serde::Serializer>(p: &GraphPolicy, s: S) -> Result<S::Ok, S::
 /// A report with everything behind it.
 #[derive(Clone, Debug)]
 pub struct Outcome {
-    /// The summary.
     pub report: SimReport,
     /// The policy's mapping.
     pub mapping: Mapping,

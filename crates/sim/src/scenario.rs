@@ -18,7 +18,6 @@ pub enum ScenarioError {
     /// The file could not be read.
     #[error("cannot read scenario {path}: {source}")]
     Read {
-        /// The file.
         path: PathBuf,
         /// What the OS said.
         source: std::io::Error,
@@ -37,9 +36,7 @@ pub enum ScenarioError {
     /// Any of the above, in a named file.
     #[error("{}: {inner}", path.display())]
     InFile {
-        /// The file.
         path: PathBuf,
-        /// The error.
         inner: Box<ScenarioError>,
     },
 }
@@ -63,14 +60,13 @@ pub struct Scenario {
     /// Free text, ignored.
     #[serde(default)]
     pub description: Option<String>,
-    /// Services by name.
+    /// By the names that `speeds` and the workload refer to.
     pub services: BTreeMap<String, ServiceSpec>,
     /// Server classes; servers are numbered class by class in this order.
     pub servers: Vec<ServerClassSpec>,
-    /// Links between servers.
+    /// Absent: 0.1 ms and 1 GB/s between every two servers.
     #[serde(default)]
     pub links: LinkSpec,
-    /// What runs.
     pub workload: WorkloadSpec,
 }
 
@@ -100,7 +96,7 @@ fn default_param() -> String {
 pub struct ServerClassSpec {
     /// Class name; its servers are `name-0`, `name-1`, … (just `name` when `count` is 1).
     pub name: String,
-    /// How many servers.
+    /// Servers in the class: 1 unless set, 0 is refused.
     #[serde(default = "one")]
     pub count: usize,
     /// Calls each server runs at once, each at the full speed of its speed function.
@@ -157,9 +153,10 @@ fn default_bandwidth() -> f64 {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClassLinkSpec {
-    /// One class.
+    /// Name of a server class. The link is set both ways, so which class is `from` does not
+    /// matter.
     pub from: String,
-    /// The other class.
+    /// Name of the other class; the same as `from` for the links inside one class.
     pub to: String,
     /// Latency, s.
     pub latency_s: f64,
@@ -186,7 +183,7 @@ pub enum Sizes {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct OneOf {
-    /// The sizes to choose from.
+    /// Each equally likely; an empty list is refused.
     pub one_of: Vec<u64>,
 }
 
@@ -201,7 +198,6 @@ pub enum WorkloadSpec {
         tasks: usize,
         /// Services, taken round robin.
         services: Vec<String>,
-        /// Sizes.
         sizes: Sizes,
         /// Seed of the size draws.
         #[serde(default)]
@@ -219,7 +215,6 @@ pub enum WorkloadSpec {
         edge_prob: f64,
         /// Services, taken round robin.
         services: Vec<String>,
-        /// Sizes.
         sizes: Sizes,
         /// Seed of the structure and the size draws.
         #[serde(default)]
@@ -255,11 +250,10 @@ pub enum WorkloadSpec {
         calls: usize,
         /// Services, taken round robin.
         services: Vec<String>,
-        /// Sizes.
         sizes: Sizes,
         /// Mean time between arrivals, s; 0 sends every call at time 0.
         mean_gap_s: f64,
-        /// How the gaps are drawn.
+        /// Poisson unless set.
         #[serde(default)]
         gaps: Gaps,
         /// What the agent knows before the first call.
@@ -301,11 +295,11 @@ pub enum Knowledge {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
-    /// Unique name.
+    /// Unique in the list (checked): `after` names tasks by it.
     pub name: String,
-    /// Service it calls.
+    /// Must be declared in `services` and offered by some server class (both checked).
     pub service: String,
-    /// Its size.
+    /// The value of its service's size parameter (`param`).
     pub size: u64,
     /// Names of the tasks whose output it needs.
     #[serde(default)]

@@ -39,7 +39,6 @@ impl Workload {
         self.graph.len()
     }
 
-    /// Whether there are no tasks.
     pub fn is_empty(&self) -> bool {
         self.graph.is_empty()
     }

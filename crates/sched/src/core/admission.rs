@@ -34,11 +34,11 @@ pub enum Refusal {
     /// The name is held by a server that is up, and the registration does not carry its
     /// secret: the shell should dial the holder and retry with `holder_gone` if it is gone.
     Contested {
-        /// The name.
         name: String,
-        /// Where the holder is.
+        /// The holder's registered address: where the shell dials it.
         addr: String,
-        /// The holder's process instance.
+        /// The instance the holder registered with: another one answering at `addr` means the
+        /// holder is gone.
         instance: String,
     },
 }

@@ -18,11 +18,13 @@ pub type TaskIdx = usize;
 pub struct Task {
     /// A name unique enough for error messages and Gantt charts.
     pub name: String,
-    /// The service it calls.
+    /// The service it calls. Mapping never reads it (the ETC matrix already prices the task
+    /// per server); simulators and reports do.
     pub service: String,
     /// Operations it performs (what a constant-speed model divides by a rate).
     pub work: f64,
-    /// Bytes of memory it needs on the server that runs it.
+    /// Bytes of memory it needs on the server that runs it; 0 (the default) fits anywhere.
+    /// Read only by [`EtcMatrix::exclude_by_memory`](crate::graph::EtcMatrix::exclude_by_memory).
     pub mem_bytes: u64,
 }
 
@@ -61,10 +63,7 @@ pub enum GraphError {
     },
     /// An edge from a task to itself.
     #[error("task {task:?} cannot depend on its own output")]
-    SelfLoop {
-        /// Name of the task.
-        task: String,
-    },
+    SelfLoop { task: String },
     /// The dependencies go round in a circle, so no task on it can ever start.
     #[error("task graph has a cycle: {}", .path.join(" -> "))]
     Cycle {
@@ -80,7 +79,6 @@ pub struct TaskGraph {
 }
 
 impl TaskGraph {
-    /// An empty graph.
     pub fn new() -> Self {
         Self::default()
     }
@@ -124,7 +122,6 @@ impl TaskGraph {
         self.g.node_count()
     }
 
-    /// Whether the graph has no tasks.
     pub fn is_empty(&self) -> bool {
         self.g.node_count() == 0
     }

@@ -209,7 +209,13 @@ pub fn random_etc(graph: &TaskGraph, servers: usize, spread: f64, seed: u64) -> 
         .map(|_| 1e9 * rng.uniform(1.0, spread.max(1.0)))
         .collect();
     let values: Vec<f64> = (0..graph.len() * servers)
-        .map(|i| graph.task(i / servers).work / rates[i % servers] * rng.uniform(0.5, 1.5))
+        .map(|i| {
+            let t = gridwise_predict::constant_speed_s(
+                graph.task(i / servers).work,
+                rates[i % servers],
+            );
+            t * rng.uniform(0.5, 1.5)
+        })
         .collect();
     match EtcMatrix::new(graph.len(), servers, values) {
         Ok(e) => e,

@@ -75,26 +75,19 @@ pub enum MapError {
     #[error(
         "no server can run task {task:?} (infinite ETC everywhere; does its memory fit anywhere?)"
     )]
-    Infeasible {
-        /// Name of the task.
-        task: String,
-    },
+    Infeasible { task: String },
     /// A policy for independent calls was given a graph with dependencies.
     #[error(
         "policy {policy} maps only independent calls, but this graph has {edges} dependencies; use heft"
     )]
     NotABag {
-        /// The policy.
         policy: GraphPolicy,
         /// How many edges the graph has.
         edges: usize,
     },
     /// Constant-speed mapping needs one positive, finite rate per server and finite work.
     #[error("constant-speed: {reason}")]
-    ConstantSpeed {
-        /// What was wrong.
-        reason: String,
-    },
+    ConstantSpeed { reason: String },
     /// The LP solver failed.
     #[error("LP solver failed: {reason}")]
     Lp {

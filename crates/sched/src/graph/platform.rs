@@ -60,21 +60,14 @@ pub enum PlatformError {
         task: TaskIdx,
         /// Column.
         server: usize,
-        /// The bad value.
         value: f64,
     },
     /// Slot counts given for the wrong number of servers, or a server with no slot.
     #[error("slots: {reason}")]
-    Slots {
-        /// What was wrong.
-        reason: String,
-    },
+    Slots { reason: String },
     /// Memory capacities or graph that do not match the matrix.
     #[error("memory exclusion: {reason}")]
-    Memory {
-        /// What did not match.
-        reason: String,
-    },
+    Memory { reason: String },
     /// A link with a negative/NaN latency or a non-positive/NaN bandwidth.
     #[error(
         "link {from} -> {to}: latency {latency_s} s and bandwidth {bandwidth} B/s; latency must be >= 0 and bandwidth > 0"
@@ -84,9 +77,9 @@ pub enum PlatformError {
         from: usize,
         /// Receiving server.
         to: usize,
-        /// Latency given.
+        /// Seconds, as given.
         latency_s: f64,
-        /// Bandwidth given.
+        /// Bytes/s, as given.
         bandwidth: f64,
     },
     /// A server index beyond the model's servers.
@@ -364,7 +357,6 @@ impl CommModel {
         Ok(())
     }
 
-    /// Number of servers.
     pub fn servers(&self) -> usize {
         self.servers
     }

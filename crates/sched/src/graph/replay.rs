@@ -17,13 +17,12 @@ use thiserror::Error;
 /// One task on a server's timeline.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Slot {
-    /// The task.
     pub task: TaskIdx,
     /// Which of the server's concurrent slots ran it (always 0 on a one-slot server).
     pub lane: usize,
     /// When it starts, seconds from the start of the graph.
     pub start_s: f64,
-    /// When it ends.
+    /// `start_s` plus the task's ETC on this server, on the same clock.
     pub end_s: f64,
 }
 
@@ -58,18 +57,10 @@ pub enum ReplayError {
     Shape(#[from] ShapeMismatch),
     /// The mapping does not place every task exactly once, on the server its order lists it.
     #[error("invalid mapping: {reason}")]
-    Mapping {
-        /// What was wrong.
-        reason: String,
-    },
+    Mapping { reason: String },
     /// A task placed on a server that cannot run it.
     #[error("task {task:?} is mapped to server {server}, which cannot run it (infinite ETC)")]
-    Infeasible {
-        /// Name of the task.
-        task: String,
-        /// The server.
-        server: usize,
-    },
+    Infeasible { task: String, server: usize },
     /// The per-server orders wait on each other in a circle.
     #[error(
         "deadlock: server {server} runs {task:?} next, but it needs {waits_for:?}, which can never finish under these server orders"

@@ -113,7 +113,7 @@ impl fmt::Display for GraphPolicy {
     "unknown graph policy {given:?}; expected one of heft, min-min, mct, sufferage, lp, round-robin, constant-speed"
 )]
 pub struct ParsePolicyError {
-    /// What was given.
+    /// Exactly as given; matching ignores case, surrounding spaces and `_` for `-`.
     pub given: String,
 }
 

@@ -36,12 +36,10 @@ impl<'a> Problem<'a> {
         })
     }
 
-    /// Number of servers.
     pub fn servers(&self) -> usize {
         self.etc.servers()
     }
 
-    /// Number of tasks.
     pub fn tasks(&self) -> usize {
         self.graph.len()
     }
