@@ -53,7 +53,9 @@ pub trait ComputeModel: Send + Sync {
 
     /// The rate `r` when this model's compute term on `server` is exactly `work / r` for every
     /// call with known work, whatever its size: what lets ranking bound a server's estimate
-    /// before computing it. `None` (the default) when the model promises no such thing.
+    /// before computing it. `None` (the default) when the model promises no such thing. The
+    /// agent asks again only after a registration or when the server's model of the service
+    /// gets its first point, so the answer may depend on nothing else.
     fn exact_rate(&self, _server: ServerView<'_>, _service: &ServiceFacts) -> Option<f64> {
         None
     }

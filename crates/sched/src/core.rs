@@ -209,7 +209,7 @@ impl AgentCore {
         let Some(slot) = self.registry.slot_of(server) else {
             return Outcome::nothing(Ack::Reregister);
         };
-        let mut changed = Vec::new();
+        let (mut changed, mut first_points) = (Vec::new(), Vec::new());
         let e = self.registry.entry_mut(slot);
         let mut learned = Vec::new();
         for r in reports {
@@ -225,15 +225,22 @@ impl AgentCore {
             };
             learned.push((svc.idx, r.timing.kernel_s));
             let in_order = svc.sizes_match(&r.sizes);
+            let was_empty = o.known.model.is_empty();
             if let Some(x) = o
                 .known
                 .learn_call(&svc.facts, &r.sizes, in_order, r.timing.kernel_s)
             {
+                if was_empty {
+                    first_points.push(svc.idx);
+                }
                 changed.push((svc.idx, x));
             }
         }
         for (idx, kernel_s) in learned {
             self.catalog.record(idx, kernel_s);
+        }
+        for idx in first_points {
+            self.invalidate_rate_order(idx);
         }
         let e = self.registry.entry_mut(slot);
         let ack = if e.is_up() {

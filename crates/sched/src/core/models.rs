@@ -35,7 +35,11 @@ impl AgentCore {
             let Some(o) = e.offer_mut(idx) else {
                 continue;
             };
+            let was_empty = o.known.model.is_empty();
             o.known.learn_point(&p.x, p.stats, p.source);
+            if was_empty {
+                self.invalidate_rate_order(idx);
+            }
             changed.push((idx, p.x.clone()));
         }
         Outcome {
@@ -173,7 +177,11 @@ impl AgentCore {
         let Some(o) = self.registry.entry_mut(slot).offer_mut(idx) else {
             return false;
         };
+        let was_empty = o.known.model.is_empty();
         o.known.learn_point(x, stats, source);
+        if was_empty {
+            self.invalidate_rate_order(idx);
+        }
         true
     }
 }

@@ -8,16 +8,16 @@
 //! found so far (or equal to it with a later name): no server after it can enter the top k,
 //! nor tie into it.
 //!
-//! Everything the bound does not cover is evaluated exactly every time: servers without a
-//! usable rate, and servers whose model no longer promises the rate *now* (checked live on
-//! every decision, because model points arrive without passing through the registration path).
-//! The rate order itself depends only on rates, offers and providers, which only change on
-//! registration, where it is dropped.
+//! Everything the bound does not cover is evaluated exactly every time: the servers on which
+//! the model promised no exact rate when the order was built. The promise can change only when
+//! a server registers (rates, offers, descriptions) or when its model of the service gets its
+//! first point, so the order is dropped then and rebuilt at the next decision; liveness and
+//! what a server can hold are checked on every decision.
 
 use super::{AgentCore, Call, Source};
 use crate::catalog::ServiceIdx;
 use crate::registry::Registry;
-use gridwise_predict::lower_bound_s;
+use gridwise_predict::{ComputeModel, ServiceFacts, lower_bound_s};
 use gridwise_proto::{Candidate, Etc};
 use std::cmp::Ordering;
 
@@ -39,13 +39,21 @@ struct Rated {
 }
 
 impl RateOrder {
-    fn build(registry: &Registry, service: ServiceIdx) -> Self {
+    fn build(
+        registry: &Registry,
+        service: ServiceIdx,
+        facts: &ServiceFacts,
+        model: &dyn ComputeModel,
+    ) -> Self {
         let mut by_rate = Vec::new();
         let mut unrated = Vec::new();
         for (pos, &slot) in registry.providers(service).iter().enumerate() {
             let e = registry.entry(slot);
-            match (e.offers(service), e.rate(service)) {
-                (true, Some(rate)) => by_rate.push(Rated { rate, pos, slot }),
+            let exact = model.exact_rate(e.view(service), facts);
+            match (e.offers(service), exact) {
+                (true, Some(rate)) if e.rate(service) == Some(rate) => {
+                    by_rate.push(Rated { rate, pos, slot })
+                }
                 _ => unrated.push(pos),
             }
         }
@@ -107,6 +115,14 @@ impl AgentCore {
         }
     }
 
+    /// Drops `service`'s rate order: a server's model of it got its first point, which can
+    /// end the model's promise of an exact rate there.
+    pub(super) fn invalidate_rate_order(&mut self, service: ServiceIdx) {
+        if let Some(o) = self.rate_orders.get_mut(service.0) {
+            o.built = false;
+        }
+    }
+
     /// Makes sure `service`'s rate order is current.
     pub(super) fn ensure_rate_order(&mut self, service: ServiceIdx) {
         if self.rate_orders.len() <= service.0 {
@@ -114,7 +130,9 @@ impl AgentCore {
                 .resize_with(service.0 + 1, RateOrder::default);
         }
         if !self.rate_orders[service.0].built {
-            self.rate_orders[service.0] = RateOrder::build(&self.registry, service);
+            let facts = &self.catalog.entry(service).facts;
+            self.rate_orders[service.0] =
+                RateOrder::build(&self.registry, service, facts, self.model.as_ref());
         }
     }
 
@@ -146,32 +164,23 @@ impl AgentCore {
         for &pos in &order.unrated {
             exact(&mut top, pos);
         }
-        let mut stopped = false;
         for r in &order.by_rate {
             let e = self.registry.entry(r.slot);
             if !e.is_up() || !call.fits(e) {
                 continue;
             }
-            let view = e.view(service);
-            if self.model.exact_rate(view, &call.svc.facts) != Some(r.rate) {
-                // Its model (or something unexpected) decides: no bound, evaluate it.
-                exact(&mut top, r.pos);
-                continue;
-            }
-            if stopped {
-                continue;
-            }
             if let Some((kth_total, kth_pos)) = top.kth() {
                 match bound(r.rate).total_cmp(&kth_total) {
-                    Ordering::Greater => {
-                        stopped = true;
-                        continue;
-                    }
+                    // Every server after this one is bounded as high or higher.
+                    Ordering::Greater => break,
                     Ordering::Equal if r.pos > kth_pos => continue,
                     _ => {}
                 }
             }
-            if self.model.feasible(view, &call.svc.facts, call.profile) {
+            if self
+                .model
+                .feasible(e.view(service), &call.svc.facts, call.profile)
+            {
                 top.offer(r.pos, self.estimate(r.slot, call));
             }
         }
