@@ -17,17 +17,21 @@
 
 pub mod compute;
 pub mod etc;
+pub mod forecast;
 pub mod history;
 pub mod knowledge;
 pub mod learn;
 pub mod links;
 pub mod load;
+pub mod stoch;
 
 pub use compute::{
     ASSUMED_UNKNOWN_S, Compute, ComputeModel, FpmModel, RateModel, constant_speed_s,
 };
 pub use etc::{Transfers, estimate, lower_bound_s};
+pub use forecast::{Forecast, Series};
 pub use history::KernelHistory;
 pub use knowledge::{HostKnowledge, OfferKnowledge, ServerView, ServiceFacts};
 pub use links::Links;
 pub use load::LoadTrack;
+pub use stoch::Stoch;
