@@ -50,7 +50,8 @@ impl Stoch {
     /// `self / divisor` for independent values, to first order: relative errors add in
     /// quadrature. A divisor whose mean is not positive gives an infinite mean.
     pub fn divided_by(self, divisor: Stoch) -> Self {
-        if !(divisor.mean > 0.0) {
+        // Written positively so a NaN mean fails too.
+        if divisor.mean.is_nan() || divisor.mean <= 0.0 {
             return Stoch::point(f64::INFINITY);
         }
         let mean = self.mean / divisor.mean;
