@@ -314,6 +314,14 @@ pub struct LoadSample {
     /// Whether the server's own model benchmarks ran during the last minute (such samples are
     /// kept out of the load history: they are not load the calls will meet).
     pub benchmarking: bool,
+    /// The fraction of a core a new call would get now, in (0, 1] (NWS's CPU availability):
+    /// background load only, the server's own calls left out. `None` from a server that does
+    /// not measure it.
+    #[serde(default)]
+    pub cpu_available: Option<f64>,
+    /// Memory free for new work (the kernel's `MemAvailable`), bytes; `None` where unknown.
+    #[serde(default)]
+    pub free_memory_bytes: Option<u64>,
 }
 
 /// What a server sends the agent every `heartbeat_interval_ms` ([`RegisterReply`]); a server
@@ -502,6 +510,10 @@ pub struct CallReport {
     pub timing: Timing,
     /// Whether the kernel returned outputs.
     pub ok: bool,
+    /// The mean fraction of a core the kernel got while it ran: its time on a quiet host is
+    /// `kernel_s` × this. `None` from a server that does not measure it (taken as 1).
+    #[serde(default)]
+    pub cpu_available: Option<f64>,
 }
 
 /// One call sent to a server.

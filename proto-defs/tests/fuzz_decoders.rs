@@ -126,6 +126,7 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
             e(&request(AgentApiRequest::Report {
                 server: ServerId::new_random(),
                 reports: vec![CallReport {
+                    cpu_available: None,
                     ticket: Some(Ticket(1)),
                     service: "dgemm".into(),
                     sizes: vec![("m".into(), 3)],

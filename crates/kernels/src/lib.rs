@@ -13,6 +13,7 @@ pub mod cancel;
 pub mod emulated;
 pub mod inputs;
 pub mod kernel;
+pub mod load;
 pub mod speed;
 
 pub use builtin::{
@@ -23,4 +24,5 @@ pub use cancel::CancelFlag;
 pub use emulated::{EmulatedError, EmulatedKernel, EmulatedSpec};
 pub use inputs::inputs_for_sizes;
 pub use kernel::{Kernel, KernelCtx, KernelError};
+pub use load::{Generated, LoadSpec, LoadTrace};
 pub use speed::{SpeedError, SpeedFunction};

@@ -621,6 +621,8 @@ mod tests {
         let hb = Heartbeat {
             server_id: id,
             load: LoadSample {
+                cpu_available: None,
+                free_memory_bytes: None,
                 running: 1,
                 queued: 2,
                 loadavg_1m: 0.5,

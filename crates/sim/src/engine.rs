@@ -6,7 +6,7 @@
 //! the order has started — the rule `gridwise_sched::replay` applies, so with availability 1
 //! everywhere both give the same times to the bit. What the replay cannot do is availability:
 //! a started task's full-speed time is stretched over the server's trace
-//! ([`Availability::finish`](crate::Availability::finish)), which fixes its end event.
+//! ([`LoadTrace::finish`](crate::LoadTrace::finish)), which fixes its end event.
 //!
 //! Transfers are not events of their own: links do not contend here, so an input arrives at
 //! producer end + transfer time, and a task's last input fixes its `Ready` time.

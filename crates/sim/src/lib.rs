@@ -29,9 +29,10 @@ mod online_tests;
 mod tests;
 
 pub use engine::{EngineError, SimRun, simulate};
+pub use gridwise_kernels::{LoadSpec, LoadTrace};
 pub use gridwise_sched::GraphPolicy;
 pub use online::{Decision, OnlineReport, OnlineRun, simulate_online};
-pub use platform::{Availability, Platform, ServerClass};
+pub use platform::{Platform, ServerClass};
 pub use report::{MAX_LP_BOUND_CELLS, MAX_LP_CELLS, Outcome, SimError, SimReport, Simulation, run};
 pub use scenario::{Gaps, Knowledge, Scenario, ScenarioError, Sizes, WorkloadSpec};
 pub use workload::Workload;

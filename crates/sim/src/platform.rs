@@ -3,80 +3,9 @@
 
 use crate::scenario::ScenarioError;
 use crate::workload::Workload;
-use gridwise_kernels::SpeedFunction;
+use gridwise_kernels::{LoadTrace, SpeedFunction};
 use gridwise_sched::{CommModel, EtcMatrix, TaskIdx};
 use std::collections::{BTreeMap, HashSet};
-
-/// Piecewise-constant availability of a server: the fraction of its speed a call gets, in
-/// (0, 1]. 1 until the first step; each step holds until the next.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Availability {
-    steps: Vec<(f64, f64)>,
-}
-
-impl Availability {
-    /// Always fully available.
-    pub fn always() -> Self {
-        Self::default()
-    }
-
-    /// Steps `(from_s, fraction)` by strictly increasing time >= 0, fractions in (0, 1].
-    pub fn new(steps: Vec<(f64, f64)>) -> Result<Self, String> {
-        for (i, &(t, a)) in steps.iter().enumerate() {
-            if !(t.is_finite() && t >= 0.0) {
-                return Err(format!(
-                    "point {i}: time {t} must be a finite number >= 0 (seconds)"
-                ));
-            }
-            if i > 0 && t <= steps[i - 1].0 {
-                return Err(format!(
-                    "point {i}: time {t} does not come after {}; list points by strictly increasing time",
-                    steps[i - 1].0
-                ));
-            }
-            // Written positively so NaN fails too. 0 would stall a call forever.
-            if !(a > 0.0 && a <= 1.0) {
-                return Err(format!(
-                    "point {i} (time {t}): availability {a} must be in (0, 1] (1 = unloaded, 0.5 = half the speed)"
-                ));
-            }
-        }
-        Ok(Availability { steps })
-    }
-
-    /// The steps, by increasing time.
-    pub fn steps(&self) -> &[(f64, f64)] {
-        &self.steps
-    }
-
-    /// The fraction available at time `t`.
-    pub fn at(&self, t: f64) -> f64 {
-        let i = self.steps.partition_point(|p| p.0 <= t);
-        if i == 0 { 1.0 } else { self.steps[i - 1].1 }
-    }
-
-    /// When a call that needs `full_speed_s` seconds at full speed ends if it starts at `start`:
-    /// the work is integrated step by step. With availability 1 it is exactly `start +
-    /// full_speed_s` (dividing by 1 is exact), which is what keeps the unloaded simulation equal
-    /// to `gridwise_sched::replay`.
-    pub fn finish(&self, start: f64, full_speed_s: f64) -> f64 {
-        let mut i = self.steps.partition_point(|p| p.0 <= start);
-        let (mut now, mut left) = (start, full_speed_s);
-        loop {
-            let a = if i == 0 { 1.0 } else { self.steps[i - 1].1 };
-            let Some(&(next, _)) = self.steps.get(i) else {
-                return now + left / a;
-            };
-            let capacity = (next - now) * a;
-            if left <= capacity {
-                return now + left / a;
-            }
-            left -= capacity;
-            now = next;
-            i += 1;
-        }
-    }
-}
 
 /// A class of identical servers.
 #[derive(Clone, Debug, PartialEq)]
@@ -90,7 +19,7 @@ pub struct ServerClass {
     /// Speed function per service it offers.
     pub speeds: BTreeMap<String, SpeedFunction>,
     /// What fraction of its speed a call gets over time.
-    pub load: Availability,
+    pub load: LoadTrace,
 }
 
 impl ServerClass {
@@ -192,7 +121,7 @@ impl Platform {
     }
 
     /// Server `s`'s availability trace: its class's, which every server of the class follows.
-    pub fn availability(&self, s: usize) -> &Availability {
+    pub fn availability(&self, s: usize) -> &LoadTrace {
         &self.class_of(s).load
     }
 
@@ -268,7 +197,7 @@ mod tests {
 
     #[test]
     fn availability_integrates_step_by_step() {
-        let a = Availability::new(vec![(10.0, 0.5), (30.0, 1.0)]).unwrap();
+        let a = LoadTrace::new(vec![(10.0, 0.5), (30.0, 1.0)]).unwrap();
         assert_eq!(a.at(0.0), 1.0);
         assert_eq!(a.at(10.0), 0.5);
         assert_eq!(a.at(40.0), 1.0);
@@ -279,16 +208,16 @@ mod tests {
         // Entirely inside the slow step.
         assert_eq!(a.finish(12.0, 4.0), 20.0);
         assert_eq!(a.finish(3.0, 0.0), 3.0);
-        assert_eq!(Availability::always().finish(1.5, 2.25), 3.75);
+        assert_eq!(LoadTrace::always().finish(1.5, 2.25), 3.75);
     }
 
     #[test]
     fn bad_availability_is_explained() {
-        let e = Availability::new(vec![(5.0, 0.5), (5.0, 1.0)]).unwrap_err();
+        let e = LoadTrace::new(vec![(5.0, 0.5), (5.0, 1.0)]).unwrap_err();
         assert!(e.contains("strictly increasing"), "{e}");
-        let e = Availability::new(vec![(0.0, 0.0)]).unwrap_err();
+        let e = LoadTrace::new(vec![(0.0, 0.0)]).unwrap_err();
         assert!(e.contains("(0, 1]"), "{e}");
-        assert!(Availability::new(vec![(-1.0, 0.5)]).is_err());
-        assert!(Availability::new(vec![(0.0, 1.5)]).is_err());
+        assert!(LoadTrace::new(vec![(-1.0, 0.5)]).is_err());
+        assert!(LoadTrace::new(vec![(0.0, 1.5)]).is_err());
     }
 }

@@ -2,9 +2,10 @@
 //! everything that can be checked without building the platform or the task graph, so a bad file
 //! fails at once with the field it is about and what to write instead.
 
-use crate::platform::{Availability, Platform, ServerClass};
+use crate::platform::{Platform, ServerClass};
 use crate::workload::{self, Workload};
 use gridwise_kernels::SpeedFunction;
+use gridwise_kernels::{LoadSpec, LoadTrace};
 use gridwise_proto::Complexity;
 use gridwise_sched::CommModel;
 use serde::Deserialize;
@@ -106,10 +107,12 @@ pub struct ServerClassSpec {
     /// (linear between points, constant beyond; speed 0 = that size does not fit). A service
     /// missing here cannot run on this class.
     pub speeds: BTreeMap<String, Vec<(f64, f64)>>,
-    /// Piecewise-constant availability `[[from_s, fraction], …]`, fraction in (0, 1]; 1 before
-    /// the first point. Every server of the class follows it. The mappers do not see it.
+    /// Background load as an availability trace: written out, `[[from_s, fraction], …]` with
+    /// fractions in (0, 1] and 1 before the first point, or generated (`{"kind": "random" |
+    /// "steady", …}`, see `gridwise_kernels::load`). Every server of the class follows it. The
+    /// mappers do not see it.
     #[serde(default)]
-    pub load: Vec<(f64, f64)>,
+    pub load: Option<LoadSpec>,
 }
 
 fn one() -> usize {
@@ -433,8 +436,7 @@ impl Scenario {
         for svc in c.speeds.keys() {
             speed_function(self, i, c, svc)?;
         }
-        Availability::new(c.load.clone())
-            .map_err(|reason| ScenarioError::invalid(at("load"), reason))?;
+        load_trace(&c.load).map_err(|reason| ScenarioError::invalid(at("load"), reason))?;
         Ok(())
     }
 
@@ -534,7 +536,7 @@ impl Scenario {
             for svc in c.speeds.keys() {
                 speeds.insert(svc.clone(), speed_function(self, i, c, svc)?);
             }
-            let load = Availability::new(c.load.clone())
+            let load = load_trace(&c.load)
                 .map_err(|reason| ScenarioError::invalid(format!("servers[{i}].load"), reason))?;
             classes.push(ServerClass {
                 name: c.name.clone(),
@@ -585,6 +587,12 @@ impl Scenario {
         self.validate()?;
         workload::build(self)
     }
+}
+
+/// The class's trace (always available without one).
+fn load_trace(spec: &Option<LoadSpec>) -> Result<LoadTrace, String> {
+    spec.as_ref()
+        .map_or(Ok(LoadTrace::always()), LoadSpec::trace)
 }
 
 /// The checked speed function of class `c` (index `i`) for `svc`.

@@ -54,6 +54,7 @@ fn point(server: &str, service: &str, x: &[i64], mean: f64, source: PointSource)
 
 fn report(service: &str, n: i64, kernel_s: f64, ticket: Option<u64>) -> CallReport {
     CallReport {
+        cpu_available: None,
         ticket: ticket.map(Ticket),
         service: service.into(),
         sizes: vec![("n".into(), n)],

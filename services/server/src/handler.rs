@@ -167,6 +167,8 @@ impl ServerHandler {
     /// Calls running and waiting now, with the host load.
     pub fn load(&self) -> LoadSample {
         LoadSample {
+            cpu_available: None,
+            free_memory_bytes: None,
             running: self.inner.running.load(Ordering::Relaxed),
             queued: self.inner.queued.load(Ordering::Relaxed),
             loadavg_1m: crate::host::loadavg_1m(),
@@ -540,6 +542,7 @@ impl ServerApi for ServerHandler {
             call_id: req.call_id,
             cancel: cancel.clone(),
             unreported: Some(CallReport {
+                cpu_available: None,
                 ticket,
                 service: service.clone(),
                 sizes: Vec::new(),
@@ -606,6 +609,7 @@ impl ServerApi for ServerHandler {
         // only means the server is shutting down.
         guard.unreported = None;
         let _ = self.inner.to_agent.send(ToAgent::Report(CallReport {
+            cpu_available: None,
             ticket,
             service,
             sizes,

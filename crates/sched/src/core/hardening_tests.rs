@@ -62,6 +62,7 @@ fn profile(service: &str, sizes: &[(&str, i64)]) -> CallProfile {
 
 fn ok_report(service: &str, sizes: &[(&str, i64)], kernel_s: f64) -> CallReport {
     CallReport {
+        cpu_available: None,
         ticket: None,
         service: service.into(),
         sizes: sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect(),

@@ -10,6 +10,7 @@ use gridwise_proto::{
 
 fn dgemm_call(n: i64, kernel_s: f64) -> CallReport {
     CallReport {
+        cpu_available: None,
         ticket: None,
         service: "dgemm".into(),
         sizes: vec![("m".into(), n), ("n".into(), n), ("k".into(), n)],

@@ -196,6 +196,7 @@ fn run(servers: &[ServerPlan], steps: &[Step], k: usize, lat: f64, bw: f64) {
             }
             Step::Report(s, x, t) => {
                 let r = CallReport {
+                    cpu_available: None,
                     ticket: None,
                     service: "dgemm".into(),
                     sizes: vec![("m".into(), *x), ("n".into(), *x), ("k".into(), *x)],
