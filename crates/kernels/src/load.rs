@@ -176,7 +176,7 @@ impl Generated {
                 if !(mean > 0.0 && mean <= 1.0) {
                     return Err(format!("mean is {mean}; an availability is in (0, 1]"));
                 }
-                if !(sd.is_finite() && sd >= 0.0) || !(phi.abs() < 1.0) {
+                if !(sd.is_finite() && sd >= 0.0 && phi.abs() < 1.0) {
                     return Err(format!(
                         "sd {sd} and phi {phi}: sd must be >= 0 and |phi| < 1"
                     ));
