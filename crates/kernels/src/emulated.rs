@@ -3,10 +3,12 @@
 //! agent has to learn that curve from observed calls like any other.
 
 use crate::kernel::{Kernel, KernelCtx, KernelError, int_input};
+use crate::load::LoadTrace;
 pub use crate::speed::{SpeedError, SpeedFunction};
 use gridwise_proto::{ArgDesc, ArgMode, Complexity, ServiceDesc, ServiceError, Value};
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Default calibration budget: long enough to time reliably, short enough for start-up.
 const CALIBRATION_BUDGET_S: f64 = 0.020;
@@ -157,11 +159,13 @@ impl EmulatedSpec {
             calibration_size: self.calibration_size,
             inputs: self.inputs,
             output: self.output,
+            load: None,
         })
     }
 }
 
-/// A kernel that sleeps C(x)/S(x) seconds, emulating a server with true speed S.
+/// A kernel that sleeps C(x)/S(x) seconds, emulating a server with true speed S; under a load
+/// trace, as long as a time-shared CPU with that availability would take.
 #[derive(Debug, Clone)]
 pub struct EmulatedKernel {
     desc: ServiceDesc,
@@ -170,9 +174,17 @@ pub struct EmulatedKernel {
     calibration_size: Option<i64>,
     inputs: u32,
     output: bool,
+    // The background load and the instant its time 0 stands for.
+    load: Option<(Arc<LoadTrace>, Instant)>,
 }
 
 impl EmulatedKernel {
+    /// The same kernel under the background load `trace`, whose time 0 is `origin`.
+    pub fn with_load(mut self, trace: Arc<LoadTrace>, origin: Instant) -> Self {
+        self.load = Some((trace, origin));
+        self
+    }
+
     /// The true speed function (for benchmarks and tests only; the agent must learn it).
     pub fn speed_function(&self) -> &SpeedFunction {
         &self.speed
@@ -222,7 +234,15 @@ impl Kernel for EmulatedKernel {
 
     fn run(&self, inputs: &[Value], ctx: &KernelCtx) -> Result<Vec<Value>, KernelError> {
         let x = int_input(inputs, 0, self.param())?;
-        let t = self.emulated_time(x)?;
+        let quiet = self.emulated_time(x)?;
+        // Under load the same work takes as long as the availability makes it.
+        let t = match &self.load {
+            Some((trace, origin)) => {
+                let start = origin.elapsed().as_secs_f64();
+                trace.finish(start, quiet) - start
+            }
+            None => quiet,
+        };
         let d = Duration::try_from_secs_f64(t).map_err(|_| {
             KernelError::Application(format!(
                 "size {}={x} would take longer than this server can emulate",
@@ -285,6 +305,21 @@ mod tests {
             inputs: 0,
             output: false,
         }
+    }
+
+    #[test]
+    fn under_load_the_same_work_takes_longer() {
+        // 10³ operations at 1e5/s: 10 ms quiet; at half a core, 20 ms.
+        let k = spec(vec![[1.0, 1e5], [100.0, 1e5]]).build().unwrap();
+        let quiet = k.run(&[Value::Int(10)], &KernelCtx::new()).unwrap();
+        assert_eq!(quiet, vec![Value::Double(0.01)]);
+        let half = Arc::new(LoadTrace::new(vec![(0.0, 0.5)]).unwrap());
+        let loaded = k.with_load(half, Instant::now());
+        let out = loaded.run(&[Value::Int(10)], &KernelCtx::new()).unwrap();
+        let Value::Double(t) = out[0] else {
+            panic!("{out:?}")
+        };
+        assert!((t - 0.02).abs() < 1e-12, "{t}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The server's settings: `gridwise-server --config server.toml`, `GRIDWISE_SERVER_*`, flags.
 
 use crate::model_manager::ModelConfig;
-use gridwise_kernels::EmulatedSpec;
+use gridwise_kernels::{EmulatedSpec, LoadSpec};
 use gridwise_proto::wire::{self, ConnLimits, Credentials, DialConfig, Role};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -28,6 +28,11 @@ pub struct ServerConfig {
     pub builtins: Vec<String>,
     /// Emulated-speed services (DESIGN.md §4).
     pub emulated: Vec<EmulatedSpec>,
+    /// Background load the emulated services run under, from the server's start: a written
+    /// trace `[[from_s, fraction], …]` or a generated one (`{ kind = "random" | "steady", … }`).
+    /// The emulated kernels stretch by it as on a time-shared CPU, and the server's sensors
+    /// report it. None: the emulated services run as on an idle host.
+    pub load: Option<LoadSpec>,
     /// Measure each service's rate at start-up (a short calibration run).
     pub calibrate: bool,
     /// Largest request frame accepted, bytes.
@@ -78,6 +83,7 @@ impl Default for ServerConfig {
                 .map(|s| s.to_string())
                 .collect(),
             emulated: Vec::new(),
+            load: None,
             calibrate: true,
             max_frame_bytes: 1024 * 1024 * 1024,
             report_batch_max: 512,
@@ -98,6 +104,14 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// Refuses settings no server could honour, saying which and what is allowed.
     pub fn check(&self) -> anyhow::Result<()> {
+        if let Some(load) = &self.load {
+            load.trace().map_err(|e| anyhow::anyhow!("load: {e}"))?;
+            anyhow::ensure!(
+                !self.emulated.is_empty(),
+                "load applies to emulated services, and this server has none: add \
+                 `[[emulated]]` services or remove `load`"
+            );
+        }
         for (key, v) in [
             ("data_idle_ttl_s", self.data_idle_ttl_s),
             ("link_probe_s", self.link_probe_s),

@@ -11,6 +11,7 @@
 use crate::bench_gate::BenchGate;
 use crate::data::{DataStore, not_found};
 use crate::peers::Peers;
+use crate::sensors::Sensors;
 use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
 use gridwise_proto::clock::unix_ns;
 use gridwise_proto::wire::{Charge, MemoryBudget, Peer, Role};
@@ -51,6 +52,7 @@ struct Inner {
     waiting_bytes: AtomicU64,
     to_agent: mpsc::UnboundedSender<ToAgent>,
     gate: BenchGate,
+    sensors: Arc<Sensors>,
     progress: Mutex<Vec<ModelProgress>>,
     /// The address clients and other servers reach this server at (names it as a holder).
     addr: String,
@@ -120,6 +122,7 @@ impl ServerHandler {
         to_agent: mpsc::UnboundedSender<ToAgent>,
         remote: RemoteData,
         limits: CallLimits,
+        sensors: Arc<Sensors>,
     ) -> Self {
         let peer = Arc::new(Peer::local(Role::Server, &name));
         Self {
@@ -140,6 +143,7 @@ impl ServerHandler {
                 waiting_bytes: AtomicU64::new(0),
                 to_agent,
                 gate: BenchGate::default(),
+                sensors,
                 progress: Mutex::new(Vec::new()),
             }),
             peer,
@@ -167,13 +171,18 @@ impl ServerHandler {
     /// Calls running and waiting now, with the host load.
     pub fn load(&self) -> LoadSample {
         LoadSample {
-            cpu_available: None,
-            free_memory_bytes: None,
             running: self.inner.running.load(Ordering::Relaxed),
             queued: self.inner.queued.load(Ordering::Relaxed),
             loadavg_1m: crate::host::loadavg_1m(),
             benchmarking: self.inner.gate.recently_active(BENCH_LOAD_MEMORY),
+            cpu_available: self.inner.sensors.availability_now(),
+            free_memory_bytes: self.inner.sensors.free_memory_bytes(),
         }
+    }
+
+    /// What the server measures of its host.
+    pub fn sensors(&self) -> &Sensors {
+        &self.inner.sensors
     }
 
     /// Real calls running or waiting for a slot.
@@ -415,7 +424,7 @@ impl ServerHandler {
         arrived: Instant,
         cancel: CancelFlag,
         keep: &[u32],
-    ) -> Result<(Vec<Value>, f64, f64), CallError> {
+    ) -> Result<(Vec<Value>, f64, f64, Option<f64>), CallError> {
         let queue_wait = arrived.elapsed().as_secs_f64();
         if cancel.is_cancelled() {
             return Err(KernelError::Cancelled.into_call_error());
@@ -437,6 +446,10 @@ impl ServerHandler {
             }
         };
         let kernel_s = started.elapsed().as_secs_f64();
+        let available = self
+            .inner
+            .sensors
+            .availability_over(started, Instant::now());
         self.inner.running.fetch_sub(1, Ordering::Relaxed);
         self.inner.executed.fetch_add(1, Ordering::Relaxed);
 
@@ -461,7 +474,7 @@ impl ServerHandler {
             .map(|(_, v)| v.payload_bytes())
             .sum();
         self.check_reply(&req.service, returned, req.reply_limit_bytes)?;
-        Ok((outputs, queue_wait, kernel_s))
+        Ok((outputs, queue_wait, kernel_s, available))
     }
 }
 
@@ -591,13 +604,13 @@ impl ServerApi for ServerHandler {
             };
             let _memory = self.take_memory(footprint).await?;
             drop(waiting);
-            let (outputs, q, k) = self.run_call(kernel, req, arrived, cancel, &keep).await?;
-            Ok((self.keep(outputs, &keep)?, q, k))
+            let (outputs, q, k, a) = self.run_call(kernel, req, arrived, cancel, &keep).await?;
+            Ok((self.keep(outputs, &keep)?, q, k, a))
         }
         .await;
-        let (ok, queue_wait_s, kernel_s) = match &result {
-            Ok((_, q, k)) => (true, *q, *k),
-            Err(_) => (false, 0.0, 0.0),
+        let (ok, queue_wait_s, kernel_s, cpu_available) = match &result {
+            Ok((_, q, k, a)) => (true, *q, *k, *a),
+            Err(_) => (false, 0.0, 0.0, None),
         };
         let timing = Timing {
             queue_wait_s,
@@ -609,14 +622,14 @@ impl ServerApi for ServerHandler {
         // only means the server is shutting down.
         guard.unreported = None;
         let _ = self.inner.to_agent.send(ToAgent::Report(CallReport {
-            cpu_available: None,
+            cpu_available,
             ticket,
             service,
             sizes,
             timing,
             ok,
         }));
-        result.map(|(outputs, _, _)| ExecuteReply {
+        result.map(|(outputs, ..)| ExecuteReply {
             outputs,
             timing,
             server: self.inner.name.clone(),

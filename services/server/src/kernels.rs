@@ -1,15 +1,21 @@
 //! The server's kernel set, built from its config, and the start-up calibration.
 
 use crate::ServerConfig;
-use gridwise_kernels::{Kernel, builtin, calibrate};
+use gridwise_kernels::{Kernel, LoadTrace, builtin, calibrate};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Kernels by service name: built-ins and emulated services, no name twice.
 pub type KernelSet = HashMap<String, Arc<dyn Kernel>>;
 
-/// Builds the built-in and emulated kernels the config asks for.
-pub fn build(cfg: &ServerConfig) -> anyhow::Result<KernelSet> {
+/// Builds the built-in and emulated kernels the config asks for, the emulated ones under
+/// `load` (its time 0 at `origin`), if any.
+pub fn build(
+    cfg: &ServerConfig,
+    load: Option<Arc<LoadTrace>>,
+    origin: Instant,
+) -> anyhow::Result<KernelSet> {
     let mut set = KernelSet::new();
     for name in &cfg.builtins {
         let k = builtin(name).ok_or_else(|| {
@@ -21,9 +27,12 @@ pub fn build(cfg: &ServerConfig) -> anyhow::Result<KernelSet> {
         set.insert(name.clone(), k);
     }
     for spec in &cfg.emulated {
-        let k = spec
+        let mut k = spec
             .build()
             .map_err(|e| anyhow::anyhow!("emulated service `{}`: {e}", spec.name))?;
+        if let Some(trace) = &load {
+            k = k.with_load(trace.clone(), origin);
+        }
         anyhow::ensure!(
             !set.contains_key(&spec.name),
             "service `{}` is declared twice (emulated names must differ from built-ins and each other)",

@@ -12,6 +12,7 @@ pub mod host;
 pub mod kernels;
 pub mod model_manager;
 pub mod peers;
+pub mod sensors;
 
 pub use config::ServerConfig;
 pub use handler::ServerHandler;
@@ -21,11 +22,27 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+/// The kernels, under the configured load from now on, and the sensors that report it.
+fn kernels_and_sensors(
+    cfg: &ServerConfig,
+) -> anyhow::Result<(kernels::KernelSet, std::sync::Arc<sensors::Sensors>)> {
+    let origin = std::time::Instant::now();
+    let trace = match &cfg.load {
+        Some(l) => Some(std::sync::Arc::new(
+            l.trace().map_err(|e| anyhow::anyhow!("load: {e}"))?,
+        )),
+        None => None,
+    };
+    let set = kernels::build(cfg, trace.clone(), origin)?;
+    let sensors = sensors::Sensors::start(trace, origin, cfg.builtins.is_empty());
+    Ok((set, sensors))
+}
+
 /// Builds the kernels, calibrates, binds, announces `listening <addr>` on stdout, registers
 /// with the agent and serves until the process ends.
 pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
     cfg.check()?;
-    let set = kernels::build(&cfg)?;
+    let (set, sensors) = kernels_and_sensors(&cfg)?;
     let listener = TcpListener::bind(&cfg.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
@@ -80,7 +97,7 @@ pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
     );
     accept.credentials = cfg.credentials();
     accept.limits = cfg.limits()?;
-    let handler = ServerHandler::new(name.clone(), set, slots, to_agent, remote, limits);
+    let handler = ServerHandler::new(name.clone(), set, slots, to_agent, remote, limits, sensors);
     let reg = Registration {
         name: name.clone(),
         instance: handler.instance().to_string(),
@@ -157,7 +174,7 @@ pub fn build_models_and_exit(cfg: ServerConfig) -> anyhow::Result<()> {
         !cfg.models.is_empty(),
         "the config has no [[models]] to build"
     );
-    let set = kernels::build(&cfg)?;
+    let (set, sensors) = kernels_and_sensors(&cfg)?;
     let (to_agent, _inbox) = mpsc::unbounded_channel();
     let remote = handler::RemoteData {
         addr: "build-only".into(),
@@ -172,6 +189,7 @@ pub fn build_models_and_exit(cfg: ServerConfig) -> anyhow::Result<()> {
         to_agent,
         remote,
         handler::CallLimits::unlimited(),
+        sensors,
     );
     model_manager::validate(&cfg.models, &handler)?;
     let bar = indicatif::ProgressBar::new_spinner();

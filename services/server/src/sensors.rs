@@ -1,0 +1,213 @@
+//! What the server measures of its host for the agent's forecasts (seed 004's NWS sensors): the
+//! fraction of a core a new call would get, and the memory free for new work.
+//!
+//! CPU availability comes from `/proc/stat` every 250 ms: the cores busy over the last period,
+//! less what this process used itself (its own calls are the agent's queue, not background
+//! load). With `b` background cores busy on `c` cores, a new CPU-bound process gets
+//! `min(1, c / (b + 1))` of a core under fair sharing. A server whose services are all
+//! emulated reports its configured load trace instead (emulated kernels sleep: host load does
+//! not slow them), or full availability without one.
+
+use gridwise_kernels::LoadTrace;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the host is sampled.
+const PERIOD: Duration = Duration::from_millis(250);
+/// Samples kept for the calls' means (a minute).
+const KEPT: usize = 240;
+
+/// Where availability comes from.
+enum Source {
+    /// The configured trace, from the server's start.
+    Trace(Arc<LoadTrace>, Instant),
+    /// Nothing slows the server's kernels.
+    Idle,
+    /// The host, sampled in the background.
+    Host(Mutex<VecDeque<(Instant, f64)>>),
+}
+
+/// The server's sensors.
+pub struct Sensors {
+    source: Source,
+}
+
+impl Sensors {
+    /// Sensors for a server whose emulated kernels run under `trace` (time 0 at `origin`), or
+    /// that has only emulated kernels (`emulated_only`), or else the host's.
+    pub fn start(
+        trace: Option<Arc<LoadTrace>>,
+        origin: Instant,
+        emulated_only: bool,
+    ) -> Arc<Sensors> {
+        let source = match trace {
+            Some(t) => Source::Trace(t, origin),
+            None if emulated_only => Source::Idle,
+            None => Source::Host(Mutex::new(VecDeque::with_capacity(KEPT))),
+        };
+        let sensors = Arc::new(Sensors { source });
+        if matches!(sensors.source, Source::Host(_)) {
+            let weak = Arc::downgrade(&sensors);
+            std::thread::Builder::new()
+                .name("sensors".into())
+                .spawn(move || {
+                    let mut cpu = CpuSampler::default();
+                    // Ends with the server (when the last handle goes).
+                    while let Some(s) = weak.upgrade() {
+                        if let (Some(a), Source::Host(samples)) = (cpu.sample(), &s.source) {
+                            let mut q = samples.lock().unwrap_or_else(|p| p.into_inner());
+                            if q.len() == KEPT {
+                                q.pop_front();
+                            }
+                            q.push_back((Instant::now(), a));
+                        }
+                        drop(s);
+                        std::thread::sleep(PERIOD);
+                    }
+                })
+                .ok();
+        }
+        sensors
+    }
+
+    /// The fraction of a core a new call would get now; `None` until the host was sampled.
+    pub fn availability_now(&self) -> Option<f64> {
+        match &self.source {
+            Source::Trace(t, origin) => Some(t.at(origin.elapsed().as_secs_f64())),
+            Source::Idle => Some(1.0),
+            Source::Host(q) => q
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .back()
+                .map(|s| s.1),
+        }
+    }
+
+    /// The mean fraction of a core a call got between `from` and `to`: exact under a trace;
+    /// from the host, the mean of the samples taken over the span and the one just after it
+    /// (each covers the period before it), else the latest.
+    pub fn availability_over(&self, from: Instant, to: Instant) -> Option<f64> {
+        match &self.source {
+            Source::Trace(t, origin) => {
+                let at = |i: Instant| i.saturating_duration_since(*origin).as_secs_f64();
+                Some(t.mean(at(from), at(to)))
+            }
+            Source::Idle => Some(1.0),
+            Source::Host(q) => {
+                let q = q.lock().unwrap_or_else(|p| p.into_inner());
+                let within: Vec<f64> = q
+                    .iter()
+                    .filter(|s| s.0 > from && s.0 <= to + PERIOD)
+                    .map(|s| s.1)
+                    .collect();
+                if within.is_empty() {
+                    q.back().map(|s| s.1)
+                } else {
+                    Some(within.iter().sum::<f64>() / within.len() as f64)
+                }
+            }
+        }
+    }
+
+    /// Memory free for new work, bytes (`MemAvailable`).
+    pub fn free_memory_bytes(&self) -> Option<u64> {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kb: u64 = text
+            .lines()
+            .find(|l| l.starts_with("MemAvailable:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some(kb * 1024)
+    }
+}
+
+/// Consecutive readings of `/proc/stat` and of this process's CPU time.
+#[derive(Default)]
+struct CpuSampler {
+    last: Option<(u64, u64, u64)>,
+}
+
+impl CpuSampler {
+    /// Availability over the period since the last call; `None` at the first.
+    fn sample(&mut self) -> Option<f64> {
+        let (total, idle) = host_jiffies()?;
+        let own = own_jiffies()?;
+        let prev = self.last.replace((total, idle, own));
+        let (t0, i0, o0) = prev?;
+        let dt = total.saturating_sub(t0);
+        if dt == 0 {
+            return None;
+        }
+        let cores = crate::host::cores() as f64;
+        // /proc/stat sums every core; this process's ticks count once per core-tick used.
+        let busy = dt.saturating_sub(idle.saturating_sub(i0)) as f64 / dt as f64 * cores;
+        let own_cores = own.saturating_sub(o0) as f64 / dt as f64 * cores;
+        let background = (busy - own_cores).max(0.0);
+        Some((cores / (background + 1.0)).min(1.0))
+    }
+}
+
+/// All cores' jiffies and their idle and iowait jiffies, from `/proc/stat`.
+fn host_jiffies() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().next()?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    Some((total, idle))
+}
+
+/// This process's user and system jiffies, from `/proc/self/stat`.
+fn own_jiffies() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_is_reported_as_it_is_and_averaged_over_a_call() {
+        let origin = Instant::now() - Duration::from_secs(10);
+        let trace = Arc::new(LoadTrace::new(vec![(0.0, 0.5), (20.0, 1.0)]).unwrap());
+        let s = Sensors::start(Some(trace), origin, true);
+        assert_eq!(s.availability_now(), Some(0.5));
+        // From 18 s to 22 s after the origin: half the time at 0.5, half at 1.
+        let mean = s
+            .availability_over(
+                origin + Duration::from_secs(18),
+                origin + Duration::from_secs(22),
+            )
+            .unwrap();
+        assert!((mean - 0.75).abs() < 1e-9, "{mean}");
+        let idle = Sensors::start(None, origin, true);
+        assert_eq!(idle.availability_now(), Some(1.0));
+    }
+
+    #[test]
+    fn the_host_is_sampled_into_a_fraction_of_a_core() {
+        let s = Sensors::start(None, Instant::now(), false);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while s.availability_now().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let a = s.availability_now().expect("sampled within 5 s");
+        assert!(a > 0.0 && a <= 1.0, "{a}");
+        assert!(s.free_memory_bytes().is_some_and(|m| m > 0));
+        let over = s.availability_over(Instant::now() - Duration::from_secs(1), Instant::now());
+        assert!(over.is_some_and(|x| x > 0.0 && x <= 1.0));
+    }
+}
