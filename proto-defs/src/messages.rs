@@ -68,11 +68,19 @@ pub enum Policy {
     RoundRobin,
     /// Classic GridSolve: the highest calibrated rate, ignoring queues and sizes.
     ConstantSpeed,
+    /// Minimum completion time at the agent's tuning factor of standard deviations above
+    /// the mean (seed 000): a steady server beats a noisy one that is only faster on average.
+    Conservative,
 }
 
 impl Policy {
     /// Every policy, for help texts.
-    pub const ALL: [Policy; 3] = [Policy::Mct, Policy::RoundRobin, Policy::ConstantSpeed];
+    pub const ALL: [Policy; 4] = [
+        Policy::Mct,
+        Policy::RoundRobin,
+        Policy::ConstantSpeed,
+        Policy::Conservative,
+    ];
 
     /// The configuration spelling.
     pub fn as_str(self) -> &'static str {
@@ -80,6 +88,7 @@ impl Policy {
             Policy::Mct => "mct",
             Policy::RoundRobin => "round-robin",
             Policy::ConstantSpeed => "constant-speed",
+            Policy::Conservative => "conservative",
         }
     }
 }
@@ -216,12 +225,54 @@ pub struct Etc {
     pub transfer_out_s: f64,
     /// Where the compute term came from.
     pub compute_source: ComputeSource,
+    /// The standard deviation of the queue wait: the spreads of the predicted finishes
+    /// ahead. 0 from older agents and where nothing is known of the spread.
+    #[serde(default)]
+    pub queue_wait_sd_s: f64,
+    /// The standard deviation of both transfers together (link forecasts' errors).
+    #[serde(default)]
+    pub transfer_sd_s: f64,
+    /// The standard deviation of the compute term: the model's misfit on this server and the
+    /// error of the CPU availability forecast.
+    #[serde(default)]
+    pub compute_sd_s: f64,
+    /// The fraction of a core the compute term expects the kernel to get (forecast from the
+    /// server's sensors); `None` when the estimate did not adjust for load.
+    #[serde(default)]
+    pub cpu_available: Option<f64>,
+}
+
+/// z of a two-sided 90% interval of a normal distribution.
+pub const Z90: f64 = 1.644_853_626_951_472_2;
+
+/// The 90% interval of a value with `mean` and standard deviation `sd`, clipped at 0 (times
+/// are never negative).
+pub fn interval90(mean: f64, sd: f64) -> (f64, f64) {
+    ((mean - Z90 * sd).max(0.0), mean + Z90 * sd)
 }
 
 impl Etc {
     /// The sum of the terms: the expected completion time from now.
     pub fn total_s(&self) -> f64 {
         self.queue_wait_s + self.transfer_in_s + self.compute_s + self.transfer_out_s
+    }
+
+    /// The standard deviation of the total (seed 000 §2): the queue and the compute term are
+    /// driven by the same server's load, so their spreads add; the transfers depend on the
+    /// network, not the server, so their variance adds.
+    pub fn total_sd_s(&self) -> f64 {
+        (self.queue_wait_sd_s + self.compute_sd_s).hypot(self.transfer_sd_s)
+    }
+
+    /// The interval the total falls in 9 times out of 10, if the estimate's spread is right.
+    pub fn interval90_s(&self) -> (f64, f64) {
+        interval90(self.total_s(), self.total_sd_s())
+    }
+
+    /// The total at `tf` standard deviations above the mean: what the conservative policy
+    /// ranks by.
+    pub fn conservative_s(&self, tf: f64) -> f64 {
+        self.total_s() + tf * self.total_sd_s()
     }
 }
 
@@ -347,6 +398,9 @@ pub struct PointStats {
     pub min: f64,
     pub mean: f64,
     pub max: f64,
+    /// Sample standard deviation of the runs (0 for one run, and from older peers).
+    #[serde(default)]
+    pub sd: f64,
 }
 
 /// Where a model point came from.
@@ -658,6 +712,10 @@ mod tests {
     #[test]
     fn etc_total_is_the_sum() {
         let e = Etc {
+            compute_sd_s: 0.0,
+            queue_wait_sd_s: 0.0,
+            transfer_sd_s: 0.0,
+            cpu_available: None,
             queue_wait_s: 1.0,
             transfer_in_s: 0.5,
             compute_s: 2.0,

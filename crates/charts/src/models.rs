@@ -596,6 +596,7 @@ mod tests {
 
     fn stats(mean: f64) -> PointStats {
         PointStats {
+            sd: 0.0,
             count: 3,
             min: mean * 0.9,
             mean,

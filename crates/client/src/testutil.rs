@@ -92,6 +92,10 @@ pub struct TestAgent(pub Arc<AgentState>);
 
 fn etc(i: usize) -> Etc {
     Etc {
+        transfer_sd_s: 0.0,
+        compute_sd_s: 0.0,
+        cpu_available: None,
+        queue_wait_sd_s: 0.0,
         queue_wait_s: 0.0,
         transfer_in_s: 0.0,
         compute_s: i as f64,

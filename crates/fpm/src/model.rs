@@ -311,6 +311,7 @@ impl Fpm {
                 out.points.insert(
                     p,
                     SpeedStats {
+                        m2: 0.0,
                         count: 0,
                         min,
                         mean: mean.clamp(min, max),

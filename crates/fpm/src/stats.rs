@@ -21,6 +21,10 @@ pub struct SpeedStats {
     pub mean: f64,
     /// Fastest run, operations/s.
     pub max: f64,
+    /// Sum of squared deviations from the mean (Welford's M2), so the spread merges exactly
+    /// with the mean; 0 for stats saved before spreads were kept.
+    #[serde(default)]
+    pub m2: f64,
 }
 
 impl SpeedStats {
@@ -31,6 +35,16 @@ impl SpeedStats {
             min: speed,
             mean: speed,
             max: speed,
+            m2: 0.0,
+        }
+    }
+
+    /// The sample standard deviation of the runs (0 for one run).
+    pub fn sd(&self) -> f64 {
+        if self.count < 2 {
+            0.0
+        } else {
+            (self.m2.max(0.0) / (self.count - 1) as f64).sqrt()
         }
     }
 
@@ -61,7 +75,10 @@ impl SpeedStats {
         let n = self.count + other.count;
         // Weighted in f64: counts stay far below 2^53, and this form cannot overflow.
         let w = other.count as f64 / n as f64;
-        self.mean += (other.mean - self.mean) * w;
+        let delta = other.mean - self.mean;
+        // Chan et al.'s parallel merge of M2.
+        self.m2 += other.m2 + delta * delta * self.count as f64 * w;
+        self.mean += delta * w;
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
         self.count = n;
@@ -84,17 +101,20 @@ impl From<SpeedStats> for gridwise_proto::PointStats {
             min: s.min,
             mean: s.mean,
             max: s.max,
+            sd: s.sd(),
         }
     }
 }
 
 impl From<gridwise_proto::PointStats> for SpeedStats {
     fn from(s: gridwise_proto::PointStats) -> Self {
+        let sd = if s.sd.is_finite() { s.sd.max(0.0) } else { 0.0 };
         Self {
             count: s.count,
             min: s.min,
             mean: s.mean,
             max: s.max,
+            m2: sd * sd * s.count.saturating_sub(1) as f64,
         }
     }
 }
@@ -119,6 +139,7 @@ mod tests {
     fn merging_unmeasured_stats_changes_nothing() {
         let mut s = SpeedStats::new(3.0);
         let empty = SpeedStats {
+            m2: 0.0,
             count: 0,
             min: 9.0,
             mean: 9.0,

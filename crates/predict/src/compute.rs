@@ -2,29 +2,46 @@
 //! behind [`ComputeModel`]; the agent uses [`FpmModel`], which falls back to [`RateModel`].
 
 use crate::knowledge::{ServerView, ServiceFacts};
+use crate::stoch::{Stoch, Z90};
 use gridwise_fpm::band;
 use gridwise_proto::{CallProfile, ComputeSource};
 
 /// A compute-time estimate.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Compute {
-    /// The time to plan with, s.
+    /// The time to plan with (the mean), s.
     pub seconds: f64,
+    /// Its standard deviation, s: 0 when nothing is known of the spread, not that there is
+    /// none.
+    pub sd_s: f64,
     /// Where it came from (shown to users with every estimate).
     pub source: ComputeSource,
-    /// The range the time may fall in, s, when the model knows one (the load band of a
-    /// server with a load history); `None` says nothing about the spread, not that there is
-    /// none.
-    pub range_s: Option<(f64, f64)>,
+    /// The fraction of a core the estimate expects the kernel to get, when it adjusted for
+    /// the server's load.
+    pub cpu_available: Option<f64>,
 }
 
 impl Compute {
-    /// An estimate with no known spread.
+    /// An estimate with no known spread, for a quiet host.
     pub fn point(seconds: f64, source: ComputeSource) -> Self {
         Compute {
             seconds,
+            sd_s: 0.0,
             source,
-            range_s: None,
+            cpu_available: None,
+        }
+    }
+
+    /// The estimate as a stochastic value.
+    pub fn time(&self) -> Stoch {
+        Stoch::new(self.seconds, self.sd_s)
+    }
+
+    fn with_time(self, t: Stoch) -> Self {
+        Compute {
+            seconds: t.mean,
+            sd_s: t.sd,
+            ..self
         }
     }
 }
@@ -51,12 +68,13 @@ pub trait ComputeModel: Send + Sync {
         true
     }
 
-    /// The rate `r` when this model's compute term on `server` is exactly `work / r` for every
-    /// call with known work, whatever its size: what lets ranking bound a server's estimate
-    /// before computing it. `None` (the default) when the model promises no such thing. The
-    /// agent asks again only after a registration or when the server's model of the service
-    /// gets its first point, so the answer may depend on nothing else.
-    fn exact_rate(&self, _server: ServerView<'_>, _service: &ServiceFacts) -> Option<f64> {
+    /// A rate `r` such that this model's compute term on `server` is never below `work / r`
+    /// for any call with known work, whatever its size or the server's load: what lets
+    /// ranking bound a server's estimate before computing it. `None` (the default) when the
+    /// model promises no such thing. The agent asks again only after a registration or when
+    /// the server's model of the service gets its first point, so the answer may depend on
+    /// nothing else (load only ever lengthens a quiet host's time, so it may be ignored).
+    fn rate_bound(&self, _server: ServerView<'_>, _service: &ServiceFacts) -> Option<f64> {
         None
     }
 }
@@ -116,22 +134,139 @@ impl ComputeModel for RateModel {
         )
     }
 
-    fn exact_rate(&self, server: ServerView<'_>, service: &ServiceFacts) -> Option<f64> {
+    fn rate_bound(&self, server: ServerView<'_>, service: &ServiceFacts) -> Option<f64> {
         service.duration.is_none().then(|| server.rate()).flatten()
     }
 }
 
-/// Functional performance models (seed 003): time = C(x) / S(x) with S the (server, service)
-/// model's interpolated speed at the call's sizes, in the middle of the server's load band
-/// when it has a load history. Outside the sizes a model covers, the calibrated rate stands
-/// in, and the source says so; without a model, [`RateModel`].
+/// How the server's load enters an estimate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LoadModel {
+    /// The quiet-host time divided by the forecast CPU availability (NWS-style forecasts of
+    /// the server's sensors), the forecast's error carried into the spread.
+    #[default]
+    Forecast,
+    /// The middle of the load band of one-minute load averages (seed 003 §2.1): what
+    /// gridwise did before it had sensors, kept for comparison.
+    Band,
+    /// Load ignored: the quiet-host time.
+    Blind,
+}
+
+impl LoadModel {
+    pub const ALL: [LoadModel; 3] = [LoadModel::Forecast, LoadModel::Band, LoadModel::Blind];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadModel::Forecast => "forecast",
+            LoadModel::Band => "band",
+            LoadModel::Blind => "blind",
+        }
+    }
+}
+
+impl std::str::FromStr for LoadModel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        LoadModel::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s.trim())
+            .ok_or_else(|| {
+                format!(
+                    "unknown load model `{s}`: use one of {}",
+                    LoadModel::ALL.map(|m| m.as_str()).join(", ")
+                )
+            })
+    }
+}
+
+/// Functional performance models (seed 003): time = C(x) / S(x) on a quiet host, with S the
+/// (server, service) model's interpolated speed at the call's sizes; outside the sizes a model
+/// covers, the calibrated rate stands in, and the source says so; without a model,
+/// [`RateModel`]. The spread is the model's recent misfit on this server (its points' own
+/// spread until calls have been scored). Load then enters once, as [`LoadModel`] says.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct FpmModel;
+pub struct FpmModel {
+    pub load: LoadModel,
+}
+
+impl FpmModel {
+    pub fn with_load(load: LoadModel) -> Self {
+        FpmModel { load }
+    }
+}
 
 /// The call's size vector in the model's parameter order (the profile's sizes are in the
 /// service's declared order, which the agent has already checked).
-fn size_vector(profile: &CallProfile) -> Vec<i64> {
+pub(crate) fn size_vector(profile: &CallProfile) -> Vec<i64> {
     profile.sizes.iter().map(|(_, v)| *v).collect()
+}
+
+/// The quiet-host estimate and whether it came from the FPM itself.
+fn quiet(
+    server: ServerView<'_>,
+    service: &ServiceFacts,
+    work: Option<f64>,
+    profile: &CallProfile,
+) -> Compute {
+    if let (Some(work), Some(m)) = (work, server.model()) {
+        let x = size_vector(profile);
+        let points = m.len() as u32;
+        if m.covers(&x) {
+            if let Some(t) = m.time(&x, work) {
+                let c = Compute::point(
+                    t,
+                    ComputeSource::Fpm {
+                        points,
+                        load_adjusted: false,
+                    },
+                );
+                return with_spread(c, server);
+            }
+        } else if let Some(rate) = server.rate() {
+            let c = Compute::point(
+                work / rate,
+                ComputeSource::RateOutsideModel { rate, points },
+            );
+            return with_spread(c, server);
+        }
+    }
+    let c = RateModel.compute(server, service, work, profile);
+    match c.source {
+        ComputeSource::Declared | ComputeSource::Assumed { .. } => c,
+        _ => with_spread(c, server),
+    }
+}
+
+/// The quiet estimate's spread: its relative misfit on this server's recent calls, else the
+/// relative spread of its model's measured points.
+fn with_spread(c: Compute, server: ServerView<'_>) -> Compute {
+    let Some(o) = server.offer else {
+        return c;
+    };
+    let rel = o.misfit.relative_rms().unwrap_or(o.point_spread);
+    let t = c.time();
+    c.with_time(Stoch::new(t.mean, t.mean * rel))
+}
+
+/// Whether load can stretch an estimate from this source: a declared duration is what the
+/// service says whatever the host, and an assumed time knows nothing to stretch.
+fn stretchable(source: &ComputeSource) -> bool {
+    !matches!(
+        source,
+        ComputeSource::Declared | ComputeSource::Assumed { .. }
+    )
+}
+
+fn mark_load_adjusted(source: ComputeSource) -> ComputeSource {
+    match source {
+        ComputeSource::Fpm { points, .. } => ComputeSource::Fpm {
+            points,
+            load_adjusted: true,
+        },
+        other => other,
+    }
 }
 
 impl ComputeModel for FpmModel {
@@ -142,47 +277,38 @@ impl ComputeModel for FpmModel {
         work: Option<f64>,
         profile: &CallProfile,
     ) -> Compute {
-        if let Some(t) = service.declared(profile) {
-            return Compute::point(t, ComputeSource::Declared);
+        let c = quiet(server, service, work, profile);
+        if !stretchable(&c.source) || !c.seconds.is_finite() {
+            return c;
         }
-        if let (Some(work), Some(m)) = (work, server.model()) {
-            let x = size_vector(profile);
-            let points = m.len() as u32;
-            if m.covers(&x) {
-                if let Some(t) = m.time(&x, work) {
-                    // The model's speeds are those of a quiet host; a server with a load
-                    // history gets the middle of its band (seed 003 §2.1.2): the fixed points
-                    // of t = t_ideal·(1 + l(t)) under l_min and l_max. The detailed band's mean
-                    // is O(w²) per estimate, too dear on the ranking path.
-                    return match server.host.load.functions() {
-                        Some(lf) if t.is_finite() => {
-                            let (lo, hi) = band::time_band(t, lf);
-                            Compute {
-                                seconds: (lo + hi) / 2.0,
-                                source: ComputeSource::Fpm {
-                                    points,
-                                    load_adjusted: true,
-                                },
-                                range_s: Some((lo, hi)),
-                            }
-                        }
-                        _ => Compute::point(
-                            t,
-                            ComputeSource::Fpm {
-                                points,
-                                load_adjusted: false,
-                            },
-                        ),
-                    };
+        match self.load {
+            LoadModel::Blind => c,
+            LoadModel::Forecast => match server.host.sensed.availability() {
+                Some(a) => {
+                    let t = c.time().divided_by(a);
+                    Compute {
+                        source: mark_load_adjusted(c.source.clone()),
+                        cpu_available: Some(a.mean),
+                        ..c.with_time(t)
+                    }
                 }
-            } else if let Some(rate) = server.rate() {
-                return Compute::point(
-                    work / rate,
-                    ComputeSource::RateOutsideModel { rate, points },
-                );
-            }
+                None => c,
+            },
+            // The band was built for the FPM alone: other sources stay as they are.
+            LoadModel::Band => match server.host.load.functions() {
+                Some(lf) if matches!(c.source, ComputeSource::Fpm { .. }) => {
+                    // The fixed points of t = t_ideal·(1 + l(t)) under l_min and l_max; the
+                    // band is taken as the 90% interval. The detailed band's mean is O(w²)
+                    // per estimate, too dear on the ranking path.
+                    let (lo, hi) = band::time_band(c.seconds, lf);
+                    Compute {
+                        source: mark_load_adjusted(c.source.clone()),
+                        ..c.with_time(Stoch::new((lo + hi) / 2.0, (hi - lo) / (2.0 * Z90)))
+                    }
+                }
+                _ => c,
+            },
         }
-        RateModel.compute(server, service, work, profile)
     }
 
     fn feasible(
@@ -191,6 +317,14 @@ impl ComputeModel for FpmModel {
         _service: &ServiceFacts,
         profile: &CallProfile,
     ) -> bool {
+        // Memory the forecast says is free bounds what the call may use there; a server that
+        // does not measure it is judged by its budget alone (the agent checks that).
+        if self.load == LoadModel::Forecast
+            && let Some(free) = server.host.sensed.free_memory()
+            && (profile.footprint_bytes() as f64) > free.mean
+        {
+            return false;
+        }
         let Some(m) = server.model() else {
             return true;
         };
@@ -199,10 +333,10 @@ impl ComputeModel for FpmModel {
         !(m.covers(&x) && m.speed(&x).is_some_and(|s| s <= 0.0))
     }
 
-    fn exact_rate(&self, server: ServerView<'_>, service: &ServiceFacts) -> Option<f64> {
-        // With no model point, FPM is the rate model.
+    fn rate_bound(&self, server: ServerView<'_>, service: &ServiceFacts) -> Option<f64> {
+        // With no model point, FPM is the rate model, and load only lengthens its time.
         match server.model() {
-            None => RateModel.exact_rate(server, service),
+            None => RateModel.rate_bound(server, service),
             Some(_) => None,
         }
     }

@@ -4,6 +4,7 @@
 use crate::compute::ComputeModel;
 use crate::knowledge::{ServerView, ServiceFacts};
 use crate::links::Links;
+use crate::stoch::Stoch;
 use gridwise_proto::{CallProfile, ComputeSource, Etc};
 
 /// What moving data costs where no link was measured.
@@ -30,11 +31,12 @@ fn sent_out_s(t: &Transfers, profile: &CallProfile) -> f64 {
     t.latency_s + profile.out_bytes as f64 / t.bandwidth
 }
 
-/// The ETC of `profile` on the server at `addr` (seen as `server`) behind `queue_wait_s` of
-/// work reserved there. `work` is the call's operations ([`ServiceFacts::work`]), evaluated
-/// once per call rather than once per server. The transfer in covers the client's inputs and
-/// the pull of every remote input from its holder over the measured `links` (nothing when the
-/// server holds it).
+/// The ETC of `profile` on the server at `addr` (seen as `server`) behind `queue_wait` of
+/// work reserved there (a mean and the spread of the finishes ahead). `work` is the call's
+/// operations ([`ServiceFacts::work`]), evaluated once per call rather than once per server.
+/// The transfer in covers the client's inputs and the pull of every remote input from its
+/// holder over the measured `links` (nothing when the server holds it); pulls from different
+/// holders are unrelated, so their variances add.
 #[allow(clippy::too_many_arguments)]
 pub fn estimate(
     model: &dyn ComputeModel,
@@ -42,26 +44,29 @@ pub fn estimate(
     links: &Links,
     server: ServerView<'_>,
     addr: &str,
-    queue_wait_s: f64,
+    queue_wait: Stoch,
     service: &ServiceFacts,
     work: Option<f64>,
     profile: &CallProfile,
 ) -> Etc {
     let compute = model.compute(server, service, work, profile);
     let (lat, bw) = (transfers.latency_s, transfers.bandwidth);
+    let pulls = profile
+        .remote_in
+        .iter()
+        .map(|(holder, bytes)| links.transfer(holder, addr, *bytes, lat, bw))
+        .fold(Stoch::point(0.0), Stoch::plus_unrelated);
+    let sd = |x: f64| if x.is_finite() { term(x) } else { 0.0 };
     Etc {
-        queue_wait_s: term(queue_wait_s),
-        transfer_in_s: term(
-            sent_in_s(transfers, profile)
-                + profile
-                    .remote_in
-                    .iter()
-                    .map(|(holder, bytes)| links.transfer_s(holder, addr, *bytes, lat, bw))
-                    .sum::<f64>(),
-        ),
+        queue_wait_s: term(queue_wait.mean),
+        transfer_in_s: term(sent_in_s(transfers, profile) + pulls.mean),
         compute_s: term(compute.seconds),
         transfer_out_s: term(sent_out_s(transfers, profile)),
         compute_source: compute.source,
+        queue_wait_sd_s: sd(queue_wait.sd),
+        transfer_sd_s: sd(pulls.sd),
+        compute_sd_s: sd(compute.sd_s),
+        cpu_available: compute.cpu_available,
     }
 }
 
@@ -83,6 +88,10 @@ pub fn lower_bound_s(transfers: &Transfers, rate: f64, work: f64, profile: &Call
         compute_s: term(work / rate),
         transfer_out_s: term(sent_out_s(transfers, profile)),
         compute_source: ComputeSource::CalibratedRate { rate },
+        queue_wait_sd_s: 0.0,
+        transfer_sd_s: 0.0,
+        compute_sd_s: 0.0,
+        cpu_available: None,
     }
     .total_s()
 }
@@ -139,7 +148,7 @@ mod tests {
             &Links::default(),
             view,
             "s:1",
-            2.0,
+            Stoch::point(2.0),
             &facts,
             w,
             &p,
@@ -212,7 +221,7 @@ mod tests {
             );
             assert!(matches!(c.source, ComputeSource::Assumed { .. }), "{c:?}");
             assert_eq!(
-                RateModel.exact_rate(
+                RateModel.rate_bound(
                     ServerView {
                         host: &h,
                         offer: Some(&o)
@@ -264,7 +273,7 @@ mod tests {
             &Links::default(),
             view,
             "s:1",
-            -3.0,
+            Stoch::new(-3.0, f64::NAN),
             &ServiceFacts::default(),
             None,
             &p,

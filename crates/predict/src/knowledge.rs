@@ -5,6 +5,8 @@
 
 use crate::history::KernelHistory;
 use crate::load::LoadTrack;
+use crate::misfit::Misfit;
+use crate::sensed::Sensed;
 use gridwise_fpm::model::Fpm;
 use gridwise_proto::{CallProfile, Complexity};
 use std::collections::HashMap;
@@ -53,8 +55,13 @@ pub struct OfferKnowledge {
     /// Kernel times of its past calls here, per size vector.
     pub by_size: HashMap<Vec<i64>, KernelHistory>,
     /// Its functional performance model here: benchmark points from the server's model
-    /// builder and samples from real calls.
+    /// builder and samples from real calls, all as on a quiet host.
     pub model: Fpm,
+    /// How far the quiet-host estimates were from the (normalised) calls that followed.
+    pub misfit: Misfit,
+    /// The pooled relative standard deviation of the model's measured points: the spread of
+    /// an estimate before any call has scored the model.
+    pub point_spread: f64,
 }
 
 impl OfferKnowledge {
@@ -65,7 +72,22 @@ impl OfferKnowledge {
             history: KernelHistory::default(),
             by_size: HashMap::new(),
             model: Fpm::new(size_params),
+            misfit: Misfit::default(),
+            point_spread: 0.0,
         }
+    }
+
+    /// Recomputes [`point_spread`](Self::point_spread) from the model's points: Σ M2/mean²
+    /// over Σ (runs − 1), so points with more runs weigh more.
+    pub(crate) fn refresh_point_spread(&mut self) {
+        let (mut m2, mut dof) = (0.0, 0.0);
+        for (_, s) in self.model.points() {
+            if s.count >= 2 && s.mean > 0.0 && s.mean.is_finite() {
+                m2 += s.m2.max(0.0) / (s.mean * s.mean);
+                dof += (s.count - 1) as f64;
+            }
+        }
+        self.point_spread = if dof > 0.0 { (m2 / dof).sqrt() } else { 0.0 };
     }
 }
 
@@ -74,8 +96,11 @@ impl OfferKnowledge {
 pub struct HostKnowledge {
     /// Operations/s for services without a rate of their own (0 when it did not calibrate).
     pub default_rate: f64,
-    /// Its background load, without the periods its own model benchmarks ran.
+    /// Its load-average history for the band model, without the periods its own model
+    /// benchmarks ran.
     pub load: LoadTrack,
+    /// Its sensors' CPU availability and free memory, forecast.
+    pub sensed: Sensed,
 }
 
 /// What an estimate may read about one server for one service.

@@ -23,15 +23,20 @@ pub mod knowledge;
 pub mod learn;
 pub mod links;
 pub mod load;
+pub mod misfit;
+pub mod sensed;
 pub mod stoch;
 
 pub use compute::{
-    ASSUMED_UNKNOWN_S, Compute, ComputeModel, FpmModel, RateModel, constant_speed_s,
+    ASSUMED_UNKNOWN_S, Compute, ComputeModel, FpmModel, LoadModel, RateModel, constant_speed_s,
 };
 pub use etc::{Transfers, estimate, lower_bound_s};
 pub use forecast::{Forecast, Series};
 pub use history::KernelHistory;
 pub use knowledge::{HostKnowledge, OfferKnowledge, ServerView, ServiceFacts};
+pub use learn::{LoadRecord, LoadSampling, quiet_time};
 pub use links::Links;
 pub use load::LoadTrack;
+pub use misfit::Misfit;
+pub use sensed::Sensed;
 pub use stoch::Stoch;

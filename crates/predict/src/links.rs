@@ -2,15 +2,30 @@
 //! holder costs (and, for task graphs, what an edge between two servers costs). A link not
 //! measured yet costs the configured defaults.
 
+use crate::forecast::Series;
+use crate::stoch::Stoch;
 use gridwise_proto::{LinkInfo, LinkSample};
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// The latest sample per (measuring server, peer) address pair; samples with a negative or
-/// non-finite latency or a bandwidth that is not a positive finite number are dropped.
+/// One measured link: its latest probe, and forecasts of its latency and bandwidth from
+/// every probe so far.
+#[derive(Clone, Debug)]
+struct Link {
+    latest: LinkSample,
+    at: Duration,
+    latency: Series,
+    bandwidth: Series,
+    latency_next: Stoch,
+    bandwidth_next: Stoch,
+}
+
+/// Per (measuring server, peer) address pair, the link's probes and forecasts; probes with a
+/// negative or non-finite latency or a bandwidth that is not a positive finite number are
+/// dropped.
 #[derive(Clone, Debug, Default)]
 pub struct Links {
-    map: HashMap<(String, String), (LinkSample, Duration)>,
+    map: HashMap<(String, String), Link>,
 }
 
 impl Links {
@@ -20,22 +35,67 @@ impl Links {
             && s.latency_s >= 0.0
             && s.bandwidth_bytes_per_s.is_finite()
             && s.bandwidth_bytes_per_s > 0.0;
-        if ok {
-            self.map
-                .insert((from.to_string(), s.to.clone()), (s.clone(), now));
+        if !ok {
+            return;
+        }
+        let link = self
+            .map
+            .entry((from.to_string(), s.to.clone()))
+            .or_insert_with(|| Link {
+                latest: s.clone(),
+                at: now,
+                latency: Series::new(),
+                bandwidth: Series::new(),
+                latency_next: Stoch::point(s.latency_s),
+                bandwidth_next: Stoch::point(s.bandwidth_bytes_per_s),
+            });
+        link.latest = s.clone();
+        link.at = now;
+        link.latency.push(s.latency_s);
+        link.bandwidth.push(s.bandwidth_bytes_per_s);
+        if let Some(f) = link.latency.forecast() {
+            link.latency_next = Stoch::new(f.value.mean.max(0.0), f.value.sd);
+        }
+        if let Some(f) = link.bandwidth.forecast().filter(|f| f.value.mean > 0.0) {
+            link.bandwidth_next = f.value;
         }
     }
 
-    /// The link from `from` to `to`, or the reverse one (links are close to symmetric).
-    pub fn get(&self, from: &str, to: &str) -> Option<&LinkSample> {
+    fn link(&self, from: &str, to: &str) -> Option<&Link> {
         self.map
             .get(&(from.to_string(), to.to_string()))
             .or_else(|| self.map.get(&(to.to_string(), from.to_string())))
-            .map(|(s, _)| s)
     }
 
-    /// Seconds to move `bytes` from `from` to `to`: nothing on the same server, the measured
-    /// link where there is one, else the defaults.
+    /// The latest probe of the link from `from` to `to`, or of the reverse one (links are
+    /// close to symmetric).
+    pub fn get(&self, from: &str, to: &str) -> Option<&LinkSample> {
+        self.link(from, to).map(|l| &l.latest)
+    }
+
+    /// Seconds to move `bytes` from `from` to `to`, with the spread of the link's forecasts:
+    /// nothing on the same server, the forecast link where one was measured, else the
+    /// defaults (known exactly, for want of anything better).
+    pub fn transfer(
+        &self,
+        from: &str,
+        to: &str,
+        bytes: u64,
+        default_latency_s: f64,
+        default_bandwidth: f64,
+    ) -> Stoch {
+        if from == to {
+            return Stoch::point(0.0);
+        }
+        match self.link(from, to) {
+            Some(l) => l
+                .latency_next
+                .plus_unrelated(Stoch::point(bytes as f64).divided_by(l.bandwidth_next)),
+            None => Stoch::point(default_latency_s + bytes as f64 / default_bandwidth),
+        }
+    }
+
+    /// The mean of [`transfer`](Self::transfer).
     pub fn transfer_s(
         &self,
         from: &str,
@@ -44,25 +104,19 @@ impl Links {
         default_latency_s: f64,
         default_bandwidth: f64,
     ) -> f64 {
-        if from == to {
-            return 0.0;
-        }
-        let (lat, bw) = self
-            .get(from, to)
-            .map(|s| (s.latency_s, s.bandwidth_bytes_per_s))
-            .unwrap_or((default_latency_s, default_bandwidth));
-        lat + bytes as f64 / bw
+        self.transfer(from, to, bytes, default_latency_s, default_bandwidth)
+            .mean
     }
 
-    /// Every measured link with its age at `now`, sorted by (from, to) address.
+    /// Every measured link's latest probe with its age at `now`, sorted by (from, to) address.
     pub fn export(&self, now: Duration) -> Vec<LinkInfo> {
         let mut out: Vec<LinkInfo> = self
             .map
             .iter()
-            .map(|((from, _), (s, at))| LinkInfo {
+            .map(|((from, _), l)| LinkInfo {
                 from: from.clone(),
-                sample: s.clone(),
-                age_s: now.saturating_sub(*at).as_secs_f64(),
+                sample: l.latest.clone(),
+                age_s: now.saturating_sub(l.at).as_secs_f64(),
             })
             .collect();
         out.sort_by(|a, b| (&a.from, &a.sample.to).cmp(&(&b.from, &b.sample.to)));
@@ -93,6 +147,12 @@ mod tests {
         assert_eq!(l.transfer_s("a:1", "c:1", 0, 0.5, 1e9), 0.5);
         l.record("a:1", &sample("c:1", f64::NAN, 1e6), Duration::ZERO);
         assert!(l.get("a:1", "c:1").is_none(), "nonsense is not recorded");
+        // Later probes are forecast: a varying bandwidth gives the transfer a spread.
+        for bw in [2e6, 1e6, 2e6, 1e6] {
+            l.record("a:1", &sample("b:1", 1e-3, bw), Duration::ZERO);
+        }
+        let t = l.transfer("a:1", "b:1", 1_000_000, 9.0, 9.0);
+        assert!(t.sd > 0.0 && t.mean > 0.5 && t.mean < 1.1, "{t:?}");
         assert_eq!(l.export(Duration::from_secs(2))[0].age_s, 2.0);
     }
 }

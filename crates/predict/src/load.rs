@@ -45,6 +45,12 @@ impl LoadTrack {
         true
     }
 
+    /// Takes a load average restored from the store as the next sample of period `every`.
+    pub fn restore(&mut self, loadavg: f64, every: Duration, window: usize) {
+        let now = self.last_sample.map_or(Duration::ZERO, |t| t + every);
+        self.observe(now, loadavg, every, window);
+    }
+
     /// The load functions l_min(t), l_max(t), once enough history exists.
     pub fn functions(&self) -> Option<&LoadFunctions> {
         self.functions.as_ref()

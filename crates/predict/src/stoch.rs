@@ -6,8 +6,7 @@
 //! add) or *unrelated* (e.g. a transfer and a compute time: variances add). Division uses the
 //! first-order rule sd(1/Y) ≈ sd_Y / m_Y², not the thesis footnote's 1/sd (see the digest).
 
-/// z of the two-sided 90% interval of a normal.
-pub const Z90: f64 = 1.644_853_626_951_472_2;
+pub use gridwise_proto::Z90;
 
 /// A mean and a standard deviation, both ≥ 0 for the times and fractions gridwise predicts.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -75,8 +74,7 @@ impl Stoch {
 
     /// The 90% interval, clamped at 0 below (times and fractions are never negative).
     pub fn interval90(self) -> (f64, f64) {
-        let half = Z90 * self.sd;
-        ((self.mean - half).max(0.0), self.mean + half)
+        gridwise_proto::interval90(self.mean, self.sd)
     }
 }
 

@@ -25,6 +25,13 @@ pub struct CoreConfig {
     pub load_sample: Duration,
     /// Load-average window w of the band model, in samples (the history keeps 2w − 1).
     pub load_window: usize,
+    /// Period of the CPU-availability and free-memory series the forecasts are made from.
+    pub sensor_sample: Duration,
+    /// How load enters the compute term.
+    pub load_model: gridwise_predict::LoadModel,
+    /// The conservative policy's tuning factor: how many standard deviations above the mean
+    /// it ranks by (seed 000 §4).
+    pub conservative_tf: f64,
     /// Registrations one source may make per second (on average)…
     pub registrations_per_s: f64,
     /// … and at once.
@@ -50,6 +57,9 @@ impl Default for CoreConfig {
             heartbeat_interval: Duration::from_secs(1),
             load_sample: Duration::from_secs(60),
             load_window: 60,
+            sensor_sample: Duration::from_secs(2),
+            conservative_tf: 1.0,
+            load_model: gridwise_predict::LoadModel::Forecast,
             registrations_per_s: 20.0,
             registration_burst: 100.0,
             max_servers_per_source: 256,
@@ -93,6 +103,15 @@ impl CoreConfig {
         }
     }
 
+    /// How often each kind of load sample enters a server's histories.
+    pub fn load_sampling(&self) -> gridwise_predict::LoadSampling {
+        gridwise_predict::LoadSampling {
+            band_every: self.load_sample,
+            band_window: self.load_window,
+            sensor_every: self.sensor_sample,
+        }
+    }
+
     /// Checks the values, so a bad config file is refused at start-up rather than producing
     /// infinite or NaN estimates later.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -118,6 +137,11 @@ impl CoreConfig {
             ("load_window", self.load_window > 0),
             ("ticket_ttl_s", !self.ticket_ttl.is_zero()),
             ("load_sample_s", !self.load_sample.is_zero()),
+            ("sensor_sample_s", !self.sensor_sample.is_zero()),
+            (
+                "conservative_tf",
+                self.conservative_tf.is_finite() && self.conservative_tf >= 0.0,
+            ),
         ] {
             if !ok {
                 return Err(ConfigError::NotPositive(name));

@@ -7,7 +7,7 @@ use crate::policy::{self, Keyed};
 use crate::queue::Assignment;
 use crate::registry::{Registry, ServerEntry};
 use crate::reservations::Reservations;
-use gridwise_predict::{ComputeModel, FpmModel, Links};
+use gridwise_predict::{ComputeModel, FpmModel, Links, Stoch};
 use gridwise_proto::{
     Ack, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, Etc, Heartbeat, LinkInfo,
     LinkSample, Policy, RankOptions, Ranking, RpcError, ServerId, ServiceDesc, ServiceSummary,
@@ -85,12 +85,13 @@ impl AgentCore {
     /// A core with no servers, estimating compute time with functional performance models
     /// ([`FpmModel`], falling back to calibrated rates).
     pub fn new(config: CoreConfig) -> Self {
+        let model = std::sync::Arc::new(FpmModel::with_load(config.load_model));
         Self {
             config,
             catalog: Catalog::new(),
             registry: Registry::new(),
             reservations: Reservations::default(),
-            model: std::sync::Arc::new(FpmModel),
+            model,
             key: std::hash::RandomState::new(),
             issued: 0,
             limiter: admission::RegistrationLimiter::default(),
@@ -172,17 +173,17 @@ impl AgentCore {
     /// [`Learned::Joined`] at its first heartbeat since it registered (the moment it has proved
     /// alive and is worth saving) and [`Learned::Load`] when its load enters its history.
     pub fn heartbeat(&mut self, hb: &Heartbeat, now: Duration) -> Outcome<Ack> {
-        let (ack, first, load) =
-            self.registry
-                .heartbeat(hb, now, self.config.load_sample, self.config.load_window);
+        let (ack, first, load) = self
+            .registry
+            .heartbeat(hb, now, &self.config.load_sampling());
         let mut learned = Vec::new();
         if first {
             learned.push(Learned::Joined(hb.server_id));
         }
-        if let (Some(loadavg_1m), Some(e)) = (load, self.registry.get(hb.server_id)) {
+        if let (Some(record), Some(e)) = (load, self.registry.get(hb.server_id)) {
             learned.push(Learned::Load {
                 server: e.name().to_string(),
-                loadavg_1m,
+                record,
             });
         }
         Outcome {
@@ -223,12 +224,13 @@ impl AgentCore {
             let Some(o) = e.offer_mut(svc.idx) else {
                 continue;
             };
-            learned.push((svc.idx, r.timing.kernel_s));
+            let (kernel_s, available) = (r.timing.kernel_s, r.cpu_available);
+            learned.push((svc.idx, gridwise_predict::quiet_time(kernel_s, available)));
             let in_order = svc.sizes_match(&r.sizes);
             let was_empty = o.known.model.is_empty();
             if let Some(x) = o
                 .known
-                .learn_call(&svc.facts, &r.sizes, in_order, r.timing.kernel_s)
+                .learn_call(&svc.facts, &r.sizes, in_order, kernel_s, available)
             {
                 if was_empty {
                     first_points.push(svc.idx);
@@ -236,8 +238,8 @@ impl AgentCore {
                 changed.push((svc.idx, x));
             }
         }
-        for (idx, kernel_s) in learned {
-            self.catalog.record(idx, kernel_s);
+        for (idx, quiet_s) in learned {
+            self.catalog.record(idx, quiet_s);
         }
         for idx in first_points {
             self.invalidate_rate_order(idx);
@@ -325,8 +327,14 @@ impl AgentCore {
         let (candidates, slot, service, pinned) = result?;
 
         let first = &candidates[0];
-        let (compute_s, finish_s) = (first.etc.compute_s, now.as_secs_f64() + first.etc.total_s());
-        let ticket = self.assign(slot, compute_s, finish_s, holder, now);
+        let e = &first.etc;
+        // The finish is as uncertain as the queue and the compute term together (related:
+        // both on this server); transfers are the client's business.
+        let finish = Stoch::new(
+            now.as_secs_f64() + e.total_s(),
+            e.queue_wait_sd_s + e.compute_sd_s,
+        );
+        let ticket = self.assign(slot, e.compute_s, finish, holder, now);
         if policy == Policy::RoundRobin && !pinned {
             self.rr_turns[service.0] += 1;
         }
@@ -337,19 +345,19 @@ impl AgentCore {
         })
     }
 
-    /// Records a call predicted to compute `compute_s` and finish at `finish_s` on the server in
-    /// `slot`, under a new ticket held by `holder`: the one bookkeeping of single calls and
-    /// graph reservations alike.
+    /// Records a call predicted to compute `compute_s` and finish at `finish` (seconds since
+    /// the agent started, with its spread) on the server in `slot`, under a new ticket held by
+    /// `holder`: the one bookkeeping of single calls and graph reservations alike.
     pub(crate) fn assign(
         &mut self,
         slot: usize,
         compute_s: f64,
-        finish_s: f64,
+        finish: Stoch,
         holder: Option<&str>,
         now: Duration,
     ) -> Ticket {
         let holder = self.holder_key(holder);
-        self.assign_keyed(slot, compute_s, finish_s, holder, now)
+        self.assign_keyed(slot, compute_s, finish, holder, now)
     }
 
     /// The key a holder's tickets carry: compared, never shown.
@@ -362,7 +370,7 @@ impl AgentCore {
         &mut self,
         slot: usize,
         compute_s: f64,
-        finish_s: f64,
+        finish: Stoch,
         holder: Option<u64>,
         now: Duration,
     ) -> Ticket {
@@ -371,7 +379,8 @@ impl AgentCore {
             ticket,
             assigned_at: now,
             compute_s,
-            finish_s,
+            finish_s: finish.mean,
+            finish_sd_s: finish.sd,
         };
         self.reservations.add(slot, a, holder);
         self.ranked += 1;
@@ -572,7 +581,8 @@ impl AgentCore {
             }
             let key = policy::key(
                 policy,
-                || self.estimate(slot, call).total_s(),
+                self.config.conservative_tf,
+                || self.estimate(slot, call),
                 || e.rate(call.svc.idx),
             );
             keyed.push(Keyed { key, pos });
@@ -634,10 +644,7 @@ impl AgentCore {
     /// The ETC of `call` on the server in `slot`, its queue wait from its reservations.
     fn estimate(&self, slot: usize, call: &Call<'_>) -> Etc {
         let server = self.registry.entry(slot);
-        let wait = self
-            .reservations
-            .queue(slot)
-            .wait_s(call.now, server.slots());
+        let wait = self.reservations.queue(slot).wait(call.now, server.slots());
         gridwise_predict::estimate(
             self.model.as_ref(),
             &self.config.transfers(),

@@ -42,4 +42,4 @@ pub use crate::graph::{
 pub use crate::queue::{Assignment, ServerQueue, TicketIndex, queue_wait};
 pub use crate::registry::{Offer, Registry, ServerEntry};
 pub use crate::reservations::Reservations;
-pub use gridwise_predict::{ComputeModel, FpmModel, RateModel};
+pub use gridwise_predict::{ComputeModel, FpmModel, LoadModel, LoadRecord, RateModel};

@@ -3,7 +3,7 @@
 //! Policies see candidates as sort keys plus their position in the name-sorted candidate list,
 //! so ties break by name and the ordering itself never touches server data.
 
-use gridwise_proto::Policy;
+use gridwise_proto::{Etc, Policy};
 use std::cmp::Ordering;
 
 /// A candidate under ordering.
@@ -15,15 +15,18 @@ pub struct Keyed {
     pub pos: usize,
 }
 
-/// The sort key of a candidate: `Mct` sorts by the ETC total, `ConstantSpeed` by the negated
-/// rate (fastest first; no usable rate sorts last), `RoundRobin` by nothing.
+/// The sort key of a candidate: `Mct` sorts by the ETC total, `Conservative` by the total
+/// `tf` standard deviations up, `ConstantSpeed` by the negated rate (fastest first; no usable
+/// rate sorts last), `RoundRobin` by nothing.
 pub fn key(
     policy: Policy,
-    etc_total_s: impl FnOnce() -> f64,
+    tf: f64,
+    etc: impl FnOnce() -> Etc,
     rate: impl FnOnce() -> Option<f64>,
 ) -> f64 {
     match policy {
-        Policy::Mct => etc_total_s(),
+        Policy::Mct => etc().total_s(),
+        Policy::Conservative => etc().conservative_s(tf),
         Policy::ConstantSpeed => rate().map_or(0.0, |r| -r),
         Policy::RoundRobin => 0.0,
     }
@@ -38,7 +41,7 @@ fn by_key_then_name(a: &Keyed, b: &Keyed) -> Ordering {
 pub fn order(policy: Policy, items: &mut Vec<Keyed>, limit: usize, turn: u64) {
     let limit = limit.max(1);
     match policy {
-        Policy::Mct | Policy::ConstantSpeed => {
+        Policy::Mct | Policy::Conservative | Policy::ConstantSpeed => {
             // Only the best few are returned: select them in linear time, then sort just those.
             if items.len() > limit {
                 items.select_nth_unstable_by(limit - 1, by_key_then_name);
@@ -89,7 +92,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(pos, r)| Keyed {
-                key: key(Policy::ConstantSpeed, || unreachable!(), || *r),
+                key: key(Policy::ConstantSpeed, 1.0, || unreachable!(), || *r),
                 pos,
             })
             .collect();

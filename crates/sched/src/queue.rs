@@ -4,6 +4,7 @@
 //! or expires. The queue wait of a new call follows from the predicted finish times of a server's
 //! pending assignments and its slot count.
 
+use gridwise_predict::Stoch;
 use gridwise_proto::Ticket;
 use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
@@ -21,6 +22,8 @@ pub struct Assignment {
     pub compute_s: f64,
     /// Predicted completion, seconds since the agent started.
     pub finish_s: f64,
+    /// The standard deviation of the predicted completion.
+    pub finish_sd_s: f64,
 }
 
 /// The wait for a slot on a server with `slots` slots, given the remaining times of the calls
@@ -98,6 +101,16 @@ impl ServerQueue {
             return 0.0;
         }
         self.by_finish[n - slots].finish_s - now_s
+    }
+
+    /// [`wait_s`](Self::wait_s) with the spread of the finish that frees the slot.
+    pub fn wait(&self, now: Duration, slots: u32) -> Stoch {
+        let mean = self.wait_s(now, slots);
+        if mean <= 0.0 {
+            return Stoch::point(0.0);
+        }
+        let n = self.by_finish.len();
+        Stoch::new(mean, self.by_finish[n - slots.max(1) as usize].finish_sd_s)
     }
 }
 
@@ -253,6 +266,7 @@ mod tests {
                 assigned_at: Duration::ZERO,
                 compute_s: 1.0,
                 finish_s: *f,
+                finish_sd_s: 0.0,
             });
         }
         q

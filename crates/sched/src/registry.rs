@@ -4,7 +4,9 @@
 //! registers again under the same name it resumes where it was.
 
 use crate::catalog::ServiceIdx;
-use gridwise_predict::{HostKnowledge, LoadTrack, OfferKnowledge, ServerView};
+use gridwise_predict::{
+    HostKnowledge, LoadRecord, LoadSampling, LoadTrack, OfferKnowledge, ServerView,
+};
 use gridwise_proto::{
     Ack, Heartbeat, LoadSample, ModelProgress, Registration, ServerId, ServerState, ServerStatus,
 };
@@ -154,6 +156,15 @@ impl ServerEntry {
     /// periods its own model benchmarks ran.
     pub fn load_track(&self) -> &LoadTrack {
         &self.host.load
+    }
+
+    /// What is known of the host whatever it runs: its sensors' forecasts among it.
+    pub fn host(&self) -> &HostKnowledge {
+        &self.host
+    }
+
+    pub(crate) fn host_mut(&mut self) -> &mut HostKnowledge {
+        &mut self.host
     }
 
     /// What an estimate of `service` here may read.
@@ -516,15 +527,14 @@ impl Registry {
     }
 
     /// Notes a heartbeat: unknown and down servers are told to register again. Also says
-    /// whether it is the server's first since it registered, and the load average it added to
-    /// the server's background-load history, if it added one.
+    /// whether it is the server's first since it registered, and what entered the server's
+    /// load histories, if anything did.
     pub(crate) fn heartbeat(
         &mut self,
         hb: &Heartbeat,
         now: Duration,
-        sample_every: Duration,
-        window: usize,
-    ) -> (Ack, bool, Option<f64>) {
+        sampling: &LoadSampling,
+    ) -> (Ack, bool, Option<LoadRecord>) {
         match self.slot_of(hb.server_id).map(|s| &mut self.servers[s]) {
             Some(e) if e.is_up() => {
                 let first = !e.joined;
@@ -533,7 +543,7 @@ impl Registry {
                 e.last_heard = now;
                 e.load = hb.load;
                 e.progress.clone_from(&hb.models);
-                let kept = e.host.learn_load(now, &hb.load, sample_every, window);
+                let kept = e.host.learn_load(now, &hb.load, sampling);
                 (Ack::Ok, first, kept)
             }
             _ => (Ack::Reregister, false, None),
@@ -630,24 +640,28 @@ mod tests {
             },
             models: Vec::new(),
         };
-        let (every, w) = (secs(60), 60);
+        let sampling = crate::CoreConfig::default().load_sampling();
+        let kept = LoadRecord {
+            loadavg_1m: Some(0.5),
+            ..LoadRecord::default()
+        };
         assert_eq!(
-            r.heartbeat(&hb, secs(3), every, w),
-            (Ack::Ok, true, Some(0.5))
+            r.heartbeat(&hb, secs(3), &sampling),
+            (Ack::Ok, true, Some(kept))
         );
-        assert_eq!(r.heartbeat(&hb, secs(3), every, w), (Ack::Ok, false, None));
+        assert_eq!(r.heartbeat(&hb, secs(3), &sampling), (Ack::Ok, false, None));
         assert_eq!(r.get(id).unwrap().load.queued, 2);
         assert!(r.sweep(secs(13), secs(10)).is_empty());
         assert_eq!(r.sweep(secs(14), secs(10)), vec![(0, id)]);
         assert_eq!(r.get(id).unwrap().state, ServerState::Down);
-        assert_eq!(r.heartbeat(&hb, secs(15), every, w).0, Ack::Reregister);
+        assert_eq!(r.heartbeat(&hb, secs(15), &sampling).0, Ack::Reregister);
         let stranger = Heartbeat {
             server_id: ServerId::new_random(),
             load: LoadSample::default(),
             models: Vec::new(),
         };
         assert_eq!(
-            r.heartbeat(&stranger, secs(15), every, w).0,
+            r.heartbeat(&stranger, secs(15), &sampling).0,
             Ack::Reregister
         );
         assert!(r.sweep(secs(100), secs(10)).is_empty());

@@ -119,6 +119,7 @@ mod tests {
             assigned_at: Duration::from_secs(at),
             compute_s: 1.0,
             finish_s,
+            finish_sd_s: 0.0,
         }
     }
 

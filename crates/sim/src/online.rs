@@ -86,7 +86,7 @@ pub struct OnlineRun {
 }
 
 /// The ranking policies an online workload can be simulated with.
-pub const POLICIES: [Policy; 3] = Policy::ALL;
+pub const POLICIES: [Policy; 4] = Policy::ALL;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Event {
@@ -425,6 +425,7 @@ pub fn model_points(platform: &Platform, s: usize) -> Vec<ModelPoint> {
                 service: service.clone(),
                 x: vec![size.round() as i64],
                 stats: PointStats {
+                    sd: 0.0,
                     count: 1,
                     min: speed,
                     mean: speed,

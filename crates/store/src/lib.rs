@@ -45,6 +45,7 @@
 //!     mean    REAL,
 //!     max     REAL,
 //!     source  TEXT NOT NULL,                 -- 'benchmark', 'online' or 'assumed-zero'
+//!     sd      REAL,                          -- sample sd of the runs (NULL: not known)
 //!     PRIMARY KEY (server, service, x)
 //! );
 //! -- Finished calls as servers reported them; the newest rows per (server, service) are kept.
@@ -62,12 +63,14 @@
 //!     ticket           INTEGER               -- the agent's assignment, if any
 //! );
 //! CREATE INDEX timings_by_pair ON timings (server, service, id);
-//! -- Host load averages from heartbeats; the newest rows per server are kept.
+//! -- Host load from heartbeats; the newest rows per server are kept.
 //! CREATE TABLE load_history (
-//!     id         INTEGER PRIMARY KEY,        -- recording order
-//!     server     TEXT NOT NULL,
-//!     at_unix_s  REAL NOT NULL,
-//!     loadavg_1m REAL
+//!     id            INTEGER PRIMARY KEY,     -- recording order
+//!     server        TEXT NOT NULL,
+//!     at_unix_s     REAL NOT NULL,
+//!     loadavg_1m    REAL,                    -- NULL while the server benchmarked its models
+//!     cpu_available REAL,                    -- fraction of a core a new call would get
+//!     free_memory   REAL                     -- bytes
 //! );
 //! CREATE INDEX load_by_server ON load_history (server, id);
 //! ```
@@ -86,7 +89,7 @@ mod writer;
 pub use error::StoreError;
 pub use gridwise_proto::PointSource;
 pub use schema::SCHEMA_VERSION;
-pub use store::{DB_FILE, PointRow, Snapshot, Store, StoredTiming};
+pub use store::{DB_FILE, LoadRow, PointRow, Snapshot, Store, StoredTiming};
 pub use writer::{Op, Writer, WriterConfig, WriterHealth};
 
 #[cfg(test)]

@@ -53,6 +53,12 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX load_by_server ON load_history (server, id);
     ",
+    // 2: spreads of model points; CPU availability and free memory beside the load average.
+    "
+    ALTER TABLE model_points ADD COLUMN sd REAL;
+    ALTER TABLE load_history ADD COLUMN cpu_available REAL;
+    ALTER TABLE load_history ADD COLUMN free_memory REAL;
+    ",
 ];
 
 /// The schema version this build writes (`PRAGMA user_version`).

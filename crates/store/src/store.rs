@@ -34,6 +34,21 @@ pub struct PointRow {
     pub max: f64,
     /// Where the measurements came from.
     pub source: PointSource,
+    /// Sample standard deviation of the measurements (0 where not known).
+    pub sd: f64,
+}
+
+/// One sample of a server's load. Each field is `None` where the server did not measure it
+/// (the load average is also left out while the server benchmarked its own models).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoadRow {
+    pub server: String,
+    /// When the agent recorded it, seconds since the Unix epoch.
+    pub at_unix_s: f64,
+    pub loadavg_1m: Option<f64>,
+    /// The fraction of a core a new call would get.
+    pub cpu_available: Option<f64>,
+    pub free_memory_bytes: Option<f64>,
 }
 
 /// One finished call as stored in the timing history.
@@ -61,8 +76,8 @@ pub struct Snapshot {
     pub servers: Vec<(ServerId, Registration, f64)>,
     /// Performance-model points, ordered by server, service and sizes.
     pub points: Vec<PointRow>,
-    /// Load history as (server, at_unix_s, loadavg_1m), oldest first.
-    pub load: Vec<(String, f64, f64)>,
+    /// Load history, oldest first.
+    pub load: Vec<LoadRow>,
     /// How many timings the history holds (read them with [`Store::timings`]).
     pub timings: usize,
 }
@@ -398,11 +413,11 @@ impl Store {
             .collect::<Result<Vec<_>, _>>()?;
         self.atomic("saving model points", |s| {
             let mut stmt = s.conn.prepare_cached(
-                "INSERT INTO model_points (server, service, x, count, min, mean, max, source)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                "INSERT INTO model_points (server, service, x, count, min, mean, max, source, sd)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  ON CONFLICT (server, service, x) DO UPDATE SET
                     count = excluded.count, min = excluded.min, mean = excluded.mean,
-                    max = excluded.max, source = excluded.source",
+                    max = excluded.max, source = excluded.source, sd = excluded.sd",
             )?;
             for (r, x) in rows.iter().zip(&xs) {
                 stmt.execute(params![
@@ -413,7 +428,8 @@ impl Store {
                     r.min,
                     r.mean,
                     r.max,
-                    r.source.as_str()
+                    r.source.as_str(),
+                    r.sd
                 ])?;
             }
             Ok(())
@@ -461,19 +477,21 @@ impl Store {
         })
     }
 
-    /// Appends one load sample of `server` to the load history.
-    pub fn add_load(
-        &self,
-        server: &str,
-        at_unix_s: f64,
-        loadavg_1m: f64,
-    ) -> Result<(), StoreError> {
+    /// Appends one load sample to its server's load history.
+    pub fn add_load(&self, row: &LoadRow) -> Result<(), StoreError> {
         self.atomic("saving a load sample", |s| {
             s.conn
                 .prepare_cached(
-                    "INSERT INTO load_history (server, at_unix_s, loadavg_1m) VALUES (?1, ?2, ?3)",
+                    "INSERT INTO load_history (server, at_unix_s, loadavg_1m, cpu_available,
+                                               free_memory) VALUES (?1, ?2, ?3, ?4, ?5)",
                 )?
-                .execute(params![server, at_unix_s, loadavg_1m])?;
+                .execute(params![
+                    row.server,
+                    row.at_unix_s,
+                    row.loadavg_1m,
+                    row.cpu_available,
+                    row.free_memory_bytes
+                ])?;
             Ok(())
         })
     }
@@ -584,7 +602,7 @@ impl Store {
             )?;
             let mut points = s.read_rows(
                 "model_points",
-                "SELECT server, service, x, count, min, mean, max, source FROM model_points",
+                "SELECT server, service, x, count, min, mean, max, source, sd FROM model_points",
                 [],
                 |r| {
                     Ok((
@@ -596,9 +614,10 @@ impl Store {
                         r.get::<_, Option<f64>>(5)?,
                         r.get::<_, Option<f64>>(6)?,
                         r.get::<_, String>(7)?,
+                        r.get::<_, Option<f64>>(8)?,
                     ))
                 },
-                |(server, service, x, count, min, mean, max, source)| {
+                |(server, service, x, count, min, mean, max, source, sd)| {
                     let at = || format!("point `{service}` on `{server}` at {x}");
                     Ok(PointRow {
                         x: serde_json::from_str(&x).map_err(|e| format!("{}: {e}", at()))?,
@@ -608,6 +627,7 @@ impl Store {
                         mean: real(mean),
                         max: real(max),
                         source: source.parse().map_err(|e| format!("{}: {e}", at()))?,
+                        sd: sd.filter(|v| v.is_finite() && *v >= 0.0).unwrap_or(0.0),
                         server,
                         service,
                     })
@@ -617,16 +637,19 @@ impl Store {
                 .sort_by(|a, b| (&a.server, &a.service, &a.x).cmp(&(&b.server, &b.service, &b.x)));
             let load = s.read_rows(
                 "load_history",
-                "SELECT server, at_unix_s, loadavg_1m FROM load_history ORDER BY id",
+                "SELECT server, at_unix_s, loadavg_1m, cpu_available, free_memory
+                 FROM load_history ORDER BY id",
                 [],
                 |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, Option<f64>>(1)?,
-                        r.get::<_, Option<f64>>(2)?,
-                    ))
+                    Ok(LoadRow {
+                        server: r.get(0)?,
+                        at_unix_s: real(r.get(1)?),
+                        loadavg_1m: r.get(2)?,
+                        cpu_available: r.get(3)?,
+                        free_memory_bytes: r.get(4)?,
+                    })
                 },
-                |(server, at, l)| Ok((server, real(at), real(l))),
+                Ok,
             )?;
             let timings: i64 = s
                 .conn

@@ -49,6 +49,17 @@ fn point(server: &str, service: &str, x: &[i64], mean: f64, source: PointSource)
         mean,
         max: mean * 1.2,
         source,
+        sd: mean * 0.1,
+    }
+}
+
+fn load(server: &str, at_unix_s: f64, loadavg: f64) -> LoadRow {
+    LoadRow {
+        server: server.into(),
+        at_unix_s,
+        loadavg_1m: Some(loadavg),
+        cpu_available: Some(1.0 / (1.0 + loadavg)),
+        free_memory_bytes: None,
     }
 }
 
@@ -93,8 +104,16 @@ fn fill(store: &Store) -> ServerId {
             ],
         )
         .unwrap();
-    store.add_load("alpha", 1_700_000_002.0, 0.25).unwrap();
-    store.add_load("alpha", 1_700_000_003.0, 0.75).unwrap();
+    store
+        .add_load(&load("alpha", 1_700_000_002.0, 0.25))
+        .unwrap();
+    store
+        .add_load(&LoadRow {
+            loadavg_1m: None,
+            free_memory_bytes: Some(3e9),
+            ..load("alpha", 1_700_000_003.0, 0.75)
+        })
+        .unwrap();
     id
 }
 
@@ -122,8 +141,12 @@ fn every_kind_round_trips() {
     assert_eq!(
         snap.load,
         vec![
-            ("alpha".to_string(), 1_700_000_002.0, 0.25),
-            ("alpha".to_string(), 1_700_000_003.0, 0.75)
+            load("alpha", 1_700_000_002.0, 0.25),
+            LoadRow {
+                loadavg_1m: None,
+                free_memory_bytes: Some(3e9),
+                ..load("alpha", 1_700_000_003.0, 0.75)
+            }
         ]
     );
     assert_eq!(snap.timings, 2);
@@ -228,8 +251,8 @@ fn prune_keeps_the_newest() {
         store
             .add_timings("b", at, &[report("s", i, 0.1, None)])
             .unwrap();
-        store.add_load("a", at, i as f64).unwrap();
-        store.add_load("b", at, i as f64).unwrap();
+        store.add_load(&load("a", at, i as f64)).unwrap();
+        store.add_load(&load("b", at, i as f64)).unwrap();
     }
     assert_eq!(store.snapshot().unwrap().timings, 150);
     store.prune(10, 5).unwrap();
@@ -240,7 +263,11 @@ fn prune_keeps_the_newest() {
         let ns: Vec<i64> = t.iter().map(|t| t.sizes[0].1).collect();
         assert_eq!(ns, (40..50).rev().collect::<Vec<_>>(), "{server}/{svc}");
     }
-    let loads: Vec<(&str, f64)> = snap.load.iter().map(|(s, _, l)| (s.as_str(), *l)).collect();
+    let loads: Vec<(&str, f64)> = snap
+        .load
+        .iter()
+        .map(|l| (l.server.as_str(), l.loadavg_1m.unwrap()))
+        .collect();
     let mut want = Vec::new();
     for i in 45..50 {
         want.push(("a", i as f64));
@@ -420,7 +447,7 @@ fn errors_say_which_database() {
         .conn_for_tests()
         .execute_batch("DROP TABLE load_history")
         .unwrap();
-    let e = store.add_load("a", 1.0, 1.0).unwrap_err();
+    let e = store.add_load(&load("a", 1.0, 1.0)).unwrap_err();
     let msg = e.to_string();
     assert!(
         msg.contains(":memory:") && msg.contains("saving a load sample"),
@@ -451,7 +478,7 @@ fn send_everything(w: &Writer, id: ServerId) {
         7.0,
         vec![report("scale", 100, 0.5, Some(1))],
     ));
-    w.send(Op::Load("alpha".into(), 8.0, 0.5));
+    w.send(Op::Load(load("alpha", 8.0, 0.5)));
 }
 
 fn expected_snapshot(id: ServerId) -> Snapshot {
@@ -459,7 +486,7 @@ fn expected_snapshot(id: ServerId) -> Snapshot {
         services: vec![service("scale", "n")],
         servers: vec![(id, registration("alpha", 7001), 6.0)],
         points: vec![point("alpha", "scale", &[100], 0.5, PointSource::Online)],
-        load: vec![("alpha".into(), 8.0, 0.5)],
+        load: vec![load("alpha", 8.0, 0.5)],
         timings: 1,
     }
 }
@@ -529,7 +556,7 @@ fn writer_prunes() {
             store
                 .add_timings("a", i as f64, &[report("s", i, 0.1, None)])
                 .unwrap();
-            store.add_load("a", i as f64, 0.0).unwrap();
+            store.add_load(&load("a", i as f64, 0.0)).unwrap();
         }
     }
     let config = WriterConfig {
@@ -598,6 +625,7 @@ fn arb_point() -> impl Strategy<Value = PointRow> {
         -1e12f64..1e12,
         -1e12f64..1e12,
         -1e12f64..1e12,
+        0f64..1e12,
         prop_oneof![
             Just(PointSource::Benchmark),
             Just(PointSource::Online),
@@ -605,7 +633,7 @@ fn arb_point() -> impl Strategy<Value = PointRow> {
         ],
     )
         .prop_map(
-            |(server, service, x, count, min, mean, max, source)| PointRow {
+            |(server, service, x, count, min, mean, max, sd, source)| PointRow {
                 server,
                 service,
                 x,
@@ -614,6 +642,7 @@ fn arb_point() -> impl Strategy<Value = PointRow> {
                 mean,
                 max,
                 source,
+                sd,
             },
         )
 }
@@ -654,7 +683,7 @@ fn a_forgotten_server_leaves_nothing_behind() {
             .all(|(i, r, _)| *i != id && r.name != name)
     );
     assert!(after.points.iter().all(|p| p.server != name));
-    assert!(after.load.iter().all(|(s, _, _)| *s != name));
+    assert!(after.load.iter().all(|l| l.server != name));
     assert!(store.timings(&name, "scale", 100).unwrap().is_empty());
 }
 
@@ -694,4 +723,32 @@ fn writes_that_fail_while_the_database_is_held_are_retried_not_lost() {
     drop(w);
     let snap = Store::open(dir.path()).unwrap().snapshot().unwrap();
     assert_eq!(snap, expected_snapshot(id));
+}
+
+#[test]
+fn a_first_version_database_is_migrated_keeping_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let c = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        c.execute_batch(crate::schema::MIGRATIONS[0]).unwrap();
+        c.execute_batch(
+            "INSERT INTO model_points VALUES ('a', 's', '[10]', 2, 1.0, 1.5, 2.0, 'online');
+             INSERT INTO load_history (server, at_unix_s, loadavg_1m) VALUES ('a', 5.0, 0.5);",
+        )
+        .unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!((snap.points[0].mean, snap.points[0].sd), (1.5, 0.0));
+    assert_eq!(
+        snap.load,
+        vec![LoadRow {
+            server: "a".into(),
+            at_unix_s: 5.0,
+            loadavg_1m: Some(0.5),
+            cpu_available: None,
+            free_memory_bytes: None,
+        }]
+    );
 }

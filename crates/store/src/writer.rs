@@ -7,7 +7,7 @@
 //! encoded) are dropped, with a log line.
 
 use crate::error::StoreError;
-use crate::store::{PointRow, Store};
+use crate::store::{LoadRow, PointRow, Store};
 use gridwise_proto::{CallReport, Registration, ServerId, ServiceDesc};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -30,8 +30,8 @@ pub enum Op {
     Points(Vec<PointRow>),
     /// [`Store::add_timings`]: server name, seconds since the Unix epoch, reports.
     Timings(String, f64, Vec<CallReport>),
-    /// [`Store::add_load`]: server name, seconds since the Unix epoch, one-minute load average.
-    Load(String, f64, f64),
+    /// [`Store::add_load`].
+    Load(LoadRow),
     /// [`Store::forget_server`]: server name.
     Forget(String),
     /// Answers on the channel once every operation sent before it is committed.
@@ -246,7 +246,7 @@ fn apply(store: &Store, op: &Op) -> Result<(), StoreError> {
         Op::Seen(name, at) => store.touch_server(name, *at),
         Op::Points(rows) => store.upsert_points(rows),
         Op::Timings(server, at, reports) => store.add_timings(server, *at, reports),
-        Op::Load(server, at, l) => store.add_load(server, *at, *l),
+        Op::Load(row) => store.add_load(row),
         Op::Forget(name) => store.forget_server(name),
         Op::Flush(_) => Ok(()),
     }

@@ -20,7 +20,7 @@ pub struct AgentConfig {
     /// The secret servers present to register (none: anyone may register a server). It must
     /// differ from `client_token`, or every client could register as a server.
     pub server_token: Option<String>,
-    /// Default ranking policy: `mct`, `round-robin` or `constant-speed`.
+    /// Default ranking policy: `mct`, `conservative`, `round-robin` or `constant-speed`.
     pub policy: String,
     /// How often servers send heartbeats, ms.
     pub heartbeat_interval_ms: u64,
@@ -43,6 +43,13 @@ pub struct AgentConfig {
     pub load_sample_s: f64,
     /// Band-model window in samples (the history keeps 2w − 1).
     pub load_window: usize,
+    /// Period of the CPU-availability and free-memory series forecasts are made from, s.
+    pub sensor_sample_s: f64,
+    /// How load enters estimates: `forecast` (forecast CPU availability, the default),
+    /// `band` (the load-average band of seed 003) or `blind` (ignored).
+    pub load_model: String,
+    /// The `conservative` policy ranks by mean + this many standard deviations.
+    pub conservative_tf: f64,
     /// Bytes that frames still arriving may hold at once, over all connections.
     pub memory_budget_bytes: u64,
     /// Connections open at once, in all (kept below the open-file limit).
@@ -89,6 +96,9 @@ impl Default for AgentConfig {
             data_dir: PathBuf::from("gridwise-data"),
             load_sample_s: core.load_sample.as_secs_f64(),
             load_window: core.load_window,
+            sensor_sample_s: core.sensor_sample.as_secs_f64(),
+            load_model: core.load_model.as_str().into(),
+            conservative_tf: core.conservative_tf,
             memory_budget_bytes: 256 << 20,
             max_connections: limits.max_connections,
             max_connections_per_peer: limits.max_per_peer,
@@ -118,6 +128,9 @@ impl AgentConfig {
             max_candidates: self.max_candidates,
             load_sample: seconds("load_sample_s", self.load_sample_s)?,
             load_window: self.load_window,
+            sensor_sample: seconds("sensor_sample_s", self.sensor_sample_s)?,
+            load_model: self.load_model.parse().map_err(anyhow::Error::msg)?,
+            conservative_tf: self.conservative_tf,
             registrations_per_s: self.registrations_per_s,
             registration_burst: self.registration_burst,
             max_servers_per_source: self.max_servers_per_source,

@@ -235,8 +235,8 @@ impl AgentCore {
         self.reservations.reserve(order.len());
         for t in order {
             let slot = slot_of[plan.server_of[t] as usize].expect("checked above");
-            let finish_s = now.as_secs_f64() + plan.end_s[t];
-            tickets[t] = self.assign_keyed(slot, compute_s[t], finish_s, holder, now);
+            let finish = gridwise_predict::Stoch::point(now.as_secs_f64() + plan.end_s[t]);
+            tickets[t] = self.assign_keyed(slot, compute_s[t], finish, holder, now);
         }
         plan.tickets = tickets;
         Ok(plan)

@@ -23,12 +23,12 @@ pub struct PointChange {
 pub enum Learned {
     /// A registered server sent its first heartbeat: it has proved alive and is worth saving.
     Joined(ServerId),
-    /// A load average entered a server's background-load history (benchmark periods never do).
+    /// A sample entered a server's load histories.
     Load {
         /// The server's name.
         server: String,
-        /// The one-minute load average kept.
-        loadavg_1m: f64,
+        /// What was kept.
+        record: gridwise_predict::LoadRecord,
     },
     /// A server reported finished calls.
     Timings {

@@ -27,6 +27,7 @@ fn point(n: i64, speed: f64) -> ModelPoint {
         service: "dgemm".into(),
         x: vec![n, n, n],
         stats: PointStats {
+            sd: 0.0,
             count: 1,
             min: speed,
             mean: speed,
@@ -223,9 +224,10 @@ fn points_from_a_down_server_are_refused_until_it_registers() {
 }
 
 #[test]
-fn a_load_history_adjusts_the_estimate() {
+fn the_band_model_adjusts_the_estimate_by_the_load_history() {
     let mut c = AgentCore::new(CoreConfig {
         load_sample: Duration::from_secs(1),
+        load_model: gridwise_predict::LoadModel::Band,
         ..CoreConfig::default()
     });
     let a = c
@@ -266,6 +268,72 @@ fn a_load_history_adjusts_the_estimate() {
         k[0].etc.compute_s,
         2.0 * ideal
     );
+}
+
+#[test]
+fn forecast_availability_stretches_the_quiet_estimate_once() {
+    let mut c = AgentCore::new(CoreConfig {
+        sensor_sample: Duration::from_secs(1),
+        ..CoreConfig::default()
+    });
+    let a = c
+        .register(registration("a", &[dgemm()]), Duration::ZERO)
+        .unwrap()
+        .server_id;
+    c.model_points(a, &[point(100, 2e9), point(200, 2e9)]);
+    let explain = |c: &AgentCore, at: u64| {
+        c.explain(
+            &dgemm_profile(150, 150, 150),
+            &RankOptions::default(),
+            Duration::from_secs(at),
+        )
+        .unwrap()
+        .remove(0)
+        .etc
+    };
+    let ideal = 2.0 * 150f64.powi(3) / 2e9;
+    assert!((explain(&c, 0).compute_s - ideal).abs() / ideal < 1e-9);
+    // Half a core, then alternating: the forecast is near a half, with a spread.
+    for (s, avail) in [0.5, 0.5, 0.5, 0.4, 0.6, 0.5, 0.45, 0.55]
+        .into_iter()
+        .enumerate()
+    {
+        let hb = Heartbeat {
+            server_id: a,
+            load: LoadSample {
+                loadavg_1m: 7.0,
+                cpu_available: Some(avail),
+                ..LoadSample::default()
+            },
+            models: Vec::new(),
+        };
+        c.heartbeat(&hb, Duration::from_secs(s as u64));
+    }
+    let e = explain(&c, 9);
+    let a_now = e.cpu_available.expect("adjusted for load");
+    assert!((a_now - 0.5).abs() < 0.06, "{a_now}");
+    assert!((e.compute_s - ideal / a_now).abs() / ideal < 1e-9, "{e:?}");
+    assert!(e.compute_sd_s > 0.0, "{e:?}");
+    let (lo, hi) = e.interval90_s();
+    assert!(lo < e.total_s() && e.total_s() < hi);
+    // The load average (7 on this host) is not charged a second time.
+    assert!(e.compute_s < 3.0 * ideal);
+    // A call reported at that availability teaches the quiet speed, not the loaded one.
+    let report = CallReport {
+        ticket: None,
+        service: "dgemm".into(),
+        sizes: vec![("m".into(), 100), ("n".into(), 100), ("k".into(), 100)],
+        timing: gridwise_proto::Timing {
+            kernel_s: 2.0 * 100f64.powi(3) / 2e9 / 0.5,
+            ..Default::default()
+        },
+        ok: true,
+        cpu_available: Some(0.5),
+    };
+    c.report(a, &[report], Duration::from_secs(9));
+    let m = c.model("a", "dgemm").unwrap();
+    let p100 = &m.points.iter().find(|p| p.0 == [100, 100, 100]).unwrap().1;
+    assert!((p100.mean - 2e9).abs() / 2e9 < 1e-9, "{p100:?}");
 }
 
 #[test]
@@ -332,4 +400,67 @@ fn a_call_goes_where_its_remote_input_already_is() {
     assert!(on_a.etc.transfer_in_s < 0.01, "{}", on_a.etc.transfer_in_s);
     assert_eq!(c.link_matrix(Duration::from_secs(1)).len(), 1);
     let _ = a;
+}
+
+#[test]
+fn conservative_prefers_a_steady_server_to_a_faster_noisy_one() {
+    let mut c = AgentCore::new(CoreConfig {
+        sensor_sample: Duration::from_secs(1),
+        ..CoreConfig::default()
+    });
+    let mut ids = Vec::new();
+    for (name, speed) in [("noisy", 4e9), ("steady", 2.5e9)] {
+        let id = c
+            .register(registration(name, &[dgemm()]), Duration::ZERO)
+            .unwrap()
+            .server_id;
+        c.model_points(id, &[point(100, speed), point(200, speed)]);
+        ids.push(id);
+    }
+    // The noisy server's availability jumps about in [0.4, 1]; the steady one is idle.
+    let mut x: u64 = 12345;
+    for s in 0..60u64 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let noisy = 0.4 + 0.6 * ((x >> 33) as f64 / (1u64 << 31) as f64);
+        for (id, avail) in [(ids[0], noisy), (ids[1], 1.0)] {
+            let hb = Heartbeat {
+                server_id: id,
+                load: LoadSample {
+                    cpu_available: Some(avail),
+                    ..LoadSample::default()
+                },
+                models: Vec::new(),
+            };
+            c.heartbeat(&hb, Duration::from_secs(s));
+        }
+    }
+    let now = Duration::from_secs(60);
+    let p = dgemm_profile(150, 150, 150);
+    let etc_of = |policy: Policy, name: &str| {
+        let opts = RankOptions {
+            policy: Some(policy),
+            ..RankOptions::default()
+        };
+        c.explain(&p, &opts, now)
+            .unwrap()
+            .into_iter()
+            .find(|k| k.name == name)
+            .unwrap()
+            .etc
+    };
+    let (noisy, steady) = (etc_of(Policy::Mct, "noisy"), etc_of(Policy::Mct, "steady"));
+    assert!(noisy.total_s() < steady.total_s(), "{noisy:?} {steady:?}");
+    assert!(noisy.compute_sd_s > 0.1 * noisy.compute_s, "{noisy:?}");
+    assert_eq!(steady.compute_sd_s, 0.0);
+    let first = |policy| {
+        let opts = RankOptions {
+            policy: Some(policy),
+            ..RankOptions::default()
+        };
+        c.explain(&p, &opts, now).unwrap()[0].name.clone()
+    };
+    assert_eq!(first(Policy::Mct), "noisy");
+    assert_eq!(first(Policy::Conservative), "steady");
 }

@@ -184,4 +184,18 @@ impl AgentCore {
         }
         true
     }
+
+    /// Replays a load sample a store kept for `server` (oldest first); false for a server
+    /// the core does not know.
+    pub fn restore_load(&mut self, server: &str, record: &gridwise_predict::LoadRecord) -> bool {
+        let Some(slot) = self.registry.slot_by_name(server) else {
+            return false;
+        };
+        let sampling = self.config.load_sampling();
+        self.registry
+            .entry_mut(slot)
+            .host_mut()
+            .restore_load(record, &sampling);
+        true
+    }
 }

@@ -1,7 +1,7 @@
 //! Exact pruning of MCT ranking over a service's providers.
 //!
-//! A server on which the compute model promises a compute term of exactly `work / r`
-//! ([`ComputeModel::exact_rate`](gridwise_predict::ComputeModel::exact_rate): for the FPM
+//! A server on which the compute model promises a compute term of at least `work / r`
+//! ([`ComputeModel::rate_bound`](gridwise_predict::ComputeModel::rate_bound): for the FPM
 //! model, a server with no model point for the service and a usable rate `r`) has an ETC total
 //! no lower than [`lower_bound_s`]`(r)`, which does not decrease as `r` does. Visiting such
 //! servers fastest-rate first, the scan stops once the next bound is above the k-th best total
@@ -49,7 +49,7 @@ impl RateOrder {
         let mut unrated = Vec::new();
         for (pos, &slot) in registry.providers(service).iter().enumerate() {
             let e = registry.entry(slot);
-            let exact = model.exact_rate(e.view(service), facts);
+            let exact = model.rate_bound(e.view(service), facts);
             match (e.offers(service), exact) {
                 (true, Some(rate)) if e.rate(service) == Some(rate) => {
                     by_rate.push(Rated { rate, pos, slot })

@@ -87,6 +87,7 @@ fn step() -> impl Strategy<Value = Step> {
 
 fn stats(speed: f64) -> PointStats {
     PointStats {
+        sd: 0.0,
         count: 1,
         min: speed * 0.9,
         mean: speed,

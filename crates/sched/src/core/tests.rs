@@ -447,7 +447,7 @@ fn rankings_are_truncated_but_explain_shows_all() {
             2
         );
     }
-    assert_eq!(c.pending(), 3);
+    assert_eq!(c.pending(), Policy::ALL.len());
 }
 
 #[test]
@@ -789,7 +789,10 @@ fn a_heartbeat_teaches_joining_once_and_background_load_once_per_period() {
             Learned::Joined(id),
             Learned::Load {
                 server: "a".into(),
-                loadavg_1m: 0.5
+                record: gridwise_predict::LoadRecord {
+                    loadavg_1m: Some(0.5),
+                    ..Default::default()
+                }
             }
         ]
     );
@@ -804,7 +807,10 @@ fn a_heartbeat_teaches_joining_once_and_background_load_once_per_period() {
         quiet.learned,
         [Learned::Load {
             server: "a".into(),
-            loadavg_1m: 0.25
+            record: gridwise_predict::LoadRecord {
+                loadavg_1m: Some(0.25),
+                ..Default::default()
+            }
         }]
     );
     // An unknown server learns nothing and is told to register.

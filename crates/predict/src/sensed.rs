@@ -1,0 +1,110 @@
+//! What a server's sensors say about the host, forecast NWS-style: the fraction of a core a
+//! new call would get and the memory free for it. One sample per period enters each series;
+//! the forecasts are kept ready, because ranking reads them for every server on every call.
+
+use crate::forecast::Series;
+use crate::stoch::Stoch;
+use std::time::Duration;
+
+/// A server's CPU availability and free memory, with their forecasts.
+#[derive(Clone, Debug, Default)]
+pub struct Sensed {
+    availability: Series,
+    free_memory: Series,
+    last_sample: Option<Duration>,
+    availability_next: Option<Stoch>,
+    free_memory_next: Option<Stoch>,
+}
+
+/// The smallest availability a forecast may give: a host so busy that a call would get less
+/// than 1% of a core is as good as unusable, and dividing by less would predict eternity.
+const MIN_AVAILABILITY: f64 = 0.01;
+
+impl Sensed {
+    /// Takes the sample at `now` if a period has passed since the last one taken; returns
+    /// whether it did. Either value may be missing (a server that does not measure it).
+    pub fn observe(
+        &mut self,
+        now: Duration,
+        every: Duration,
+        cpu_available: Option<f64>,
+        free_memory_bytes: Option<f64>,
+    ) -> bool {
+        if cpu_available.is_none() && free_memory_bytes.is_none() {
+            return false;
+        }
+        if self
+            .last_sample
+            .is_some_and(|t| now.saturating_sub(t) < every)
+        {
+            return false;
+        }
+        self.last_sample = Some(now);
+        self.push(cpu_available, free_memory_bytes);
+        true
+    }
+
+    /// Adds a sample without a time (restoring the history a store kept).
+    pub fn push(&mut self, cpu_available: Option<f64>, free_memory_bytes: Option<f64>) {
+        if let Some(a) = cpu_available.filter(|a| a.is_finite()) {
+            self.availability.push(a.clamp(0.0, 1.0));
+            self.availability_next = self
+                .availability
+                .forecast()
+                .map(|f| Stoch::new(f.value.mean.clamp(MIN_AVAILABILITY, 1.0), f.value.sd));
+        }
+        if let Some(m) = free_memory_bytes.filter(|m| m.is_finite() && *m >= 0.0) {
+            self.free_memory.push(m);
+            self.free_memory_next = self
+                .free_memory
+                .forecast()
+                .map(|f| Stoch::new(f.value.mean.max(0.0), f.value.sd));
+        }
+    }
+
+    /// The forecast fraction of a core a new call will get, and its expected error; `None`
+    /// before the first sample.
+    pub fn availability(&self) -> Option<Stoch> {
+        self.availability_next
+    }
+
+    /// The forecast memory free for new work, bytes, and its expected error.
+    pub fn free_memory(&self) -> Option<Stoch> {
+        self.free_memory_next
+    }
+
+    /// The availability series (for `explain`: which forecaster won, how many samples).
+    pub fn availability_series(&self) -> &Series {
+        &self.availability
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_sample_per_period_and_forecasts_ready() {
+        let mut s = Sensed::default();
+        let every = Duration::from_secs(5);
+        assert!(s.availability().is_none());
+        assert!(!s.observe(Duration::ZERO, every, None, None));
+        assert!(s.observe(Duration::ZERO, every, Some(0.5), Some(1e9)));
+        assert!(!s.observe(Duration::from_secs(1), every, Some(0.1), None));
+        assert!(s.observe(Duration::from_secs(5), every, Some(0.5), None));
+        assert_eq!(s.availability().unwrap().mean, 0.5);
+        assert_eq!(s.free_memory().unwrap().mean, 1e9);
+        assert_eq!(s.availability_series().len(), 2);
+    }
+
+    #[test]
+    fn availability_stays_in_its_range() {
+        let mut s = Sensed::default();
+        s.push(Some(7.0), None);
+        assert_eq!(s.availability().unwrap().mean, 1.0);
+        let mut s = Sensed::default();
+        s.push(Some(0.0), Some(f64::NAN));
+        assert_eq!(s.availability().unwrap().mean, MIN_AVAILABILITY);
+        assert!(s.free_memory().is_none());
+    }
+}
