@@ -43,6 +43,13 @@ pub struct GraphRequest {
     /// Whether to record the calls as assignments on their servers' queues (true for a run,
     /// with one ticket per call; false for a prediction).
     pub reserve: bool,
+    /// Map by each call's time this many standard deviations above its mean (seed 000's
+    /// conservative scheduling) instead of the mean; `None` or 0 maps by the mean.
+    #[serde(default)]
+    pub conservative_tf: Option<f64>,
+    /// How load enters the estimates, other than the agent's default.
+    #[serde(default)]
+    pub load_model: Option<crate::LoadModel>,
 }
 
 /// A live server as the plan numbers it.
@@ -108,6 +115,13 @@ pub struct GraphPlan {
     pub lane: Vec<u32>,
     /// Predicted makespan, s.
     pub makespan_s: f64,
+    /// Its standard deviation, from replaying the plan with every call's time drawn from its
+    /// estimate's spread (0 when no estimate has a known spread).
+    #[serde(default)]
+    pub makespan_sd_s: f64,
+    /// The 5th and 95th percentiles of those replays' makespans.
+    #[serde(default)]
+    pub makespan_interval90_s: Option<(f64, f64)>,
     /// No mapping can finish sooner (max of critical path and work ÷ total slots).
     pub lower_bound_s: f64,
     /// Longest chain with every call at its best time, free transfers.
@@ -288,6 +302,8 @@ pub fn check_graph(
     }
     Ok(CheckedGraph {
         request: GraphRequest {
+            conservative_tf: None,
+            load_model: None,
             calls: out_calls,
             edges,
             policy: policy.map(str::to_string),
@@ -305,6 +321,7 @@ mod tests {
 
     fn dgemm() -> ServiceDesc {
         ServiceDesc {
+            memory: None,
             name: "dgemm".into(),
             doc: String::new(),
             args: vec![

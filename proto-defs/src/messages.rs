@@ -122,7 +122,81 @@ pub struct RankOptions {
     pub pin_server: Option<String>,
     /// A policy other than the agent's default.
     pub policy: Option<Policy>,
+    /// How load enters the estimate, other than the agent's default (for comparing
+    /// predictors; the agent's own models are untouched).
+    #[serde(default)]
+    pub load_model: Option<LoadModel>,
+    /// Which model family estimates the quiet-host compute time, other than the service's.
+    #[serde(default)]
+    pub model_family: Option<ModelFamily>,
 }
+
+/// How a server's load enters an estimate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadModel {
+    /// The quiet-host time divided by the forecast CPU availability (NWS-style forecasts of
+    /// the server's sensors), the forecast's error carried into the spread.
+    #[default]
+    Forecast,
+    /// The middle of the load band of one-minute load averages (seed 003 §2.1): what
+    /// gridwise did before it had sensors, kept for comparison.
+    Band,
+    /// Load ignored: the quiet-host time.
+    Blind,
+}
+
+/// Which model family estimates a service's quiet-host compute time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelFamily {
+    /// Functional performance models (seed 003), regression where the FPM has no point.
+    #[default]
+    Fpm,
+    /// Regression models over the call's work (seed 001), the FPM where regression has too
+    /// few runs.
+    Regression,
+    /// Whichever of the two had the smaller recent error on this server.
+    Auto,
+}
+
+macro_rules! spelled {
+    ($ty:ident, $what:literal, $($variant:ident => $name:literal),+) => {
+        impl $ty {
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            /// The configuration spelling.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $ty::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == s.trim())
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = $ty::ALL.iter().map(|v| v.as_str()).collect();
+                        format!(concat!("unknown ", $what, " `{}`: use one of {}"), s, names.join(", "))
+                    })
+            }
+        }
+    };
+}
+
+spelled!(LoadModel, "load model", Forecast => "forecast", Band => "band", Blind => "blind");
+spelled!(ModelFamily, "model family", Fpm => "fpm", Regression => "regression", Auto => "auto");
 
 /// Where an ETC's compute term came from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -164,6 +238,16 @@ pub enum ComputeSource {
     GridHistory {
         /// How many calls the mean is over.
         calls: u64,
+    },
+    /// A regression model of the service's time on this server (seed 001), or another
+    /// server's scaled by the ratio of their calibrated rates when this one has too few runs.
+    Regression {
+        /// The candidate function that fits best, e.g. `c0 + c1*w`.
+        function: String,
+        /// Runs it was fitted on.
+        runs: u32,
+        /// The server whose model was borrowed, when it was.
+        scaled_from: Option<String>,
     },
     /// Nothing is known yet (no complexity, no duration, no call finished anywhere): a
     /// nominal time is assumed, so that a burst of such calls still spreads over the servers.
@@ -208,6 +292,17 @@ impl fmt::Display for ComputeSource {
                 f,
                 "unknown (no complexity, duration or history): {seconds} s assumed"
             ),
+            ComputeSource::Regression {
+                function,
+                runs,
+                scaled_from,
+            } => match scaled_from {
+                Some(s) => write!(
+                    f,
+                    "regression {function} of {s}, scaled by calibrated rates"
+                ),
+                None => write!(f, "regression {function} over {runs} run(s)"),
+            },
         }
     }
 }
@@ -240,6 +335,12 @@ pub struct Etc {
     /// server's sensors); `None` when the estimate did not adjust for load.
     #[serde(default)]
     pub cpu_available: Option<f64>,
+    /// What the server spends on a call besides queue and kernel (decoding, encoding, handing
+    /// between threads), as its recent calls showed.
+    #[serde(default)]
+    pub overhead_s: f64,
+    #[serde(default)]
+    pub overhead_sd_s: f64,
 }
 
 /// z of a two-sided 90% interval of a normal distribution.
@@ -254,14 +355,20 @@ pub fn interval90(mean: f64, sd: f64) -> (f64, f64) {
 impl Etc {
     /// The sum of the terms: the expected completion time from now.
     pub fn total_s(&self) -> f64 {
-        self.queue_wait_s + self.transfer_in_s + self.compute_s + self.transfer_out_s
+        self.queue_wait_s
+            + self.transfer_in_s
+            + self.compute_s
+            + self.transfer_out_s
+            + self.overhead_s
     }
 
     /// The standard deviation of the total (seed 000 §2): the queue and the compute term are
     /// driven by the same server's load, so their spreads add; the transfers depend on the
-    /// network, not the server, so their variance adds.
+    /// network, not the server, and the overhead's jitter on neither, so their variances add.
     pub fn total_sd_s(&self) -> f64 {
-        (self.queue_wait_sd_s + self.compute_sd_s).hypot(self.transfer_sd_s)
+        (self.queue_wait_sd_s + self.compute_sd_s)
+            .hypot(self.transfer_sd_s)
+            .hypot(self.overhead_sd_s)
     }
 
     /// The interval the total falls in 9 times out of 10, if the estimate's spread is right.
@@ -712,6 +819,8 @@ mod tests {
     #[test]
     fn etc_total_is_the_sum() {
         let e = Etc {
+            overhead_s: 0.0,
+            overhead_sd_s: 0.0,
             compute_sd_s: 0.0,
             queue_wait_sd_s: 0.0,
             transfer_sd_s: 0.0,

@@ -213,6 +213,11 @@ pub struct ServiceDesc {
     /// parameters. The agent then knows such a call's time before any has run.
     #[serde(default)]
     pub duration: Option<String>,
+    /// Bytes a call needs on the server as a function of the size parameters (e.g. `24*n*n`
+    /// for three n×n matrices), where its inputs and outputs do not say it all (work arrays):
+    /// a server whose forecast free memory is smaller is not offered the call.
+    #[serde(default)]
+    pub memory: Option<String>,
 }
 
 /// A service description that does not hold together.
@@ -240,6 +245,12 @@ pub enum ServiceError {
     /// The duration is not a valid expression over the size parameters.
     #[error("service `{service}`, in its duration: {source}")]
     Duration {
+        service: String,
+        source: ComplexityError,
+    },
+    /// The memory formula is not a valid expression over the size parameters.
+    #[error("service `{service}`, in its memory formula: {source}")]
+    Memory {
         service: String,
         source: ComplexityError,
     },
@@ -336,7 +347,20 @@ impl ServiceDesc {
         }
         self.compiled_complexity()?;
         self.compiled_duration()?;
+        self.compiled_memory()?;
         Ok(())
+    }
+
+    /// The parsed memory formula, if the service declares one.
+    pub fn compiled_memory(&self) -> Result<Option<Complexity>, ServiceError> {
+        self.memory
+            .as_deref()
+            .map(|e| Complexity::parse(e, &self.size_params))
+            .transpose()
+            .map_err(|source| ServiceError::Memory {
+                service: self.name.clone(),
+                source,
+            })
     }
 
     /// The parsed duration, if the service declares one.
@@ -661,6 +685,7 @@ mod tests {
 
     fn dgemm() -> ServiceDesc {
         ServiceDesc {
+            memory: None,
             duration: None,
             name: "dgemm".into(),
             doc: String::new(),

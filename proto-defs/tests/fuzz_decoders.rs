@@ -49,6 +49,7 @@ fn registration() -> Registration {
         addr: "127.0.0.1:7100".into(),
         slots: 4,
         services: vec![ServiceDesc {
+            memory: None,
             name: "dgemm".into(),
             doc: "product".into(),
             args: vec![
@@ -139,6 +140,8 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
             "agent map_graph",
             e(&request(AgentApiRequest::MapGraph {
                 request: GraphRequest {
+                    conservative_tf: None,
+                    load_model: None,
                     calls: vec![GraphCall {
                         name: "a".into(),
                         profile: profile(),

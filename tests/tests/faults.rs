@@ -44,6 +44,7 @@ fn fake(name: &str, addr: &str) -> Registration {
         addr: addr.into(),
         slots: 1,
         services: vec![ServiceDesc {
+            memory: None,
             name: "fake".into(),
             doc: String::new(),
             args: vec![ArgDesc::new("x", ArgMode::In, "int")],

@@ -3,10 +3,12 @@
 //!
 //! `rpc` and `faults` start a real local grid of daemons; `mapping` and `schedule` drive the
 //! scheduling core directly or through a grid; `models` builds functional performance models
-//! against the built-in kernels.
+//! against the built-in kernels; `predict` times calls on loaded servers against every
+//! predictor's estimate, then schedules on them.
 
 pub mod faults;
 pub mod mapping;
 pub mod models;
+pub mod predict;
 pub mod rpc;
 pub mod schedule;

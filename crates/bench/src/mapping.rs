@@ -47,6 +47,8 @@ fn rank_during_map() -> anyhow::Result<DuringMap> {
     let core = Mutex::new(grid(&dgemm, 100));
     let g = generate::layered(100_000, 100, 0.05, 11);
     let request = GraphRequest {
+        conservative_tf: None,
+        load_model: None,
         calls: (0..g.len())
             .map(|i| GraphCall {
                 name: format!("t{i}"),

@@ -1,9 +1,11 @@
-//! Charts, to SVG or PNG: performance models (speed against size, [`models`]) and task-graph
-//! timelines (Gantt charts, [`gantt`]). Text is drawn with the embedded DejaVu Sans font, so
+//! Charts, to SVG or PNG: performance models (speed against size, [`models`]), task-graph
+//! timelines (Gantt charts, [`gantt`]) and predicted intervals against actual times
+//! ([`predictions`]). Text is drawn with the embedded DejaVu Sans font, so
 //! PNGs render on machines without any system fonts.
 
 pub mod gantt;
 pub mod models;
+pub mod predictions;
 
 pub use gantt::{ChartServer, Slot, Timeline};
 pub use models::{PlotOptions, plot_models};

@@ -3,6 +3,7 @@
 use gridwise_client::{CallResult, Client};
 use gridwise_graphfile::{parse_inputs, render};
 use serde_json::json;
+use std::io::IsTerminal;
 
 /// Calls `service` with arguments given as words; prints outputs (or one JSON object).
 pub fn run(
@@ -24,6 +25,19 @@ pub fn run(
         for v in &r.outputs {
             println!("{}", render(v));
         }
+        // How the prediction held, for a person at a terminal; scripts read stdout or --json.
+        if std::io::stderr().is_terminal()
+            && let Some(e) = &r.predicted
+        {
+            let (lo, hi) = e.interval90_s();
+            eprintln!(
+                "{}: {:.4} s; predicted {:.4} s, 90% interval {lo:.4} to {hi:.4} s ({})",
+                r.server,
+                r.round_trip_s,
+                e.total_s(),
+                e.compute_source
+            );
+        }
     }
     Ok(())
 }
@@ -43,5 +57,11 @@ pub fn result_json(r: &CallResult) -> serde_json::Value {
             "server_s": r.timing.server_s,
         },
         "predicted_s": r.predicted.as_ref().map(|e| e.total_s()),
+        "predicted_sd_s": r.predicted.as_ref().map(|e| e.total_sd_s()),
+        "predicted_interval90_s": r.predicted.as_ref().map(|e| {
+            let (lo, hi) = e.interval90_s();
+            [lo, hi]
+        }),
+        "predicted_cpu_available": r.predicted.as_ref().and_then(|e| e.cpu_available),
     })
 }

@@ -95,6 +95,11 @@ enum Command {
         #[command(subcommand)]
         which: GraphCmd,
     },
+    /// Charts of benchmark output.
+    Plot {
+        #[command(subcommand)]
+        which: PlotCmd,
+    },
     /// Performance models: build progress, points, export, plots.
     Model {
         #[command(subcommand)]
@@ -107,6 +112,22 @@ enum Command {
     Agent(AgentArgs),
     /// Run a server daemon (same as gridwise-server).
     Server(ServerArgs),
+}
+
+#[derive(Subcommand)]
+enum PlotCmd {
+    /// Every call `bench predict --csv` timed: the predictor's 90% interval, its mean and the
+    /// actual time, one panel per load.
+    Predictions {
+        /// The CSV file `gridwise bench predict --csv FILE` wrote.
+        csv: PathBuf,
+        /// Output image (.svg or .png).
+        #[arg(long, default_value = "predictions.svg")]
+        out: PathBuf,
+        /// Which predictor's estimates to draw: band, forecast, regression, auto.
+        #[arg(long, default_value = "forecast")]
+        predictor: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -246,6 +267,26 @@ enum BenchCmd {
         #[arg(long, default_value_t = 20.0)]
         freeze_s: f64,
     },
+    /// Predictions on shared machines: every predictor's error and interval coverage on
+    /// emulated servers under load traces and on the real dgemm server beside busy
+    /// processes, then bag and DAG makespans under mct-blind, mct and conservative (about 15
+    /// minutes; --csv also writes every call's prediction and actual time for `gridwise plot
+    /// predictions`).
+    Predict {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Calls timed per load.
+        #[arg(long, default_value_t = 60)]
+        calls: usize,
+        /// Runs of each scheduling workload (each with other traces).
+        #[arg(long, default_value_t = 6)]
+        runs: usize,
+        /// Also write every timed call (load, predictor, predicted mean, 90% interval, actual)
+        /// to this CSV file.
+        #[arg(long, value_name = "FILE")]
+        csv: Option<PathBuf>,
+    },
     /// Call overhead of the full path for the no-op `add`.
     Rpc {
         /// Print one JSON object.
@@ -263,6 +304,15 @@ enum BenchCmd {
         #[command(flatten)]
         conn: Conn,
     },
+}
+
+/// One benchmark line: as is for `--json`, else pretty-printed.
+fn print_line(json: bool, line: &serde_json::Value) {
+    if json {
+        println!("{line}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(line).unwrap_or_default());
+    }
 }
 
 fn client(conn: &Conn) -> anyhow::Result<Client> {
@@ -328,6 +378,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                         .transpose()
                         .map_err(anyhow::Error::msg)?;
                     let opts = RankOptions {
+                        load_model: None,
+                        model_family: None,
                         pin_server: None,
                         policy,
                     };
@@ -372,6 +424,18 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             ),
         },
         Command::Sim(args) => gridwise_cli::sim::run(args.clone()),
+        Command::Plot { which } => match which {
+            PlotCmd::Predictions {
+                csv,
+                out,
+                predictor,
+            } => {
+                let calls = gridwise_charts::predictions::read_csv(csv)?;
+                gridwise_charts::predictions::plot_predictions(&calls, predictor, out)?;
+                println!("wrote {}", out.display());
+                Ok(())
+            }
+        },
         Command::Model { which } => match which {
             ModelCmd::Status { json, conn } => model::print_status(&client(conn)?, *json),
             ModelCmd::Show {
@@ -409,26 +473,23 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 json,
                 scenario,
                 quick,
-            } => bench::schedule::run(scenario, *quick, &mut |line| {
-                if *json {
-                    println!("{line}");
-                } else {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&line).unwrap_or_default()
-                    );
-                }
-            }),
-            BenchCmd::Models { json, no_dgemm } => bench::models::run(!*no_dgemm, &mut |line| {
-                if *json {
-                    println!("{line}");
-                } else {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&line).unwrap_or_default()
-                    );
-                }
-            }),
+            } => bench::schedule::run(scenario, *quick, &mut |line| print_line(*json, &line)),
+            BenchCmd::Models { json, no_dgemm } => {
+                bench::models::run(!*no_dgemm, &mut |line| print_line(*json, &line))
+            }
+            BenchCmd::Predict {
+                json,
+                calls,
+                runs,
+                csv,
+            } => bench::predict::run(
+                &bench::predict::PredictBench {
+                    calls: *calls,
+                    runs: *runs,
+                    csv: csv.clone(),
+                },
+                &mut |line| print_line(*json, &line),
+            ),
             BenchCmd::Faults {
                 json,
                 calls,

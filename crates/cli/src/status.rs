@@ -112,19 +112,26 @@ pub fn print_explain(
         human_bytes(profile.out_bytes)
     );
     println!(
-        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10}  compute from",
-        "server", "ETC s", "queue s", "in s", "compute s", "out s"
+        "{:<16} {:>10} {:>21} {:>10} {:>10} {:>10} {:>10} {:>5}  compute from",
+        "server", "ETC s", "90% interval s", "queue s", "in s", "compute s", "out s", "cpu"
     );
     for c in &cands {
         let e = &c.etc;
+        let (lo, hi) = e.interval90_s();
+        let cpu = e
+            .cpu_available
+            .map_or("-".to_string(), |a| format!("{:.0}%", a * 100.0));
         println!(
-            "{:<16} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6}  {}",
+            "{:<16} {:>10.6} {:>10.6} to {:>7.4} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>5}  {}",
             c.name,
             e.total_s(),
+            lo,
+            hi,
             e.queue_wait_s,
             e.transfer_in_s,
             e.compute_s,
             e.transfer_out_s,
+            cpu,
             e.compute_source
         );
     }
@@ -140,6 +147,11 @@ fn explain_json(cands: &[Candidate]) -> serde_json::Value {
                 "queue_wait_s": c.etc.queue_wait_s, "transfer_in_s": c.etc.transfer_in_s,
                 "compute_s": c.etc.compute_s, "transfer_out_s": c.etc.transfer_out_s,
                 "compute_source": c.etc.compute_source.to_string(),
+                "etc_sd_s": c.etc.total_sd_s(),
+                "interval90_s": <[f64; 2]>::from(c.etc.interval90_s()),
+                "queue_wait_sd_s": c.etc.queue_wait_sd_s, "transfer_sd_s": c.etc.transfer_sd_s,
+                "compute_sd_s": c.etc.compute_sd_s, "cpu_available": c.etc.cpu_available,
+                "overhead_s": c.etc.overhead_s, "overhead_sd_s": c.etc.overhead_sd_s,
             }))
             .collect::<Vec<_>>()
     )

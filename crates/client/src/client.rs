@@ -242,6 +242,8 @@ impl Inner {
             return Err(over("outputs", profile.out_bytes, advice).into());
         }
         let opts = RankOptions {
+            load_model: self.cfg.load_model,
+            model_family: None,
             pin_server: binding.server().map(str::to_string),
             policy: self.cfg.policy,
         };

@@ -37,6 +37,9 @@ pub struct ClientConfig {
     pub max_frame_bytes: usize,
     /// A ranking policy other than the agent's default.
     pub policy: Option<Policy>,
+    /// How load enters estimates, other than the agent's default (`blind` ignores it).
+    #[serde(default)]
+    pub load_model: Option<gridwise_proto::LoadModel>,
 }
 
 impl Default for ClientConfig {
@@ -51,6 +54,7 @@ impl Default for ClientConfig {
             agent_retry_s: 30,
             max_frame_bytes: 1 << 30,
             policy: None,
+            load_model: None,
         }
     }
 }

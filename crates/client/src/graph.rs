@@ -112,6 +112,8 @@ pub struct Graph {
     calls: Vec<Recorded>,
     fetch: Vec<usize>,
     policy: Option<String>,
+    conservative_tf: Option<f64>,
+    load_model: Option<gridwise_proto::LoadModel>,
 }
 
 /// How one call of a run went.
@@ -174,6 +176,8 @@ impl Graph {
             calls: Vec::new(),
             fetch: Vec::new(),
             policy: None,
+            conservative_tf: None,
+            load_model: None,
         }
     }
 
@@ -206,6 +210,17 @@ impl Graph {
     /// `round-robin`, `constant-speed`) instead of the agent's default for its shape.
     pub fn policy(&mut self, policy: &str) {
         self.policy = Some(policy.to_string());
+    }
+
+    /// Maps by each call's time `tf` standard deviations above its mean (seed 000's
+    /// conservative scheduling): calls keep off servers whose times are uncertain.
+    pub fn conservative(&mut self, tf: f64) {
+        self.conservative_tf = Some(tf);
+    }
+
+    /// Estimates with this load model instead of the agent's default (`blind` ignores load).
+    pub fn load_model(&mut self, load: gridwise_proto::LoadModel) {
+        self.load_model = Some(load);
     }
 
     /// Calls recorded so far: also the [`CallRef::index`] the next call will get.
@@ -266,8 +281,11 @@ impl Graph {
                 )));
             }
         }
+        let mut request = checked.request;
+        request.conservative_tf = self.conservative_tf;
+        request.load_model = self.load_model;
         Ok(Prepared {
-            request: checked.request,
+            request,
             descs,
             consumers: checked.consumers,
             producers: checked.producers,

@@ -26,6 +26,9 @@ impl fmt::Display for SessionId {
 
 /// Where a session is.
 #[derive(Debug)]
+// A session holds one state for its whole life and is moved out once: boxing the result
+// would add an allocation per call to save bytes on a handful of running sessions.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum SessionState {
     /// The call is being ranked or run.
     Running,

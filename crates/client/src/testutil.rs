@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 /// The services every test server offers.
 pub fn services() -> Vec<ServiceDesc> {
     let two_ints = |name: &str| ServiceDesc {
+        memory: None,
         duration: None,
         name: name.into(),
         doc: String::new(),
@@ -92,6 +93,8 @@ pub struct TestAgent(pub Arc<AgentState>);
 
 fn etc(i: usize) -> Etc {
     Etc {
+        overhead_s: 0.0,
+        overhead_sd_s: 0.0,
         transfer_sd_s: 0.0,
         compute_sd_s: 0.0,
         cpu_available: None,

@@ -37,6 +37,7 @@ fn service(
     complexity: Option<&str>,
 ) -> ServiceDesc {
     ServiceDesc {
+        memory: None,
         duration: None,
         name: name.to_string(),
         doc: doc.to_string(),

@@ -137,6 +137,7 @@ impl EmulatedSpec {
             self.doc.clone()
         };
         let desc = ServiceDesc {
+            memory: None,
             duration: None,
             name: self.name.clone(),
             doc,

@@ -99,7 +99,12 @@ struct Rng(u64);
 
 impl Rng {
     fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        // SplitMix64 first: xorshift's first draws from nearby raw seeds are nearly equal, so
+        // traces of seeds 11, 12 and 13 would all start with the same long idle spell.
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Rng((z ^ (z >> 31)) | 1)
     }
 
     /// Uniform in [0, 1).
@@ -156,7 +161,13 @@ impl Generated {
                     return Err("max_processes is 0; a busy spell has at least one".into());
                 }
                 let mut rng = Rng::new(seed);
-                let mut t = rng.exponential(mean_idle_s);
+                // Start in a busy spell as often as the trace is busy in the long run, so
+                // time 0 is no different from any other moment.
+                let mut t = if rng.uniform() < mean_busy_s / (mean_busy_s + mean_idle_s) {
+                    0.0
+                } else {
+                    rng.exponential(mean_idle_s)
+                };
                 while t < GENERATED_PERIOD_S {
                     let k = 1 + (rng.uniform() * max_processes as f64) as u32;
                     steps.push((t, 1.0 / f64::from(k.min(max_processes) + 1)));

@@ -4,7 +4,8 @@
 use crate::knowledge::{ServerView, ServiceFacts};
 use crate::stoch::{Stoch, Z90};
 use gridwise_fpm::band;
-use gridwise_proto::{CallProfile, ComputeSource};
+pub use gridwise_proto::LoadModel;
+use gridwise_proto::{CallProfile, ComputeSource, ModelFamily};
 
 /// A compute-time estimate.
 #[derive(Clone, Debug, PartialEq)]
@@ -139,61 +140,23 @@ impl ComputeModel for RateModel {
     }
 }
 
-/// How the server's load enters an estimate.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LoadModel {
-    /// The quiet-host time divided by the forecast CPU availability (NWS-style forecasts of
-    /// the server's sensors), the forecast's error carried into the spread.
-    #[default]
-    Forecast,
-    /// The middle of the load band of one-minute load averages (seed 003 §2.1): what
-    /// gridwise did before it had sensors, kept for comparison.
-    Band,
-    /// Load ignored: the quiet-host time.
-    Blind,
-}
-
-impl LoadModel {
-    pub const ALL: [LoadModel; 3] = [LoadModel::Forecast, LoadModel::Band, LoadModel::Blind];
-
-    /// The configuration spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LoadModel::Forecast => "forecast",
-            LoadModel::Band => "band",
-            LoadModel::Blind => "blind",
-        }
-    }
-}
-
-impl std::str::FromStr for LoadModel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        LoadModel::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s.trim())
-            .ok_or_else(|| {
-                format!(
-                    "unknown load model `{s}`: use one of {}",
-                    LoadModel::ALL.map(|m| m.as_str()).join(", ")
-                )
-            })
-    }
-}
-
-/// Functional performance models (seed 003): time = C(x) / S(x) on a quiet host, with S the
-/// (server, service) model's interpolated speed at the call's sizes; outside the sizes a model
-/// covers, the calibrated rate stands in, and the source says so; without a model,
-/// [`RateModel`]. The spread is the model's recent misfit on this server (its points' own
-/// spread until calls have been scored). Load then enters once, as [`LoadModel`] says.
+/// The agent's compute model. On a quiet host: functional performance models (seed 003),
+/// time = C(x) / S(x) with S the (server, service) model's interpolated speed at the call's
+/// sizes (outside the sizes a model covers, the calibrated rate stands in, and the source says
+/// so), or regression models (seed 001), as the service's [`ModelFamily`] says, each falling
+/// back to the other and then to [`RateModel`]. The spread is the model's recent misfit on this
+/// server (its points' own spread until calls have been scored). Load then enters once, as
+/// [`LoadModel`] says.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FpmModel {
     pub load: LoadModel,
+    /// A family for every service, overriding theirs (to compare predictors).
+    pub family: Option<ModelFamily>,
 }
 
 impl FpmModel {
     pub fn with_load(load: LoadModel) -> Self {
-        FpmModel { load }
+        FpmModel { load, family: None }
     }
 }
 
@@ -203,40 +166,100 @@ pub(crate) fn size_vector(profile: &CallProfile) -> Vec<i64> {
     profile.sizes.iter().map(|(_, v)| *v).collect()
 }
 
-/// The quiet-host estimate and whether it came from the FPM itself.
+/// The quiet-host estimate of `family`, falling back to the other family, then to
+/// [`RateModel`].
 fn quiet(
     server: ServerView<'_>,
     service: &ServiceFacts,
     work: Option<f64>,
     profile: &CallProfile,
+    family: ModelFamily,
 ) -> Compute {
-    if let (Some(work), Some(m)) = (work, server.model()) {
-        let x = size_vector(profile);
-        let points = m.len() as u32;
-        if m.covers(&x) {
-            if let Some(t) = m.time(&x, work) {
-                let c = Compute::point(
-                    t,
-                    ComputeSource::Fpm {
-                        points,
-                        load_adjusted: false,
-                    },
-                );
-                return with_spread(c, server);
+    if let Some(t) = service.declared(profile) {
+        return Compute::point(t, ComputeSource::Declared);
+    }
+    let regression_first = match family {
+        ModelFamily::Fpm => false,
+        ModelFamily::Regression => true,
+        ModelFamily::Auto => server.offer.is_some_and(|o| {
+            match (o.regression_misfit.mean_abs(), o.misfit.mean_abs()) {
+                (Some(r), Some(f)) => r < f,
+                (Some(_), None) => true,
+                _ => false,
             }
-        } else if let Some(rate) = server.rate() {
-            let c = Compute::point(
-                work / rate,
-                ComputeSource::RateOutsideModel { rate, points },
-            );
-            return with_spread(c, server);
-        }
+        }),
+    };
+    let x = size_vector(profile);
+    let found = if regression_first {
+        regression(server, service, work, &x).or_else(|| fpm(server, work, &x))
+    } else {
+        fpm(server, work, &x).or_else(|| regression(server, service, work, &x))
+    };
+    if let Some(c) = found {
+        return c;
     }
     let c = RateModel.compute(server, service, work, profile);
     match c.source {
         ComputeSource::Declared | ComputeSource::Assumed { .. } => c,
         _ => with_spread(c, server),
     }
+}
+
+/// The FPM's quiet-host time where it covers the size, else the calibrated rate when the
+/// model has points; `None` without a model or a work.
+fn fpm(server: ServerView<'_>, work: Option<f64>, x: &[i64]) -> Option<Compute> {
+    let (work, m) = (work?, server.model()?);
+    let points = m.len() as u32;
+    if m.covers(x) {
+        let t = m.time(x, work)?;
+        let source = ComputeSource::Fpm {
+            points,
+            load_adjusted: false,
+        };
+        return Some(with_spread(Compute::point(t, source), server));
+    }
+    let rate = server.rate()?;
+    let c = Compute::point(
+        work / rate,
+        ComputeSource::RateOutsideModel { rate, points },
+    );
+    Some(with_spread(c, server))
+}
+
+/// The server's own regression model, else the service's reference model scaled by the
+/// ratio of calibrated rates (seed 001 §3.3); the spread is the regression's recent misfit,
+/// else its standard error of prediction.
+fn regression(
+    server: ServerView<'_>,
+    service: &ServiceFacts,
+    work: Option<f64>,
+    x: &[i64],
+) -> Option<Compute> {
+    let o = server.offer?;
+    let (t, fit, scaled_from) = match o.regression.predict(work, x) {
+        Some(t) => (t, o.regression.best()?, None),
+        None => {
+            let r = service.reference.as_ref()?;
+            let ratio = r.rate / server.rate()?;
+            let t = r.model.predict(work, x)?.scale(ratio);
+            (t, r.model.best()?, Some(r.server.clone()))
+        }
+    };
+    let rel = match &scaled_from {
+        None => o.regression_misfit.relative_rms(),
+        Some(_) => None,
+    };
+    let sd = rel.map_or(t.sd, |r| r * t.mean);
+    Some(Compute {
+        seconds: t.mean,
+        sd_s: sd,
+        source: ComputeSource::Regression {
+            function: fit.name.to_string(),
+            runs: fit.observations as u32,
+            scaled_from,
+        },
+        cpu_available: None,
+    })
 }
 
 /// The quiet estimate's spread: its relative misfit on this server's recent calls, else the
@@ -277,7 +300,8 @@ impl ComputeModel for FpmModel {
         work: Option<f64>,
         profile: &CallProfile,
     ) -> Compute {
-        let c = quiet(server, service, work, profile);
+        let family = self.family.unwrap_or(service.family);
+        let c = quiet(server, service, work, profile, family);
         if !stretchable(&c.source) || !c.seconds.is_finite() {
             return c;
         }
@@ -314,14 +338,14 @@ impl ComputeModel for FpmModel {
     fn feasible(
         &self,
         server: ServerView<'_>,
-        _service: &ServiceFacts,
+        service: &ServiceFacts,
         profile: &CallProfile,
     ) -> bool {
         // Memory the forecast says is free bounds what the call may use there; a server that
         // does not measure it is judged by its budget alone (the agent checks that).
         if self.load == LoadModel::Forecast
             && let Some(free) = server.host.sensed.free_memory()
-            && (profile.footprint_bytes() as f64) > free.mean
+            && service.footprint_bytes(profile) > free.mean
         {
             return false;
         }

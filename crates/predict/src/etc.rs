@@ -57,16 +57,25 @@ pub fn estimate(
         .map(|(holder, bytes)| links.transfer(holder, addr, *bytes, lat, bw))
         .fold(Stoch::point(0.0), Stoch::plus_unrelated);
     let sd = |x: f64| if x.is_finite() { term(x) } else { 0.0 };
+    // The client's link is never measured: its terms come from the configured defaults, known
+    // to within their own size (an unrelated spread each way).
+    let (sent_in, sent_out) = (
+        sent_in_s(transfers, profile),
+        sent_out_s(transfers, profile),
+    );
+    let client_side = Stoch::new(sent_in, sent_in).plus_unrelated(Stoch::new(sent_out, sent_out));
     Etc {
         queue_wait_s: term(queue_wait.mean),
-        transfer_in_s: term(sent_in_s(transfers, profile) + pulls.mean),
+        transfer_in_s: term(sent_in + pulls.mean),
         compute_s: term(compute.seconds),
-        transfer_out_s: term(sent_out_s(transfers, profile)),
+        transfer_out_s: term(sent_out),
         compute_source: compute.source,
         queue_wait_sd_s: sd(queue_wait.sd),
-        transfer_sd_s: sd(pulls.sd),
+        transfer_sd_s: sd(pulls.plus_unrelated(client_side).sd),
         compute_sd_s: sd(compute.sd_s),
         cpu_available: compute.cpu_available,
+        overhead_s: sd(server.host.overhead.estimate().mean),
+        overhead_sd_s: sd(server.host.overhead.estimate().sd),
     }
 }
 
@@ -79,6 +88,8 @@ pub fn lower_bound_s(transfers: &Transfers, rate: f64, work: f64, profile: &Call
     let pulls_nonneg =
         profile.remote_in.is_empty() || (transfers.latency_s >= 0.0 && transfers.bandwidth > 0.0);
     Etc {
+        overhead_s: 0.0,
+        overhead_sd_s: 0.0,
         queue_wait_s: 0.0,
         transfer_in_s: if pulls_nonneg {
             term(sent_in_s(transfers, profile))

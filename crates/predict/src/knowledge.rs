@@ -6,9 +6,11 @@
 use crate::history::KernelHistory;
 use crate::load::LoadTrack;
 use crate::misfit::Misfit;
+use crate::overhead::CallOverhead;
+use crate::regression::RegressionModel;
 use crate::sensed::Sensed;
 use gridwise_fpm::model::Fpm;
-use gridwise_proto::{CallProfile, Complexity};
+use gridwise_proto::{CallProfile, Complexity, ModelFamily};
 use std::collections::HashMap;
 
 /// Distinct sizes whose kernel times a server keeps per service; calls at other sizes still
@@ -22,9 +24,26 @@ pub struct ServiceFacts {
     pub complexity: Option<Complexity>,
     /// The parsed declared duration (seconds on any server), if it declares one.
     pub duration: Option<Complexity>,
+    /// The parsed memory formula (bytes a call needs), if it declares one.
+    pub memory: Option<Complexity>,
     /// Kernel times of its successful calls on every server: the estimate for a server that
     /// has run none yet.
     pub grid_history: KernelHistory,
+    /// The model family that estimates its quiet-host time (the agent's `[families]`).
+    pub family: ModelFamily,
+    /// A server's regression model that servers with too few runs of their own borrow,
+    /// scaled by calibrated rates (seed 001's cross-platform scaling).
+    pub reference: Option<RegressionReference>,
+}
+
+/// A regression model lent to other servers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegressionReference {
+    /// The server it was fitted on.
+    pub server: String,
+    /// Its rate for the service, operations/s: times scale by the ratio of rates.
+    pub rate: f64,
+    pub model: RegressionModel,
 }
 
 impl ServiceFacts {
@@ -35,6 +54,18 @@ impl ServiceFacts {
         self.complexity
             .as_ref()
             .and_then(|c| c.eval(&profile.sizes).ok())
+    }
+
+    /// The bytes a call needs on a server: its inputs and outputs as the one rule counts them
+    /// ([`CallProfile::footprint_bytes`]), or the service's memory formula when that says more.
+    pub fn footprint_bytes(&self, profile: &CallProfile) -> f64 {
+        let declared = self
+            .memory
+            .as_ref()
+            .and_then(|m| m.eval(&profile.sizes).ok())
+            .filter(|b| b.is_finite())
+            .unwrap_or(0.0);
+        (profile.footprint_bytes() as f64).max(declared)
     }
 
     /// The declared duration at the call's sizes, if the service declares one.
@@ -59,6 +90,10 @@ pub struct OfferKnowledge {
     pub model: Fpm,
     /// How far the quiet-host estimates were from the (normalised) calls that followed.
     pub misfit: Misfit,
+    /// Regression models of its quiet-host time (seed 001).
+    pub regression: RegressionModel,
+    /// How far the regression's estimates were from the calls that followed.
+    pub regression_misfit: Misfit,
     /// The pooled relative standard deviation of the model's measured points: the spread of
     /// an estimate before any call has scored the model.
     pub point_spread: f64,
@@ -73,6 +108,8 @@ impl OfferKnowledge {
             by_size: HashMap::new(),
             model: Fpm::new(size_params),
             misfit: Misfit::default(),
+            regression: RegressionModel::default(),
+            regression_misfit: Misfit::default(),
             point_spread: 0.0,
         }
     }
@@ -101,6 +138,8 @@ pub struct HostKnowledge {
     pub load: LoadTrack,
     /// Its sensors' CPU availability and free memory, forecast.
     pub sensed: Sensed,
+    /// What its calls cost besides queue and kernel.
+    pub overhead: CallOverhead,
 }
 
 /// What an estimate may read about one server for one service.

@@ -37,6 +37,12 @@ impl OfferKnowledge {
         if let Some(predicted) = self.quiet_estimate(sizes_in_order.then_some(&x[..]), work) {
             self.misfit.record(predicted, quiet_s);
         }
+        if sizes_in_order {
+            if let Some(p) = self.regression.predict(work, &x) {
+                self.regression_misfit.record(p.mean, quiet_s);
+            }
+            self.regression.observe(work, &x, quiet_s);
+        }
         self.history.record(quiet_s);
         if !sizes_in_order {
             return None;

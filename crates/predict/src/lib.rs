@@ -1,17 +1,25 @@
-//! gridwise-predict: everything that turns what is known about a server into an estimate.
+//! gridwise-predict: everything that turns what is known about a server into an estimate, and
+//! how sure the estimate is.
 //!
 //! - [`knowledge`]: what estimates read — per service ([`ServiceFacts`]: complexity, declared
-//!   duration, grid-wide history), per server and service ([`OfferKnowledge`]: calibrated
-//!   rate, kernel-time histories, functional performance model), per server
-//!   ([`HostKnowledge`]: default rate, load history).
-//! - [`learn`]: the one way anything enters that knowledge — a finished call, a benchmark
-//!   point, a load sample — each returning what it changed.
+//!   duration, grid-wide history, model family, a regression model others may borrow), per
+//!   server and service ([`OfferKnowledge`]: calibrated rate, kernel-time histories,
+//!   functional performance model, regression models, their misfits), per server
+//!   ([`HostKnowledge`]: default rate, load-average history, sensed availability and memory,
+//!   call overhead).
+//! - [`learn`]: the one way anything enters that knowledge — a finished call (normalised to a
+//!   quiet host), a benchmark point, a load sample — each returning what it changed.
 //! - [`compute`]: model families behind one trait ([`ComputeModel`]): declared duration,
-//!   calibrated rate, histories ([`RateModel`]), functional performance models with the load
-//!   band ([`FpmModel`]). A [`Compute`] says where its number came from and, when the model
-//!   knows it, the range the time may fall in.
+//!   calibrated rate, histories ([`RateModel`]); FPMs and regression, with load entering once
+//!   as a [`LoadModel`] says ([`FpmModel`]). A [`Compute`] is a mean and a spread and says
+//!   where it came from.
+//! - [`forecast`]: NWS-style forecasts of measured series ([`Series`]); [`sensed`] keeps them
+//!   per server, [`links`] per link.
+//! - [`stoch`]: stochastic values and the rules that combine them (seed 000).
+//! - [`regression`]: seed 001's regression models; [`misfit`]: how wrong a model has been.
 //! - [`etc`]: the estimated time to compute of a call on a server — queue wait, transfers over
-//!   the measured [`Links`], compute — and the lower bound ranking prunes with.
+//!   the measured [`Links`], compute, server overhead, each with its spread — and the lower
+//!   bound ranking prunes with.
 //!
 //! Pure: no sockets, no threads, no clock. Times that matter come in as arguments.
 
@@ -24,6 +32,8 @@ pub mod learn;
 pub mod links;
 pub mod load;
 pub mod misfit;
+pub mod overhead;
+pub mod regression;
 pub mod sensed;
 pub mod stoch;
 
@@ -33,10 +43,12 @@ pub use compute::{
 pub use etc::{Transfers, estimate, lower_bound_s};
 pub use forecast::{Forecast, Series};
 pub use history::KernelHistory;
-pub use knowledge::{HostKnowledge, OfferKnowledge, ServerView, ServiceFacts};
+pub use knowledge::{HostKnowledge, OfferKnowledge, RegressionReference, ServerView, ServiceFacts};
 pub use learn::{LoadRecord, LoadSampling, quiet_time};
 pub use links::Links;
 pub use load::LoadTrack;
 pub use misfit::Misfit;
+pub use overhead::CallOverhead;
+pub use regression::{RegressionFit, RegressionModel};
 pub use sensed::Sensed;
 pub use stoch::Stoch;

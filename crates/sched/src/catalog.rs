@@ -56,9 +56,13 @@ impl Catalog {
         self.by_name.get(name).map(|i| &self.entries[i.0])
     }
 
-    /// Notes a successful call's kernel time in the service's grid-wide history.
-    pub fn record(&mut self, idx: ServiceIdx, kernel_s: f64) {
-        self.entries[idx.0].facts.learn_call(kernel_s);
+    /// Notes a successful call's quiet-host kernel time in the service's grid-wide history.
+    pub fn record(&mut self, idx: ServiceIdx, quiet_s: f64) {
+        self.entries[idx.0].facts.learn_call(quiet_s);
+    }
+
+    pub(crate) fn facts_mut(&mut self, idx: ServiceIdx) -> &mut ServiceFacts {
+        &mut self.entries[idx.0].facts
     }
 
     /// The service at `idx` (indices come from this catalog, so it exists).
@@ -135,6 +139,7 @@ impl Catalog {
                 e.desc = desc.clone();
                 e.facts.complexity = complexity;
                 e.facts.duration = duration_of(desc);
+                e.facts.memory = desc.compiled_memory().ok().flatten();
             }
             return (idx, changed);
         }
@@ -145,6 +150,7 @@ impl Catalog {
             facts: ServiceFacts {
                 complexity,
                 duration: duration_of(desc),
+                memory: desc.compiled_memory().ok().flatten(),
                 ..ServiceFacts::default()
             },
         });

@@ -29,6 +29,9 @@ pub struct CoreConfig {
     pub sensor_sample: Duration,
     /// How load enters the compute term.
     pub load_model: gridwise_predict::LoadModel,
+    /// The model family per service name; services not named use FPMs (regression where
+    /// they have no point).
+    pub families: std::collections::HashMap<String, gridwise_proto::ModelFamily>,
     /// The conservative policy's tuning factor: how many standard deviations above the mean
     /// it ranks by (seed 000 §4).
     pub conservative_tf: f64,
@@ -57,9 +60,10 @@ impl Default for CoreConfig {
             heartbeat_interval: Duration::from_secs(1),
             load_sample: Duration::from_secs(60),
             load_window: 60,
-            sensor_sample: Duration::from_secs(2),
+            sensor_sample: Duration::from_secs(1),
             conservative_tf: 1.0,
             load_model: gridwise_predict::LoadModel::Forecast,
+            families: Default::default(),
             registrations_per_s: 20.0,
             registration_burst: 100.0,
             max_servers_per_source: 256,

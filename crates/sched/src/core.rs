@@ -63,6 +63,8 @@ struct Call<'a> {
     footprint: u64,
     profile: &'a CallProfile,
     now: Duration,
+    /// The compute model the call's options ask for instead of the agent's.
+    predictor: Option<FpmModel>,
 }
 
 impl Call<'_> {
@@ -80,6 +82,9 @@ impl Source<'_> {
         }
     }
 }
+
+/// Runs a server's regression model needs before other servers may borrow it.
+const REFERENCE_RUNS: usize = 8;
 
 impl AgentCore {
     /// A core with no servers, estimating compute time with functional performance models
@@ -211,13 +216,16 @@ impl AgentCore {
             return Outcome::nothing(Ack::Reregister);
         };
         let (mut changed, mut first_points) = (Vec::new(), Vec::new());
+        let mut references = Vec::new();
         let e = self.registry.entry_mut(slot);
+        let (name, default_rate) = (e.name().to_string(), e.default_rate());
         let mut learned = Vec::new();
         for r in reports {
             e.count_completed();
             if !r.ok {
                 continue;
             }
+            e.host_mut().overhead.record(&r.timing);
             let Some(svc) = self.catalog.get(&r.service) else {
                 continue;
             };
@@ -237,9 +245,31 @@ impl AgentCore {
                 }
                 changed.push((svc.idx, x));
             }
+            let runs = o.known.regression.observations();
+            let lent = svc.facts.reference.as_ref();
+            let mine = lent.is_none_or(|r| r.server == name);
+            // Lend this server's regression to servers without runs (seed 001's scaling):
+            // the first with enough runs becomes the reference, refreshed every 16 runs.
+            if mine
+                && runs >= REFERENCE_RUNS
+                && (lent.is_none() || runs % 16 == 0)
+                && let Some(rate) = o.known.rate.or(Some(default_rate)).filter(|r| *r > 0.0)
+            {
+                references.push((
+                    svc.idx,
+                    gridwise_predict::RegressionReference {
+                        server: name.clone(),
+                        rate,
+                        model: o.known.regression.clone(),
+                    },
+                ));
+            }
         }
         for (idx, quiet_s) in learned {
             self.catalog.record(idx, quiet_s);
+        }
+        for (idx, r) in references {
+            self.catalog.facts_mut(idx).reference = Some(r);
         }
         for idx in first_points {
             self.invalidate_rate_order(idx);
@@ -465,6 +495,7 @@ impl AgentCore {
             footprint: profile.footprint_bytes(),
             profile,
             now,
+            predictor: self.predictor(opts.load_model, opts.model_family),
         };
         Ok((service, source, call))
     }
@@ -482,6 +513,7 @@ impl AgentCore {
         let (service, source, call) = self.call(profile, opts, now)?;
         let limit = self.config.max_candidates;
         if policy == Policy::Mct
+            && call.predictor.is_none()
             && let Some((candidates, first)) = self.pruned_mct(&call, &source, limit)
         {
             return Ok((
@@ -501,6 +533,26 @@ impl AgentCore {
             service,
             matches!(source, Source::Pinned(_)),
         ))
+    }
+
+    /// The compute model options ask for: the agent's own unless they name a load model or a
+    /// model family (to compare predictors on the same calls).
+    fn predictor(
+        &self,
+        load: Option<gridwise_proto::LoadModel>,
+        family: Option<gridwise_proto::ModelFamily>,
+    ) -> Option<FpmModel> {
+        (load.is_some() || family.is_some()).then(|| FpmModel {
+            load: load.unwrap_or(self.config.load_model),
+            family,
+        })
+    }
+
+    fn model_for<'a>(&'a self, call: &'a Call<'_>) -> &'a dyn ComputeModel {
+        match &call.predictor {
+            Some(p) => p,
+            None => self.model.as_ref(),
+        }
     }
 
     /// Checks the call against the catalog and the pin, and finds where it may go.
@@ -646,7 +698,7 @@ impl AgentCore {
         let server = self.registry.entry(slot);
         let wait = self.reservations.queue(slot).wait(call.now, server.slots());
         gridwise_predict::estimate(
-            self.model.as_ref(),
+            self.model_for(call),
             &self.config.transfers(),
             &self.links,
             server.view(call.svc.idx),

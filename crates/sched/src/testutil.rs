@@ -13,6 +13,7 @@ pub fn dgemm() -> ServiceDesc {
 /// `echo(x) -> y`, no size parameters, no complexity.
 pub fn echo() -> ServiceDesc {
     ServiceDesc {
+        memory: None,
         duration: None,
         name: "echo".into(),
         doc: String::new(),
@@ -28,6 +29,7 @@ pub fn echo() -> ServiceDesc {
 /// A service with no arguments.
 pub fn named(name: &str) -> ServiceDesc {
     ServiceDesc {
+        memory: None,
         duration: None,
         name: name.into(),
         doc: String::new(),

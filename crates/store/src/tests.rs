@@ -10,6 +10,7 @@ use std::time::Duration;
 
 fn service(name: &str, complexity: &str) -> ServiceDesc {
     ServiceDesc {
+        memory: None,
         duration: None,
         name: name.into(),
         doc: format!("{name} for tests"),

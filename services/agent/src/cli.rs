@@ -19,7 +19,7 @@ pub struct AgentArgs {
     /// The secret servers must present to register (different from the client token).
     #[arg(long)]
     pub server_token: Option<String>,
-    /// Default ranking policy: mct, round-robin, constant-speed.
+    /// Default ranking policy: mct, conservative, round-robin, constant-speed.
     #[arg(long)]
     pub policy: Option<String>,
     /// How often servers send heartbeats, ms.

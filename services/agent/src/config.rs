@@ -50,6 +50,9 @@ pub struct AgentConfig {
     pub load_model: String,
     /// The `conservative` policy ranks by mean + this many standard deviations.
     pub conservative_tf: f64,
+    /// The model family per service (`fpm`, `regression` or `auto`), e.g. `[families]`
+    /// `sim_step = "regression"`; services not listed use `fpm`.
+    pub families: std::collections::BTreeMap<String, String>,
     /// Bytes that frames still arriving may hold at once, over all connections.
     pub memory_budget_bytes: u64,
     /// Connections open at once, in all (kept below the open-file limit).
@@ -99,6 +102,7 @@ impl Default for AgentConfig {
             sensor_sample_s: core.sensor_sample.as_secs_f64(),
             load_model: core.load_model.as_str().into(),
             conservative_tf: core.conservative_tf,
+            families: Default::default(),
             memory_budget_bytes: 256 << 20,
             max_connections: limits.max_connections,
             max_connections_per_peer: limits.max_per_peer,
@@ -119,6 +123,16 @@ impl AgentConfig {
     pub fn core(&self) -> anyhow::Result<CoreConfig> {
         let policy: Policy = self.policy.parse().map_err(anyhow::Error::msg)?;
         let core = CoreConfig {
+            families: self
+                .families
+                .iter()
+                .map(|(service, family)| {
+                    let f = family
+                        .parse()
+                        .map_err(|e| anyhow::anyhow!("[families] {service}: {e}"))?;
+                    Ok((service.clone(), f))
+                })
+                .collect::<anyhow::Result<_>>()?,
             policy,
             heartbeat_timeout: Duration::from_millis(self.heartbeat_timeout_ms),
             heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),

@@ -143,6 +143,7 @@ mod tests {
             addr: "127.0.0.1:7001".into(),
             slots: 1,
             services: vec![ServiceDesc {
+                memory: None,
                 duration: None,
                 name: "scale".into(),
                 doc: "scale for tests".into(),

@@ -1,10 +1,12 @@
 //! What the server measures of its host for the agent's forecasts (seed 004's NWS sensors): the
 //! fraction of a core a new call would get, and the memory free for new work.
 //!
-//! CPU availability comes from `/proc/stat` every 250 ms: the cores busy over the last period,
+//! CPU availability comes from `/proc/stat` every 250 ms: the background load `b` is the cores
+//! busy over the last period, or the processes runnable at the sample (`procs_running`, less
+//! the sampler itself) when that is more, as it is once the cores are saturated; either way
 //! less what this process used itself (its own calls are the agent's queue, not background
-//! load). With `b` background cores busy on `c` cores, a new CPU-bound process gets
-//! `min(1, c / (b + 1))` of a core under fair sharing. A server whose services are all
+//! load). On `c` cores a new CPU-bound process gets `min(1, c / (b + 1))` of a core under fair
+//! sharing. A server whose services are all
 //! emulated reports its configured load trace instead (emulated kernels sleep: host load does
 //! not slow them), or full availability without one.
 
@@ -133,7 +135,7 @@ struct CpuSampler {
 impl CpuSampler {
     /// Availability over the period since the last call; `None` at the first.
     fn sample(&mut self) -> Option<f64> {
-        let (total, idle) = host_jiffies()?;
+        let (total, idle, runnable) = host_jiffies()?;
         let own = own_jiffies()?;
         let prev = self.last.replace((total, idle, own));
         let (t0, i0, o0) = prev?;
@@ -145,14 +147,23 @@ impl CpuSampler {
         // /proc/stat sums every core; this process's ticks count once per core-tick used.
         let busy = dt.saturating_sub(idle.saturating_sub(i0)) as f64 / dt as f64 * cores;
         let own_cores = own.saturating_sub(o0) as f64 / dt as f64 * cores;
-        let background = (busy - own_cores).max(0.0);
+        // Busy cores cannot exceed the cores; runnable processes can, and each of them takes a
+        // share. The sampler itself is running while it reads.
+        let queued = runnable.saturating_sub(1) as f64;
+        let background = (busy.max(queued) - own_cores).max(0.0);
         Some((cores / (background + 1.0)).min(1.0))
     }
 }
 
-/// All cores' jiffies and their idle and iowait jiffies, from `/proc/stat`.
-fn host_jiffies() -> Option<(u64, u64)> {
+/// All cores' jiffies, their idle and iowait jiffies, and the processes runnable now, from
+/// `/proc/stat`.
+fn host_jiffies() -> Option<(u64, u64, u64)> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let runnable = text
+        .lines()
+        .find_map(|l| l.strip_prefix("procs_running "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
     let line = text.lines().next()?;
     let v: Vec<u64> = line
         .split_whitespace()
@@ -162,7 +173,7 @@ fn host_jiffies() -> Option<(u64, u64)> {
     // user nice system idle iowait irq softirq steal (guest time is already in user).
     let total: u64 = v.iter().take(8).sum();
     let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
-    Some((total, idle))
+    Some((total, idle, runnable))
 }
 
 /// This process's user and system jiffies, from `/proc/self/stat`.

@@ -179,6 +179,8 @@ impl Prediction {
             "dependencies": self.dependencies,
             "servers": p.servers.len(),
             "makespan_s": p.makespan_s,
+            "makespan_sd_s": p.makespan_sd_s,
+            "makespan_interval90_s": p.makespan_interval90_s.map(|(lo, hi)| [lo, hi]),
             "lower_bound_s": p.lower_bound_s,
             "critical_path_s": p.critical_path_s,
             "average_parallelism": p.average_parallelism,
@@ -186,6 +188,11 @@ impl Prediction {
             "unknown_estimates": p.unknown.len(),
             "per_server": per_server,
         })
+    }
+
+    /// The plan's 90% makespan interval, when its estimates have spreads.
+    pub fn interval_text(&self) -> String {
+        interval_text(&self.plan, 4)
     }
 
     /// The report for people.
@@ -209,7 +216,11 @@ impl Prediction {
             p.servers.len()
         );
         let _ = writeln!(out, "policy               {} ({why})", p.policy);
-        let _ = writeln!(out, "predicted makespan   {ms:.d$} s");
+        let _ = writeln!(
+            out,
+            "predicted makespan   {ms:.d$} s{}",
+            interval_text(p, d)
+        );
         let ratio = if p.lower_bound_s > 0.0 {
             format!(" (makespan = {:.2} x bound)", ms / p.lower_bound_s)
         } else {
@@ -334,6 +345,14 @@ pub fn run(
     Ok(())
 }
 
+/// ", 90% interval a to b s" for a plan whose makespan has a spread; empty otherwise.
+fn interval_text(p: &gridwise_proto::GraphPlan, d: usize) -> String {
+    match p.makespan_interval90_s {
+        Some((lo, hi)) => format!(" (90% interval {lo:.d$} to {hi:.d$} s)"),
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -356,6 +375,8 @@ pub(crate) mod tests {
             default_rate: 1e9,
         };
         let plan = GraphPlan {
+            makespan_interval90_s: None,
+            makespan_sd_s: 0.0,
             policy: "heft".into(),
             policy_requested: false,
             servers: vec![server("s1", 1), server("s2", 2)],

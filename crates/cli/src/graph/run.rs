@@ -113,6 +113,7 @@ pub fn run(
             "tasks": pred.tasks.len(),
             "servers": pred.plan.servers.len(),
             "predicted_makespan_s": pred.makespan_s(),
+            "predicted_makespan_interval90_s": pred.plan.makespan_interval90_s.map(|(lo, hi)| [lo, hi]),
             "makespan_s": run.makespan_s,
             "prediction_error": err,
             "lower_bound_s": pred.plan.lower_bound_s,
@@ -139,7 +140,12 @@ pub fn run(
         pred.plan.servers.len(),
         pred.plan.policy
     );
-    let _ = writeln!(out, "predicted makespan   {:.4} s", pred.makespan_s());
+    let _ = writeln!(
+        out,
+        "predicted makespan   {:.4} s{}",
+        pred.makespan_s(),
+        pred.interval_text()
+    );
     let _ = writeln!(
         out,
         "actual makespan      {:.4} s (prediction off by {:.1}%)",

@@ -197,7 +197,12 @@ impl AgentCore {
             .services
             .iter()
             .zip(complexities)
-            .map(|(d, c)| self.catalog.upsert(d, c))
+            .map(|(d, c)| {
+                let (idx, changed) = self.catalog.upsert(d, c);
+                let family = self.config.families.get(&d.name).copied();
+                self.catalog.facts_mut(idx).family = family.unwrap_or_default();
+                (idx, changed)
+            })
             .collect();
         self.rr_turns.resize(self.catalog.len(), 0);
         self.invalidate_rate_orders();

@@ -18,7 +18,9 @@
 
 use super::{AgentCore, Call, not_offered, sizes_mismatch};
 use crate::catalog::Catalog;
-use crate::graph::{Bounds, CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, replay};
+use crate::graph::{
+    Bounds, CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, makespan_spread, replay,
+};
 use crate::registry::ServerEntry;
 use gridwise_predict::{ComputeModel, Links};
 use gridwise_proto::{
@@ -311,6 +313,7 @@ impl GraphSnapshot {
                 footprint: c.profile.footprint_bytes(),
                 profile: &c.profile,
                 now: self.taken_at,
+                predictor: None,
             };
             graph.add_task(Task::new(
                 c.name.clone(),
@@ -327,6 +330,24 @@ impl GraphSnapshot {
         graph.adjacency().map_err(|err| invalid(err.to_string()))?;
 
         let mut values = vec![f64::INFINITY; n * m];
+        let mut spreads = vec![0.0; n * m];
+        let mut means = vec![f64::INFINITY; n * m];
+        let tf = match req.conservative_tf {
+            Some(tf) if !(tf.is_finite() && tf >= 0.0) => {
+                return Err(invalid(format!(
+                    "conservative_tf must be a finite number >= 0, got {tf}"
+                )));
+            }
+            tf => tf.unwrap_or(0.0),
+        };
+        let own;
+        let model: &dyn ComputeModel = match req.load_model {
+            Some(load) => {
+                own = gridwise_predict::FpmModel::with_load(load);
+                &own
+            }
+            None => self.model.as_ref(),
+        };
         let mut unknown = Vec::new();
         // Offered, but the model says the call does not fit: classic GridSolve cannot know.
         let mut blind_spots = Vec::new();
@@ -336,18 +357,19 @@ impl GraphSnapshot {
                     continue;
                 }
                 let view = e.view(call.svc.idx);
-                if !self.model.feasible(view, &call.svc.facts, call.profile) {
+                if !model.feasible(view, &call.svc.facts, call.profile) {
                     blind_spots.push((t, col));
                     continue;
                 }
-                let compute = self
-                    .model
-                    .compute(view, &call.svc.facts, call.work, call.profile);
+                let compute = model.compute(view, &call.svc.facts, call.work, call.profile);
                 if matches!(compute.source, ComputeSource::Assumed { .. }) {
                     unknown.push((t as u32, col as u32));
                 }
-                if compute.seconds.is_finite() {
-                    values[t * m + col] = compute.seconds.max(0.0);
+                let planned = compute.seconds + tf * compute.sd_s;
+                if planned.is_finite() {
+                    values[t * m + col] = planned.max(0.0);
+                    means[t * m + col] = compute.seconds.max(0.0);
+                    spreads[t * m + col] = compute.sd_s;
                 }
             }
         }
@@ -407,10 +429,19 @@ impl GraphSnapshot {
                 default_rate: e.default_rate(),
             })
             .collect();
-        let etc = EtcMatrix::new(n, m, values)
-            .and_then(|x| x.with_slots(servers.iter().map(|s| s.slots as usize).collect()))
-            .and_then(|x| x.with_busy(self.busy))
-            .map_err(|e| invalid(e.to_string()))?;
+        let matrix = |values: Vec<f64>| {
+            EtcMatrix::new(n, m, values)
+                .and_then(|x| x.with_slots(servers.iter().map(|s| s.slots as usize).collect()))
+                .and_then(|x| x.with_busy(self.busy.clone()))
+                .map_err(|e| invalid(e.to_string()))
+        };
+        // Constant-speed's blind spots have a planned time but no estimate: their mean is it.
+        for (i, v) in values.iter().enumerate() {
+            if means[i].is_infinite() {
+                means[i] = *v;
+            }
+        }
+        let etc = matrix(values)?;
         let (lat, bw) = (self.default_latency_s, self.default_bandwidth);
         let mut comm = CommModel::uniform(m, lat, bw).map_err(|e| invalid(e.to_string()))?;
         let mut links = Vec::new();
@@ -440,6 +471,10 @@ impl GraphSnapshot {
         let predicted = replay(&graph, &etc, &comm, &mapping)
             .map_err(|e| invalid(format!("replaying the {policy} mapping: {e}")))?;
         let bounds = Bounds::of(&graph, &etc).map_err(|e| invalid(e.to_string()))?;
+        // The makespan's spread, drawn around the estimates' means (not the conservative
+        // times the mapping may have planned with).
+        let spread = makespan_spread(&graph, &matrix(means)?, &spreads, &comm, &mapping, 1)
+            .map_err(|e| invalid(format!("replaying the {policy} mapping: {e}")))?;
 
         let (mut start_s, mut end_s, mut lane) = (vec![0.0; n], vec![0.0; n], vec![0u32; n]);
         for server in &predicted.per_server {
@@ -471,6 +506,8 @@ impl GraphSnapshot {
                 end_s,
                 lane,
                 makespan_s: predicted.makespan_s,
+                makespan_sd_s: spread.as_ref().map_or(0.0, |s| s.sd_s),
+                makespan_interval90_s: spread.map(|s| s.interval90_s),
                 lower_bound_s: bounds.lower_bound_s,
                 critical_path_s: bounds.critical_path_s,
                 average_parallelism: bounds.average_parallelism,

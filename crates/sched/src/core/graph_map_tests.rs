@@ -27,6 +27,8 @@ fn diamond(policy: Option<&str>, reserve: bool) -> GraphRequest {
         bytes: 8_000_000,
     };
     GraphRequest {
+        conservative_tf: None,
+        load_model: None,
         calls: vec![
             call("a", 1000),
             call("b", 1000),
@@ -117,6 +119,8 @@ fn reserve_records_one_ticket_per_call_and_reports_clear_them() {
 fn faster_server_takes_more_of_a_bag_by_default_lp() {
     let mut c = grid(&[("fast", 4e9), ("slow", 1e9)]);
     let req = GraphRequest {
+        conservative_tf: None,
+        load_model: None,
         calls: (0..10).map(|i| call(&format!("t{i}"), 1000)).collect(),
         edges: vec![],
         policy: None,
@@ -135,6 +139,8 @@ fn faster_server_takes_more_of_a_bag_by_default_lp() {
 fn bad_requests_say_what_is_wrong() {
     let mut c = grid(&[("x", 1e9)]);
     let empty = GraphRequest {
+        conservative_tf: None,
+        load_model: None,
         calls: vec![],
         edges: vec![],
         policy: None,

@@ -38,6 +38,7 @@ fn reg(name: &str) -> Registration {
 /// `sleep(seconds) -> slept`: its time is its argument, on any server.
 fn sleep() -> ServiceDesc {
     ServiceDesc {
+        memory: None,
         name: "sleep".into(),
         doc: String::new(),
         args: vec![
@@ -294,6 +295,8 @@ fn calls_go_only_where_they_fit_in_memory_and_frames() {
     // The graph mapper sees the same limits.
     let g = c.map_graph(
         &gridwise_proto::GraphRequest {
+            conservative_tf: None,
+            load_model: None,
             calls: vec![gridwise_proto::GraphCall {
                 name: "huge".into(),
                 profile: p,

@@ -130,6 +130,7 @@ fn pinned_a() -> RankOptions {
 fn solve() -> gridwise_proto::ServiceDesc {
     use gridwise_proto::{ArgDesc, ArgMode};
     gridwise_proto::ServiceDesc {
+        memory: None,
         duration: None,
         name: "solve".into(),
         doc: String::new(),
@@ -463,4 +464,129 @@ fn conservative_prefers_a_steady_server_to_a_faster_noisy_one() {
     };
     assert_eq!(first(Policy::Mct), "noisy");
     assert_eq!(first(Policy::Conservative), "steady");
+}
+
+#[test]
+fn regression_learns_from_calls_and_lends_its_model_scaled_by_rates() {
+    let mut c = AgentCore::new(CoreConfig {
+        families: [("dgemm".to_string(), gridwise_proto::ModelFamily::Regression)].into(),
+        ..CoreConfig::default()
+    });
+    let mut ids = Vec::new();
+    for (name, rate) in [("a", 2e9), ("b", 1e9)] {
+        let mut reg = registration(name, &[dgemm()]);
+        reg.default_rate = rate;
+        ids.push(c.register(reg, Duration::ZERO).unwrap().server_id);
+    }
+    // a runs dgemm at an overhead of 1 ms plus 2 n³ / 4e9 s: not what its rate says.
+    let time = |n: i64| 1e-3 + 2.0 * (n as f64).powi(3) / 4e9;
+    let reports: Vec<CallReport> = (0..12)
+        .map(|i| {
+            let n = 100 + 40 * i;
+            CallReport {
+                ticket: None,
+                service: "dgemm".into(),
+                sizes: vec![("m".into(), n), ("n".into(), n), ("k".into(), n)],
+                timing: gridwise_proto::Timing {
+                    kernel_s: time(n),
+                    ..Default::default()
+                },
+                ok: true,
+                cpu_available: None,
+            }
+        })
+        .collect();
+    c.report(ids[0], &reports, Duration::from_secs(1));
+    let etc = |name: &str| {
+        c.explain(
+            &dgemm_profile(300, 300, 300),
+            &RankOptions {
+                pin_server: Some(name.into()),
+                ..RankOptions::default()
+            },
+            Duration::from_secs(2),
+        )
+        .unwrap()
+        .remove(0)
+        .etc
+    };
+    let a = etc("a");
+    assert!(
+        matches!(
+            &a.compute_source,
+            ComputeSource::Regression {
+                scaled_from: None,
+                runs: 12,
+                ..
+            }
+        ),
+        "{a:?}"
+    );
+    assert!((a.compute_s - time(300)).abs() / time(300) < 0.01, "{a:?}");
+    // b has run nothing: a's model, times twice as long (half the calibrated rate).
+    let b = etc("b");
+    assert!(
+        matches!(&b.compute_source, ComputeSource::Regression { scaled_from: Some(s), .. } if s == "a"),
+        "{b:?}"
+    );
+    assert!(
+        (b.compute_s - 2.0 * a.compute_s).abs() < 1e-9 * a.compute_s,
+        "{b:?}"
+    );
+    // The FPM family estimates the same call from the samples the calls left.
+    let fpm = c
+        .explain(
+            &dgemm_profile(300, 300, 300),
+            &RankOptions {
+                pin_server: Some("a".into()),
+                model_family: Some(gridwise_proto::ModelFamily::Fpm),
+                ..RankOptions::default()
+            },
+            Duration::from_secs(2),
+        )
+        .unwrap()
+        .remove(0)
+        .etc;
+    assert!(
+        matches!(fpm.compute_source, ComputeSource::Fpm { .. }),
+        "{fpm:?}"
+    );
+}
+
+#[test]
+fn a_call_bigger_than_forecast_free_memory_is_not_offered_there() {
+    let mut c = AgentCore::new(CoreConfig::default());
+    let mut desc = dgemm();
+    // Work arrays the arguments do not show: a megabyte per row.
+    desc.memory = Some("1000000*m".into());
+    let mut ids = Vec::new();
+    for name in ["small", "large"] {
+        ids.push(
+            c.register(registration(name, &[desc.clone()]), Duration::ZERO)
+                .unwrap()
+                .server_id,
+        );
+    }
+    let p = dgemm_profile(150, 150, 150);
+    let names = |c: &AgentCore| -> Vec<String> {
+        c.explain(&p, &RankOptions::default(), Duration::from_secs(2))
+            .unwrap()
+            .into_iter()
+            .map(|k| k.name)
+            .collect()
+    };
+    // Nothing measured yet: both may take it.
+    assert_eq!(names(&c).len(), 2);
+    for (id, free) in [(ids[0], 100u64 << 20), (ids[1], 4u64 << 30)] {
+        let hb = Heartbeat {
+            server_id: id,
+            load: LoadSample {
+                free_memory_bytes: Some(free),
+                ..LoadSample::default()
+            },
+            models: Vec::new(),
+        };
+        c.heartbeat(&hb, Duration::from_secs(1));
+    }
+    assert_eq!(names(&c), ["large"]);
 }

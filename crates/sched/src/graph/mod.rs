@@ -14,6 +14,7 @@ pub mod generate;
 pub mod platform;
 pub mod policy;
 pub mod replay;
+pub mod spread;
 
 #[cfg(test)]
 mod tests;
@@ -24,6 +25,7 @@ pub use platform::{CommModel, EtcMatrix, PlatformError, ShapeMismatch, check_sha
 pub use policy::lp::{LpOutcome, lp_lower_bound};
 pub use policy::{GraphPolicy, ParsePolicyError};
 pub use replay::{Replay, ReplayError, Slot, earliest_lane, replay};
+pub use spread::{MakespanSpread, makespan_spread};
 
 use thiserror::Error;
 

@@ -132,6 +132,11 @@ impl EtcMatrix {
         })
     }
 
+    /// Replaces one entry (the caller keeps it finite and ≥ 0, as [`new`](Self::new) checks).
+    pub(crate) fn set(&mut self, task: TaskIdx, server: usize, value: f64) {
+        self.values[task * self.servers + server] = value;
+    }
+
     /// A matrix whose entry (task, server) is `f(task, server)`.
     pub fn from_fn(
         tasks: usize,

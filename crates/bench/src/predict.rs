@@ -1,0 +1,537 @@
+//! `gridwise bench predict`: how well gridwise predicts on shared machines, and what scheduling
+//! with those predictions gains.
+//!
+//! A real agent and real servers on loopback. Emulated servers carry background load traces
+//! (`dedicated`: none; `random`: bursts of 1–3 competing processes; `steady`: AR(1) drift) and
+//! learn their models by benchmarking under that load; the real dgemm server (`real`) shares
+//! this host with 0–3 busy processes the benchmark itself starts and stops. Every call is
+//! predicted by each predictor just before it runs (the agent's `explain`, pinned to the server
+//! that runs it), then timed by the client.
+//!
+//! Then scheduling: a bag and a DAG on the loaded emulated servers, each repeated with
+//! different traces under `mct` on load-blind estimates, `mct` on forecasts and `conservative`.
+//! Every (run, policy) restarts the servers, so the three policies of a run meet the same
+//! trace from its start.
+
+use gridwise_client::{Client, ClientConfig, FunctionHandle, GraphArg};
+use gridwise_localgrid::LocalGrid;
+use gridwise_proto::{BuildState, ServerState};
+use gridwise_proto::{CallProfile, Etc, LoadModel, ModelFamily, Policy, RankOptions, Value};
+use serde_json::{Value as Json, json};
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct PredictBench {
+    /// Calls predicted and timed per load.
+    pub calls: usize,
+    /// Repetitions of each scheduling workload, each with other traces.
+    pub runs: usize,
+    /// Where to write every timed call with each predictor's estimate, if anywhere.
+    pub csv: Option<std::path::PathBuf>,
+}
+
+impl Default for PredictBench {
+    fn default() -> Self {
+        Self {
+            calls: 60,
+            runs: 6,
+            csv: None,
+        }
+    }
+}
+
+/// The header of `--csv`: one row per (call, predictor).
+pub const CSV_HEADER: &str = "load,predictor,call,actual_s,predicted_s,low90_s,high90_s";
+
+/// Calls shorter than this are reported apart: timer and scheduling noise dominate them.
+const SHORT_S: f64 = 0.05;
+
+/// The predictors compared: (name, load model, model family).
+const PREDICTORS: [(&str, LoadModel, ModelFamily); 4] = [
+    ("band", LoadModel::Band, ModelFamily::Fpm),
+    ("forecast", LoadModel::Forecast, ModelFamily::Fpm),
+    ("regression", LoadModel::Forecast, ModelFamily::Regression),
+    ("auto", LoadModel::Forecast, ModelFamily::Auto),
+];
+
+/// What gridwise uses when nobody configures anything.
+const DEFAULT_PREDICTOR: &str = "forecast";
+
+/// The emulated servers' true speeds of `solve` (n³ operations), op/s by size: different
+/// machines, so that placement matters.
+const SPEEDS: [&str; 3] = [
+    "[[100, 2.0e9], [500, 2.4e9], [1000, 2.2e9]]",
+    "[[100, 1.2e9], [500, 1.6e9], [1000, 1.5e9]]",
+    "[[100, 0.9e9], [500, 1.0e9], [1000, 1.1e9]]",
+];
+
+fn load_toml(load: &str, seed: u64) -> String {
+    match load {
+        "random" => format!(
+            "load = {{ kind = \"random\", seed = {seed}, mean_idle_s = 20.0, mean_busy_s = 20.0, max_processes = 3 }}\n"
+        ),
+        "steady" => format!(
+            "load = {{ kind = \"steady\", seed = {seed}, mean = 0.6, sd = 0.1, phi = 0.95, step_s = 2.0 }}\n"
+        ),
+        _ => String::new(),
+    }
+}
+
+fn emulated_toml(speed: &str, load: &str, seed: u64, model_dir: &std::path::Path) -> String {
+    format!(
+        "builtins = []\nslots = 1\nmodel_dir = {dir:?}\n{load}\n[[emulated]]\nname = \"solve\"\nparam = \"n\"\n\
+         complexity = \"n^3\"\nspeed = {speed}\ninputs = 1\noutput = true\n\n[[models]]\nservice = \"solve\"\n\
+         method = \"gbbp\"\nparams = [{{ name = \"n\", min = 100, max = 1000, stride = 20 }}]\n",
+        dir = model_dir.display().to_string(),
+        load = load_toml(load, seed),
+    )
+}
+
+/// One timed call and what each predictor said of it.
+struct Observed {
+    actual_s: f64,
+    predicted: Vec<Etc>,
+}
+
+/// Runs everything; one JSON object per line of result, printed as each is ready.
+pub fn run(opts: &PredictBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    // The band needs a load history: one sample per 5 s instead of per minute, or a
+    // benchmark this short would never see it act. Everything else is the default.
+    let models = tempfile::tempdir()?;
+    let config = models.path().join("agent.toml");
+    std::fs::write(&config, "load_sample_s = 5.0\n")?;
+    let agent_args = ["--config".to_string(), config.display().to_string()];
+    let mut grid = LocalGrid::start_gridwise(&exe, &agent_args)?;
+    let client = Client::connect(grid.client_config())?;
+    let mut csv = match &opts.csv {
+        Some(path) => {
+            let mut f = std::fs::File::create(path)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            writeln!(f, "{CSV_HEADER}")?;
+            Some(f)
+        }
+        None => None,
+    };
+    let mut record = |load: &str, observed: &[Observed]| -> anyhow::Result<()> {
+        if let Some(f) = csv.as_mut() {
+            for (i, o) in observed.iter().enumerate() {
+                for (p, (name, _, _)) in PREDICTORS.iter().enumerate() {
+                    let e = &o.predicted[p];
+                    let (lo, hi) = e.interval90_s();
+                    writeln!(
+                        f,
+                        "{load},{name},{i},{:.6},{:.6},{lo:.6},{hi:.6}",
+                        o.actual_s,
+                        e.total_s()
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    };
+
+    for load in ["dedicated", "random", "steady"] {
+        let names: Vec<String> = (0..3).map(|i| format!("{load}-{i}")).collect();
+        for (i, name) in names.iter().enumerate() {
+            let dir = models.path().join(name);
+            grid.add_server(name, &emulated_toml(SPEEDS[i], load, 11 + i as u64, &dir))?;
+        }
+        eprintln!("bench predict: {load}: servers learn their models under the load …");
+        wait_ready(&client, &grid, &names, true)?;
+        let observed = predict_emulated(&client, &names, opts.calls)?;
+        report(load, &observed, emit);
+        record(load, &observed)?;
+        for _ in 0..3 {
+            let i = grid.servers.len() - 1;
+            grid.servers[i].kill();
+            grid.servers.pop();
+            grid.names.pop();
+        }
+    }
+    let observed = predict_real(&mut grid, &client, opts.calls)?;
+    report("real", &observed, emit);
+    record("real", &observed)?;
+    drop(client);
+
+    for load in ["random", "steady"] {
+        for workload in ["bag", "dag"] {
+            schedule(&mut grid, models.path(), load, workload, opts.runs, emit)?;
+        }
+    }
+    Ok(())
+}
+
+/// `count` sizes of `solve` drawn from [lo, hi] (300 takes 10 ms on a quiet emulated
+/// server, 1000 about 0.5 to 0.9 s).
+fn sizes(count: usize, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
+    let mut x = seed;
+    (0..count)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            lo + ((x >> 33) % (hi - lo + 1) as u64) as i64
+        })
+        .collect()
+}
+
+fn solve_inputs(n: i64) -> Vec<Value> {
+    vec![Value::Int(n), Value::vector_f64(&vec![0.0f64; n as usize])]
+}
+
+/// Each predictor's estimate for `profile` on `server` now.
+fn predictions(client: &Client, profile: &CallProfile, server: &str) -> anyhow::Result<Vec<Etc>> {
+    PREDICTORS
+        .iter()
+        .map(|(name, load, family)| {
+            let opts = RankOptions {
+                pin_server: Some(server.to_string()),
+                load_model: Some(*load),
+                model_family: Some(*family),
+                ..RankOptions::default()
+            };
+            let c = client.explain(profile.clone(), opts)?;
+            let first = c
+                .into_iter()
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("no estimate from {name} on {server}"))?;
+            Ok(first.etc)
+        })
+        .collect()
+}
+
+/// Round-robin over the emulated servers, each call pinned, after a short warm-up that lets
+/// the models score themselves.
+fn predict_emulated(
+    client: &Client,
+    names: &[String],
+    calls: usize,
+) -> anyhow::Result<Vec<Observed>> {
+    let handles: Vec<FunctionHandle> = names
+        .iter()
+        .map(|n| client.function_handle_init("solve", n))
+        .collect::<Result<_, _>>()?;
+    let desc = handles[0].desc.clone();
+    let warm = 3 * names.len();
+    let mut out = Vec::new();
+    for (i, n) in sizes(warm + calls, 7, 300, 800).into_iter().enumerate() {
+        let s = i % names.len();
+        let inputs = solve_inputs(n);
+        let profile = desc.profile(&inputs)?;
+        let predicted = predictions(client, &profile, &names[s])?;
+        let r = client.call(&handles[s], inputs)?;
+        if i >= warm {
+            out.push(Observed {
+                actual_s: r.round_trip_s,
+                predicted,
+            });
+        }
+        if (i + 1) % 20 == 0 {
+            eprintln!("bench predict: {} of {} calls", i + 1, warm + calls);
+        }
+    }
+    Ok(out)
+}
+
+/// Busy processes on this host, started and stopped by the benchmark.
+struct Busy(Vec<Child>);
+
+impl Busy {
+    fn set(&mut self, k: usize) -> anyhow::Result<()> {
+        while self.0.len() > k {
+            let mut c = self.0.pop().expect("non-empty");
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        while self.0.len() < k {
+            let c = Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?;
+            self.0.push(c);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let _ = self.set(0);
+    }
+}
+
+/// The real dgemm server while 0–3 busy processes come and go every 8–15 s.
+fn predict_real(
+    grid: &mut LocalGrid,
+    client: &Client,
+    calls: usize,
+) -> anyhow::Result<Vec<Observed>> {
+    grid.add_server("real", "builtins = [\"dgemm\"]\nslots = 1\n")?;
+    wait_ready(client, grid, &["real".to_string()], false)?;
+    let h = client.function_handle_init("dgemm", "real")?;
+    // 1000³ to 1400³: 0.1 to 0.3 s on a quiet core of the machine this was written on.
+    let dgemm_sizes: Vec<i64> = (0..9).map(|k| 1000 + 50 * k).collect();
+    let inputs = |n: i64| gridwise_kernels::inputs_for_sizes(&h.desc, &[n, n, n]);
+    eprintln!("bench predict: real: warming up the dgemm model on a quiet host …");
+    for _ in 0..2 {
+        for &n in &dgemm_sizes {
+            client.call(&h, inputs(n).map_err(anyhow::Error::msg)?)?;
+        }
+    }
+    let mut busy = Busy(Vec::new());
+    let schedule = [0usize, 2, 1, 3, 0, 2, 3, 1];
+    let (mut phase, mut switched) = (0usize, Instant::now());
+    busy.set(schedule[0])?;
+    let mut out = Vec::new();
+    for i in 0..calls {
+        let span = Duration::from_secs(8 + (phase as u64 * 5) % 8);
+        if switched.elapsed() > span {
+            phase += 1;
+            busy.set(schedule[phase % schedule.len()])?;
+            switched = Instant::now();
+        }
+        let n = dgemm_sizes[(i * 5 + 3) % dgemm_sizes.len()];
+        let v = inputs(n).map_err(anyhow::Error::msg)?;
+        let profile = h.desc.profile(&v)?;
+        let predicted = predictions(client, &profile, "real")?;
+        let r = client.call(&h, v)?;
+        out.push(Observed {
+            actual_s: r.round_trip_s,
+            predicted,
+        });
+        if (i + 1) % 20 == 0 {
+            eprintln!("bench predict: real: {} of {calls} calls", i + 1);
+        }
+    }
+    drop(busy);
+    let i = grid.names.iter().position(|n| n == "real").expect("added");
+    grid.servers[i].kill();
+    grid.servers.remove(i);
+    grid.names.remove(i);
+    Ok(out)
+}
+
+/// Waits until each of `names` is registered from the address its daemon listens on (a
+/// restarted server has a new one) and, with `models`, has its model of `solve` built or
+/// loaded.
+fn wait_ready(
+    client: &Client,
+    grid: &LocalGrid,
+    names: &[String],
+    models: bool,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let status = client.status()?;
+        let registered = names.iter().all(|name| {
+            let k = grid.names.iter().position(|n| n == name);
+            status.servers.iter().any(|s| {
+                s.name == *name
+                    && s.state == ServerState::Up
+                    && k.is_some_and(|k| grid.servers[k].addr == s.addr)
+            })
+        });
+        let built = !models || {
+            let m = client.models()?;
+            names.iter().all(|name| {
+                m.iter().any(|m| {
+                    m.server == *name
+                        && m.progress
+                            .as_ref()
+                            .is_some_and(|p| p.state == BuildState::Done)
+                })
+            })
+        };
+        if registered && built {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "servers {names:?} not ready within 300 s; logs:\n{}",
+            grid.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn ppe(e: &Etc, actual: f64) -> f64 {
+    (e.total_s() - actual).abs() / actual
+}
+
+fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
+    (!sorted.is_empty()).then(|| sorted[((q * (sorted.len() - 1) as f64).round()) as usize])
+}
+
+fn round(x: Option<f64>, digits: i32) -> Json {
+    let k = 10f64.powi(digits);
+    x.filter(|v| v.is_finite())
+        .map_or(Json::Null, |v| json!((v * k).round() / k))
+}
+
+/// One line per predictor: PPE over the calls of at least [`SHORT_S`], and apart over the
+/// shorter ones; how often the 90% interval held the actual time.
+fn report(load: &str, observed: &[Observed], emit: &mut dyn FnMut(Json)) {
+    for (p, (name, _, _)) in PREDICTORS.iter().enumerate() {
+        let (long, short): (Vec<&Observed>, Vec<&Observed>) =
+            observed.iter().partition(|o| o.actual_s >= SHORT_S);
+        let ppes = |set: &[&Observed]| {
+            let mut v: Vec<f64> = set
+                .iter()
+                .map(|o| ppe(&o.predicted[p], o.actual_s))
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let (l, s) = (ppes(&long), ppes(&short));
+        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let covered = long
+            .iter()
+            .filter(|o| {
+                let (lo, hi) = o.predicted[p].interval90_s();
+                lo <= o.actual_s && o.actual_s <= hi
+            })
+            .count();
+        emit(json!({
+            "bench": "predict",
+            "load": load,
+            "predictor": name,
+            "default": *name == DEFAULT_PREDICTOR,
+            "mean_ppe": round(mean(&l), 4),
+            "median_ppe": round(percentile(&l, 0.5), 4),
+            "p90_ppe": round(percentile(&l, 0.9), 4),
+            "interval90_coverage": round((!long.is_empty()).then(|| covered as f64 / long.len() as f64), 3),
+            "calls": long.len(),
+            "short_calls": short.len(),
+            "short_mean_ppe": round(mean(&s), 4),
+        }));
+    }
+}
+
+/// Calls in the bag.
+const BAG: usize = 24;
+
+/// The three ways of scheduling compared.
+const POLICIES: [&str; 3] = ["mct-blind", "mct", "conservative"];
+
+/// Restarts the emulated servers under `load` with the traces of `seed`, so a run of each
+/// policy meets the same trace from its start; models come back from `model_dir`.
+fn restart_loaded(
+    grid: &mut LocalGrid,
+    client: &Client,
+    model_dir: &std::path::Path,
+    load: &str,
+    seed: u64,
+) -> anyhow::Result<Vec<String>> {
+    let names: Vec<String> = (0..3).map(|i| format!("{load}-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let toml = emulated_toml(SPEEDS[i], load, seed * 10 + i as u64, &model_dir.join(name));
+        match grid.names.iter().position(|n| n == name) {
+            Some(k) => {
+                grid.write_file(&format!("{name}.toml"), &toml)?;
+                grid.restart_server(k)?;
+            }
+            None => {
+                grid.add_server(name, &toml)?;
+            }
+        }
+    }
+    wait_ready(client, grid, &names, true)?;
+    // A few seconds of sensor samples before the first call: what a server that has been up
+    // a while would have.
+    std::thread::sleep(Duration::from_secs(3));
+    Ok(names)
+}
+
+fn client_for(grid: &LocalGrid, policy: &str) -> anyhow::Result<Client> {
+    let mut cfg: ClientConfig = grid.client_config();
+    match policy {
+        "mct-blind" => {
+            cfg.policy = Some(Policy::Mct);
+            cfg.load_model = Some(LoadModel::Blind);
+        }
+        "mct" => cfg.policy = Some(Policy::Mct),
+        _ => cfg.policy = Some(Policy::Conservative),
+    }
+    Ok(Client::connect(cfg)?)
+}
+
+/// A bag of [`BAG`] independent calls submitted at once, or a DAG of 13 (a head fanning out to 6
+/// chains of two): the makespan of each policy over `runs` traces.
+fn schedule(
+    grid: &mut LocalGrid,
+    model_dir: &std::path::Path,
+    load: &str,
+    workload: &str,
+    runs: usize,
+    emit: &mut dyn FnMut(Json),
+) -> anyhow::Result<()> {
+    let mut makespans: Vec<Vec<f64>> = vec![Vec::new(); POLICIES.len()];
+    for run in 0..runs {
+        for (p, policy) in POLICIES.iter().enumerate() {
+            let client = client_for(grid, policy)?;
+            let seed = 100 + run as u64;
+            restart_loaded(grid, &client, model_dir, load, seed)?;
+            let t = Instant::now();
+            match workload {
+                "bag" => {
+                    let h = client.function_handle_default("solve")?;
+                    for n in sizes(BAG, seed, 600, 1000) {
+                        client.call_async(&h, solve_inputs(n))?;
+                    }
+                    client.wait_all()?;
+                }
+                _ => {
+                    let mut g = client.graph();
+                    g.policy("heft");
+                    match *policy {
+                        "mct-blind" => g.load_model(LoadModel::Blind),
+                        "conservative" => g.conservative(1.0),
+                        _ => {}
+                    }
+                    // One size per run: a call's output feeds the next as its data input,
+                    // whose length is the size.
+                    let n = sizes(1, seed, 600, 1000)[0];
+                    let head = g.call(
+                        "solve",
+                        solve_inputs(n).into_iter().map(GraphArg::Value).collect(),
+                    );
+                    for _ in 0..6 {
+                        let a = g.call(
+                            "solve",
+                            vec![GraphArg::Value(Value::Int(n)), head.output(0)],
+                        );
+                        g.call("solve", vec![GraphArg::Value(Value::Int(n)), a.output(0)]);
+                    }
+                    g.run()?;
+                }
+            }
+            let ms = t.elapsed().as_secs_f64();
+            eprintln!("bench predict: {load} {workload} run {run} {policy}: {ms:.2} s");
+            makespans[p].push(ms);
+        }
+    }
+    for (p, policy) in POLICIES.iter().enumerate() {
+        let v = &makespans[p];
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>()
+            / (v.len() as f64 - 1.0).max(1.0))
+        .sqrt();
+        emit(json!({
+            "bench": "predict_schedule",
+            "load": load,
+            "workload": workload,
+            "policy": policy,
+            "runs": v.len(),
+            "makespan_mean_s": round(Some(mean), 3),
+            "makespan_sd_s": round(Some(sd), 3),
+            "makespans_s": v.iter().map(|x| (x * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
+        }));
+    }
+    Ok(())
+}
