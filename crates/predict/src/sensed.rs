@@ -16,6 +16,9 @@ pub struct Sensed {
     free_memory_next: Option<Stoch>,
 }
 
+/// A change of availability taken at once, whatever the period.
+const JUMP: f64 = 0.1;
+
 /// The smallest availability a forecast may give: a host so busy that a call would get less
 /// than 1% of a core is as good as unusable, and dividing by less would predict eternity.
 const MIN_AVAILABILITY: f64 = 0.01;
@@ -33,9 +36,16 @@ impl Sensed {
         if cpu_available.is_none() && free_memory_bytes.is_none() {
             return false;
         }
-        if self
-            .last_sample
-            .is_some_and(|t| now.saturating_sub(t) < every)
+        // A new level of availability (a process more or less on the host) enters at once:
+        // waiting for the period would leave calls estimated for a host that is gone.
+        let jumped = match (cpu_available, self.availability.last()) {
+            (Some(a), Some(last)) => (a - last).abs() >= JUMP,
+            _ => false,
+        };
+        if !jumped
+            && self
+                .last_sample
+                .is_some_and(|t| now.saturating_sub(t) < every)
         {
             return false;
         }
@@ -90,11 +100,14 @@ mod tests {
         assert!(s.availability().is_none());
         assert!(!s.observe(Duration::ZERO, every, None, None));
         assert!(s.observe(Duration::ZERO, every, Some(0.5), Some(1e9)));
-        assert!(!s.observe(Duration::from_secs(1), every, Some(0.1), None));
-        assert!(s.observe(Duration::from_secs(5), every, Some(0.5), None));
-        assert_eq!(s.availability().unwrap().mean, 0.5);
+        assert!(!s.observe(Duration::from_secs(1), every, Some(0.45), None));
+        // A jump enters within the period.
+        assert!(s.observe(Duration::from_secs(2), every, Some(0.1), None));
+        assert!(s.observe(Duration::from_secs(7), every, Some(0.5), None));
+        assert_eq!(s.availability_series().last(), Some(0.5));
+        assert!(s.availability().is_some());
         assert_eq!(s.free_memory().unwrap().mean, 1e9);
-        assert_eq!(s.availability_series().len(), 2);
+        assert_eq!(s.availability_series().len(), 3);
     }
 
     #[test]

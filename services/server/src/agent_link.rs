@@ -98,6 +98,10 @@ pub async fn run(
     let mut backoff = Duration::from_millis(100);
     let mut interval = Duration::from_secs(1);
     let mut tick = tokio::time::interval(interval);
+    // A change of load is worth telling at once: a call ranked in the second before the next
+    // heartbeat would be estimated for a host that is gone.
+    let mut sensor_tick = tokio::time::interval(crate::sensors::PERIOD);
+    let mut last_told: Option<f64> = None;
     let mut warned = false;
     loop {
         let Some(link) = &linked else {
@@ -170,12 +174,18 @@ pub async fn run(
                     }
                 });
             }
+            _ = sensor_tick.tick() => {
+                if changed(last_told, handler.sensors().availability_now()) {
+                    tick.reset_immediately();
+                }
+            }
             _ = tick.tick() => {
                 let hb = Heartbeat {
                     server_id: link.id,
                     load: handler.load(),
                     models: handler.progress(),
                 };
+                last_told = hb.load.cpu_available;
                 match link.client.heartbeat(wire::context(RPC_TIMEOUT), hb).await {
                     Ok(Ack::Ok) => {}
                     Ok(Ack::Reregister) => {
@@ -211,6 +221,16 @@ pub async fn run(
 
 /// Sends what is waiting, in batches; false when the agent must be reached (or registered
 /// with) again first.
+/// A change of CPU availability worth a heartbeat of its own: a process more or less on the
+/// host, not the jitter of a sampler.
+fn changed(told: Option<f64>, now: Option<f64>) -> bool {
+    match (told, now) {
+        (Some(a), Some(b)) => (a - b).abs() >= 0.1,
+        (None, Some(_)) => true,
+        _ => false,
+    }
+}
+
 async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize) -> bool {
     while !outbox.points.is_empty() {
         let batch: Vec<ModelPoint> = outbox.points.iter().take(batch_max).cloned().collect();

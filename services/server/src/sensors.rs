@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often the host is sampled.
-const PERIOD: Duration = Duration::from_millis(250);
+pub(crate) const PERIOD: Duration = Duration::from_millis(250);
 /// Samples kept for the calls' means (a minute).
 const KEPT: usize = 240;
 
@@ -78,11 +78,13 @@ impl Sensors {
         match &self.source {
             Source::Trace(t, origin) => Some(t.at(origin.elapsed().as_secs_f64())),
             Source::Idle => Some(1.0),
-            Source::Host(q) => q
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .back()
-                .map(|s| s.1),
+            Source::Host(q) => {
+                // The runnable count is a snapshot: the mean of the last half second keeps
+                // its flicker from passing for a change of load.
+                let q = q.lock().unwrap_or_else(|p| p.into_inner());
+                let recent: Vec<f64> = q.iter().rev().take(2).map(|s| s.1).collect();
+                (!recent.is_empty()).then(|| recent.iter().sum::<f64>() / recent.len() as f64)
+            }
         }
     }
 
