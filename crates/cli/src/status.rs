@@ -112,7 +112,7 @@ pub fn print_explain(
         human_bytes(profile.out_bytes)
     );
     println!(
-        "{:<16} {:>10} {:>21} {:>10} {:>10} {:>10} {:>10} {:>5}  compute from",
+        "{:<16} {:>10} {:>24} {:>10} {:>10} {:>10} {:>10} {:>5}  compute from",
         "server", "ETC s", "90% interval s", "queue s", "in s", "compute s", "out s", "cpu"
     );
     for c in &cands {
@@ -122,7 +122,7 @@ pub fn print_explain(
             .cpu_available
             .map_or("-".to_string(), |a| format!("{:.0}%", a * 100.0));
         println!(
-            "{:<16} {:>10.6} {:>10.6} to {:>7.4} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>5}  {}",
+            "{:<16} {:>10.6} {:>10.6} to {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>10.6} {:>5}  {}",
             c.name,
             e.total_s(),
             lo,

@@ -310,8 +310,14 @@ impl ComputeModel for FpmModel {
             LoadModel::Forecast => match server.host.sensed.availability() {
                 Some(a) => {
                     let t = c.time().divided_by(a);
+                    // Said only where the load changed something.
+                    let source = if a.mean < 1.0 || a.sd > 0.0 {
+                        mark_load_adjusted(c.source.clone())
+                    } else {
+                        c.source.clone()
+                    };
                     Compute {
-                        source: mark_load_adjusted(c.source.clone()),
+                        source,
                         cpu_available: Some(a.mean),
                         ..c.with_time(t)
                     }
