@@ -190,6 +190,17 @@ impl Series {
     /// forecast the next one. Non-finite values are ignored (a broken sensor must not poison
     /// the series).
     pub fn push(&mut self, x: f64) {
+        self.take(x, true);
+    }
+
+    /// A measurement that starts a new level the forecasts are told of as soon as it happens
+    /// (a process more or less on a host): every member moves on, but none is scored against
+    /// it, since no estimate is made in the moment between the change and its report.
+    pub fn push_level_change(&mut self, x: f64) {
+        self.take(x, false);
+    }
+
+    fn take(&mut self, x: f64, score: bool) {
         if !x.is_finite() {
             return;
         }
@@ -198,7 +209,9 @@ impl Series {
         }
         self.history.push_back(x);
         for m in &mut self.members {
-            m.score(x);
+            if score {
+                m.score(x);
+            }
             m.update(&self.history);
         }
     }

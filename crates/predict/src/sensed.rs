@@ -38,10 +38,7 @@ impl Sensed {
         }
         // A new level of availability (a process more or less on the host) enters at once:
         // waiting for the period would leave calls estimated for a host that is gone.
-        let jumped = match (cpu_available, self.availability.last()) {
-            (Some(a), Some(last)) => (a - last).abs() >= JUMP,
-            _ => false,
-        };
+        let jumped = self.jumps(cpu_available);
         if !jumped
             && self
                 .last_sample
@@ -50,14 +47,34 @@ impl Sensed {
             return false;
         }
         self.last_sample = Some(now);
-        self.push(cpu_available, free_memory_bytes);
+        self.take(cpu_available, free_memory_bytes, jumped);
         true
     }
 
     /// Adds a sample without a time (restoring the history a store kept).
     pub fn push(&mut self, cpu_available: Option<f64>, free_memory_bytes: Option<f64>) {
+        let jumped = self.jumps(cpu_available);
+        self.take(cpu_available, free_memory_bytes, jumped);
+    }
+
+    /// Whether `cpu_available` is a new level rather than the next sample of this one.
+    fn jumps(&self, cpu_available: Option<f64>) -> bool {
+        match (cpu_available, self.availability.last()) {
+            (Some(a), Some(last)) => (a - last).abs() >= JUMP,
+            _ => false,
+        }
+    }
+
+    /// A sample; a jump of availability is a new level, not an error of the forecasts
+    /// (servers report one within a quarter of a second, so no call is estimated across it).
+    fn take(&mut self, cpu_available: Option<f64>, free_memory_bytes: Option<f64>, jumped: bool) {
         if let Some(a) = cpu_available.filter(|a| a.is_finite()) {
-            self.availability.push(a.clamp(0.0, 1.0));
+            let a = a.clamp(0.0, 1.0);
+            if jumped {
+                self.availability.push_level_change(a);
+            } else {
+                self.availability.push(a);
+            }
             self.availability_next = self
                 .availability
                 .forecast()
@@ -108,6 +125,23 @@ mod tests {
         assert!(s.availability().is_some());
         assert_eq!(s.free_memory().unwrap().mean, 1e9);
         assert_eq!(s.availability_series().len(), 3);
+    }
+
+    #[test]
+    fn a_new_level_moves_the_forecast_but_is_not_an_error() {
+        let mut s = Sensed::default();
+        for _ in 0..10 {
+            s.push(Some(1.0), None);
+        }
+        s.push(Some(0.25), None);
+        let after = s.availability().unwrap();
+        assert_eq!((after.mean, after.sd), (0.25, 0.0), "{after:?}");
+        // The same change in small steps is forecast error.
+        let mut t = Sensed::default();
+        for a in [1.0, 1.0, 0.95, 0.9, 0.95, 1.0, 0.92] {
+            t.push(Some(a), None);
+        }
+        assert!(t.availability().unwrap().sd > 0.0);
     }
 
     #[test]
