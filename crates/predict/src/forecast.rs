@@ -226,6 +226,12 @@ impl Series {
         self.history.is_empty()
     }
 
+    /// The two newest measurements, older first.
+    pub fn last_two(&self) -> Option<(f64, f64)> {
+        let n = self.history.len();
+        (n >= 2).then(|| (self.history[n - 2], self.history[n - 1]))
+    }
+
     /// The newest measurement.
     pub fn last(&self) -> Option<f64> {
         self.history.back().copied()

@@ -47,14 +47,15 @@ impl Sensed {
             return false;
         }
         self.last_sample = Some(now);
-        self.take(cpu_available, free_memory_bytes, jumped);
+        let level = self.new_level(cpu_available);
+        self.take(cpu_available, free_memory_bytes, level);
         true
     }
 
     /// Adds a sample without a time (restoring the history a store kept).
     pub fn push(&mut self, cpu_available: Option<f64>, free_memory_bytes: Option<f64>) {
-        let jumped = self.jumps(cpu_available);
-        self.take(cpu_available, free_memory_bytes, jumped);
+        let level = self.new_level(cpu_available);
+        self.take(cpu_available, free_memory_bytes, level);
     }
 
     /// Whether `cpu_available` is a new level rather than the next sample of this one.
@@ -65,12 +66,23 @@ impl Sensed {
         }
     }
 
-    /// A sample; a jump of availability is a new level, not an error of the forecasts
-    /// (servers report one within a quarter of a second, so no call is estimated across it).
-    fn take(&mut self, cpu_available: Option<f64>, free_memory_bytes: Option<f64>, jumped: bool) {
+    /// Whether a jump to `cpu_available` leaves a level that held: only then is it a change
+    /// the forecasts could not have seen coming. A series that jumps about all the time is
+    /// noisy, and its jumps are its forecast error.
+    fn new_level(&self, cpu_available: Option<f64>) -> bool {
+        let held = match self.availability.last_two() {
+            Some((before, last)) => (last - before).abs() < JUMP,
+            None => false,
+        };
+        held && self.jumps(cpu_available)
+    }
+
+    /// A sample; a new level of availability is not an error of the forecasts (servers
+    /// report one within a quarter of a second, so no call is estimated across it).
+    fn take(&mut self, cpu_available: Option<f64>, free_memory_bytes: Option<f64>, level: bool) {
         if let Some(a) = cpu_available.filter(|a| a.is_finite()) {
             let a = a.clamp(0.0, 1.0);
-            if jumped {
+            if level {
                 self.availability.push_level_change(a);
             } else {
                 self.availability.push(a);
@@ -136,6 +148,12 @@ mod tests {
         s.push(Some(0.25), None);
         let after = s.availability().unwrap();
         assert_eq!((after.mean, after.sd), (0.25, 0.0), "{after:?}");
+        // A series that jumps about all the time is noisy: its jumps are errors.
+        let mut n = Sensed::default();
+        for a in [1.0, 0.5, 0.9, 0.4, 1.0, 0.5, 0.8, 0.4, 0.9, 0.5] {
+            n.push(Some(a), None);
+        }
+        assert!(n.availability().unwrap().sd > 0.1, "{:?}", n.availability());
         // The same change in small steps is forecast error.
         let mut t = Sensed::default();
         for a in [1.0, 1.0, 0.95, 0.9, 0.95, 1.0, 0.92] {
