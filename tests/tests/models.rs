@@ -127,8 +127,10 @@ fn real_calls_alone_make_a_model() {
     let m = c.model("plain", "solve").unwrap();
     let (x, s) = &m.points[0];
     assert_eq!(x, &vec![200]);
-    // The measured speed is the true one, less the kernel's overhead.
-    assert!(s.mean > 3e9 && s.mean <= 1.01e10, "{s:?}");
+    // The measured speed is the true one, less the kernel's overhead: a 0.8 ms sleep can
+    // overshoot by milliseconds on a busy machine, so only the order of magnitude is checked
+    // below, and that it never exceeds the true speed.
+    assert!(s.mean > 1e8 && s.mean <= 1.01e10, "{s:?}");
     let cands = c.explain(profile(300), RankOptions::default()).unwrap();
     assert!(matches!(
         cands[0].etc.compute_source,
