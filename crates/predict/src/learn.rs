@@ -3,7 +3,7 @@
 
 use crate::knowledge::{HostKnowledge, OfferKnowledge, SIZES_REMEMBERED, ServiceFacts};
 use gridwise_fpm::stats::SpeedStats;
-use gridwise_proto::{LoadSample, PointSource, PointStats};
+use gridwise_proto::{LoadSample, PointSource, PointStats, Timing};
 use std::time::Duration;
 
 /// The kernel time a call would have taken on a quiet host: `kernel_s` × the fraction of a
@@ -154,6 +154,11 @@ impl HostKnowledge {
             cpu_available,
             free_memory_bytes,
         })
+    }
+
+    /// A finished call's timing: what it cost the server besides queue and kernel.
+    pub fn learn_timing(&mut self, timing: &Timing) {
+        self.overhead.record(timing);
     }
 
     /// Replays a record a store kept, oldest first: the histories an agent restart would

@@ -95,19 +95,6 @@ impl Links {
         }
     }
 
-    /// The mean of [`transfer`](Self::transfer).
-    pub fn transfer_s(
-        &self,
-        from: &str,
-        to: &str,
-        bytes: u64,
-        default_latency_s: f64,
-        default_bandwidth: f64,
-    ) -> f64 {
-        self.transfer(from, to, bytes, default_latency_s, default_bandwidth)
-            .mean
-    }
-
     /// Every measured link's latest probe with its age at `now`, sorted by (from, to) address.
     pub fn export(&self, now: Duration) -> Vec<LinkInfo> {
         let mut out: Vec<LinkInfo> = self
@@ -140,11 +127,11 @@ mod tests {
     fn measured_links_beat_defaults_and_local_is_free() {
         let mut l = Links::default();
         l.record("a:1", &sample("b:1", 1e-3, 1e6), Duration::ZERO);
-        assert_eq!(l.transfer_s("a:1", "a:1", 1 << 30, 1.0, 1.0), 0.0);
-        assert!((l.transfer_s("a:1", "b:1", 1_000_000, 9.0, 9.0) - 1.001).abs() < 1e-12);
+        assert_eq!(l.transfer("a:1", "a:1", 1 << 30, 1.0, 1.0).mean, 0.0);
+        assert!((l.transfer("a:1", "b:1", 1_000_000, 9.0, 9.0).mean - 1.001).abs() < 1e-12);
         // The reverse direction falls back to the measured one.
-        assert!((l.transfer_s("b:1", "a:1", 1_000_000, 9.0, 9.0) - 1.001).abs() < 1e-12);
-        assert_eq!(l.transfer_s("a:1", "c:1", 0, 0.5, 1e9), 0.5);
+        assert!((l.transfer("b:1", "a:1", 1_000_000, 9.0, 9.0).mean - 1.001).abs() < 1e-12);
+        assert_eq!(l.transfer("a:1", "c:1", 0, 0.5, 1e9).mean, 0.5);
         l.record("a:1", &sample("c:1", f64::NAN, 1e6), Duration::ZERO);
         assert!(l.get("a:1", "c:1").is_none(), "nonsense is not recorded");
         // Later probes are forecast: a varying bandwidth gives the transfer a spread.

@@ -225,7 +225,7 @@ impl AgentCore {
             if !r.ok {
                 continue;
             }
-            e.host_mut().overhead.record(&r.timing);
+            e.host_mut().learn_timing(&r.timing);
             let Some(svc) = self.catalog.get(&r.service) else {
                 continue;
             };
