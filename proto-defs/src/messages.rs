@@ -675,6 +675,10 @@ pub struct CallReport {
     /// `kernel_s` × this. `None` from a server that does not measure it (taken as 1).
     #[serde(default)]
     pub cpu_available: Option<f64>,
+    /// The bytes the client sent for it, when no input came from a peer: with the timing's
+    /// `input_transfer_s`, what the client's link to this server costs now.
+    #[serde(default)]
+    pub client_in_bytes: Option<u64>,
 }
 
 /// One call sent to a server.

@@ -127,6 +127,7 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
             e(&request(AgentApiRequest::Report {
                 server: ServerId::new_random(),
                 reports: vec![CallReport {
+                    client_in_bytes: None,
                     cpu_available: None,
                     ticket: Some(Ticket(1)),
                     service: "dgemm".into(),

@@ -31,20 +31,32 @@ pub struct PredictBench {
     pub runs: usize,
     /// Where to write every timed call with each predictor's estimate, if anywhere.
     pub csv: Option<std::path::PathBuf>,
+    /// The parts to run (all when empty): `dedicated`, `random`, `steady`, `real`, `schedule`.
+    pub only: Vec<String>,
 }
+
+/// The parts of the benchmark, in the order they run.
+pub const PARTS: [&str; 5] = ["dedicated", "random", "steady", "real", "schedule"];
 
 impl Default for PredictBench {
     fn default() -> Self {
         Self {
             calls: 60,
-            runs: 6,
+            runs: 8,
             csv: None,
+            only: Vec::new(),
         }
     }
 }
 
 /// The header of `--csv`: one row per (call, predictor).
-pub const CSV_HEADER: &str = "load,predictor,call,actual_s,predicted_s,low90_s,high90_s";
+/// The columns after the interval set measured times beside the terms that predicted them:
+/// the kernel's time and the compute term (its spread, the queue's, the CPU share expected);
+/// the inputs' measured transfer and the predicted one; the server's time; the predicted
+/// transfer out and server overhead.
+pub const CSV_HEADER: &str = "load,predictor,call,actual_s,predicted_s,low90_s,high90_s,\
+kernel_s,compute_s,compute_sd_s,queue_wait_sd_s,cpu_expected,input_transfer_s,transfer_in_s,\
+server_s,transfer_out_s,overhead_s";
 
 /// Calls shorter than this are reported apart: timer and scheduling noise dominate them.
 const SHORT_S: f64 = 0.05;
@@ -93,6 +105,7 @@ fn emulated_toml(speed: &str, load: &str, seed: u64, model_dir: &std::path::Path
 /// One timed call and what each predictor said of it.
 struct Observed {
     actual_s: f64,
+    timing: gridwise_proto::Timing,
     predicted: Vec<Etc>,
 }
 
@@ -122,11 +135,23 @@ pub fn run(opts: &PredictBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()
                 for (p, (name, _, _)) in PREDICTORS.iter().enumerate() {
                     let e = &o.predicted[p];
                     let (lo, hi) = e.interval90_s();
+                    let opt = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
                     writeln!(
                         f,
-                        "{load},{name},{i},{:.6},{:.6},{lo:.6},{hi:.6}",
+                        "{load},{name},{i},{:.6},{:.6},{lo:.6},{hi:.6},{:.6},{:.6},{:.6},{:.6},{},\
+                         {:.6},{:.6},{:.6},{:.6},{:.6}",
                         o.actual_s,
-                        e.total_s()
+                        e.total_s(),
+                        o.timing.kernel_s,
+                        e.compute_s,
+                        e.compute_sd_s,
+                        e.queue_wait_sd_s,
+                        opt(e.cpu_available),
+                        o.timing.input_transfer_s,
+                        e.transfer_in_s,
+                        o.timing.server_s,
+                        e.transfer_out_s,
+                        e.overhead_s,
                     )?;
                 }
             }
@@ -134,7 +159,17 @@ pub fn run(opts: &PredictBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()
         Ok(())
     };
 
+    let wanted = |part: &str| opts.only.is_empty() || opts.only.iter().any(|p| p == part);
+    if let Some(p) = opts.only.iter().find(|p| !PARTS.contains(&p.as_str())) {
+        anyhow::bail!(
+            "no part `{p}` in bench predict: the parts are {}",
+            PARTS.join(", ")
+        );
+    }
     for load in ["dedicated", "random", "steady"] {
+        if !wanted(load) {
+            continue;
+        }
         let names: Vec<String> = (0..3).map(|i| format!("{load}-{i}")).collect();
         for (i, name) in names.iter().enumerate() {
             let dir = models.path().join(name);
@@ -152,11 +187,15 @@ pub fn run(opts: &PredictBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()
             grid.names.pop();
         }
     }
-    let observed = predict_real(&mut grid, &client, opts.calls)?;
-    report("real", &observed, emit);
-    record("real", &observed)?;
+    if wanted("real") {
+        let observed = predict_real(&mut grid, &client, opts.calls)?;
+        report("real", &observed, emit);
+        record("real", &observed)?;
+    }
     drop(client);
-
+    if !wanted("schedule") {
+        return Ok(());
+    }
     for load in ["random", "steady"] {
         for workload in ["bag", "dag"] {
             schedule(&mut grid, models.path(), load, workload, opts.runs, emit)?;
@@ -227,6 +266,7 @@ fn predict_emulated(
         if i >= warm {
             out.push(Observed {
                 actual_s: r.round_trip_s,
+                timing: r.timing,
                 predicted,
             });
         }
@@ -266,7 +306,23 @@ impl Drop for Busy {
     }
 }
 
-/// The real dgemm server while 0–3 busy processes come and go every 8–15 s.
+/// How many busy processes run in each phase of `real`, and for how long (s): every level
+/// from 0 to 3 is met, entered from above and from below.
+const REAL_PHASES: [(usize, u64); 8] = [
+    (0, 10),
+    (2, 12),
+    (1, 9),
+    (3, 14),
+    (0, 11),
+    (2, 8),
+    (3, 13),
+    (1, 10),
+];
+
+/// The real dgemm server while 0–3 busy processes come and go on their own clock, as other
+/// users' jobs do. The calls are spread evenly over the phases, so every level of load is met
+/// whatever this machine's speed, and are sized from the server's measured rate to take 0.1
+/// to 0.3 s on a quiet core.
 fn predict_real(
     grid: &mut LocalGrid,
     client: &Client,
@@ -275,41 +331,75 @@ fn predict_real(
     grid.add_server("real", "builtins = [\"dgemm\"]\nslots = 1\n")?;
     wait_ready(client, grid, &["real".to_string()], false)?;
     let h = client.function_handle_init("dgemm", "real")?;
-    // 1000³ to 1400³: 0.1 to 0.3 s on a quiet core of the machine this was written on.
-    let dgemm_sizes: Vec<i64> = (0..9).map(|k| 1000 + 50 * k).collect();
+    let rate = client
+        .status()?
+        .servers
+        .iter()
+        .find(|s| s.name == "real")
+        .map(|s| s.default_rate)
+        .filter(|r| r.is_finite() && *r > 0.0)
+        .ok_or_else(|| anyhow::anyhow!("the real server reported no dgemm rate"))?;
+    // 2n³ operations in t seconds at `rate`.
+    let size_for = |t: f64| ((t * rate / 2.0).cbrt() / 10.0).round() as i64 * 10;
+    let dgemm_sizes: Vec<i64> = (0..9).map(|k| size_for(0.1 + 0.025 * k as f64)).collect();
     let inputs = |n: i64| gridwise_kernels::inputs_for_sizes(&h.desc, &[n, n, n]);
-    eprintln!("bench predict: real: warming up the dgemm model on a quiet host …");
+    eprintln!(
+        "bench predict: real: warming up the dgemm model on a quiet host (n = {} to {}) …",
+        dgemm_sizes[0],
+        dgemm_sizes[dgemm_sizes.len() - 1]
+    );
     for _ in 0..2 {
         for &n in &dgemm_sizes {
             client.call(&h, inputs(n).map_err(anyhow::Error::msg)?)?;
         }
     }
-    let mut busy = Busy(Vec::new());
-    let schedule = [0usize, 2, 1, 3, 0, 2, 3, 1];
-    let (mut phase, mut switched) = (0usize, Instant::now());
-    busy.set(schedule[0])?;
+    let total: u64 = REAL_PHASES.iter().map(|(_, s)| s).sum();
+    let gap = Duration::from_secs_f64(total as f64 / calls.max(1) as f64);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> anyhow::Result<()> {
+            let mut busy = Busy(Vec::new());
+            for (level, secs) in REAL_PHASES {
+                busy.set(level)?;
+                let until = Instant::now() + Duration::from_secs(secs);
+                while Instant::now() < until && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            Ok(())
+        })
+    };
+    let start = Instant::now();
     let mut out = Vec::new();
-    for i in 0..calls {
-        let span = Duration::from_secs(8 + (phase as u64 * 5) % 8);
-        if switched.elapsed() > span {
-            phase += 1;
-            busy.set(schedule[phase % schedule.len()])?;
-            switched = Instant::now();
+    let run = (|| -> anyhow::Result<()> {
+        for i in 0..calls {
+            let due = start + gap.mul_f64(i as f64 + 0.5);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let n = dgemm_sizes[(i * 5 + 3) % dgemm_sizes.len()];
+            let v = inputs(n).map_err(anyhow::Error::msg)?;
+            let profile = h.desc.profile(&v)?;
+            let predicted = predictions(client, &profile, "real")?;
+            let r = client.call(&h, v)?;
+            out.push(Observed {
+                actual_s: r.round_trip_s,
+                timing: r.timing,
+                predicted,
+            });
+            if (i + 1) % 20 == 0 {
+                eprintln!("bench predict: real: {} of {calls} calls", i + 1);
+            }
         }
-        let n = dgemm_sizes[(i * 5 + 3) % dgemm_sizes.len()];
-        let v = inputs(n).map_err(anyhow::Error::msg)?;
-        let profile = h.desc.profile(&v)?;
-        let predicted = predictions(client, &profile, "real")?;
-        let r = client.call(&h, v)?;
-        out.push(Observed {
-            actual_s: r.round_trip_s,
-            predicted,
-        });
-        if (i + 1) % 20 == 0 {
-            eprintln!("bench predict: real: {} of {calls} calls", i + 1);
-        }
-    }
-    drop(busy);
+        Ok(())
+    })();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let busy = busy
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread running the busy processes panicked"))?;
+    run?;
+    busy?;
     let i = grid.names.iter().position(|n| n == "real").expect("added");
     grid.servers[i].kill();
     grid.servers.remove(i);

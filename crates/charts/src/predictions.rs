@@ -26,7 +26,11 @@ pub fn read_csv(path: &Path) -> Result<Vec<PredictedCall>> {
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut lines = text.lines();
     let header = lines.next().unwrap_or_default();
-    if header.trim() != "load,predictor,call,actual_s,predicted_s,low90_s,high90_s" {
+    // Later columns (where the estimate came from) are not drawn.
+    if !header
+        .trim()
+        .starts_with("load,predictor,call,actual_s,predicted_s,low90_s,high90_s")
+    {
         bail!(
             "{} is not a `gridwise bench predict --csv` file (its first line is `{header}`)",
             path.display()
@@ -42,9 +46,9 @@ pub fn read_csv(path: &Path) -> Result<Vec<PredictedCall>> {
                     anyhow!("{} line {}: bad number in `{l}`", path.display(), i + 2)
                 })
             };
-            if f.len() != 7 {
+            if f.len() < 7 {
                 bail!(
-                    "{} line {}: 7 fields expected, got `{l}`",
+                    "{} line {}: at least 7 fields expected, got `{l}`",
                     path.display(),
                     i + 2
                 );

@@ -280,12 +280,15 @@ enum BenchCmd {
         #[arg(long, default_value_t = 60)]
         calls: usize,
         /// Runs of each scheduling workload (each with other traces).
-        #[arg(long, default_value_t = 6)]
+        #[arg(long, default_value_t = 8)]
         runs: usize,
         /// Also write every timed call (load, predictor, predicted mean, 90% interval, actual)
         /// to this CSV file.
         #[arg(long, value_name = "FILE")]
         csv: Option<PathBuf>,
+        /// Run only these parts (comma-separated): dedicated, random, steady, real, schedule.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// Call overhead of the full path for the no-op `add`.
     Rpc {
@@ -482,11 +485,13 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 calls,
                 runs,
                 csv,
+                only,
             } => bench::predict::run(
                 &bench::predict::PredictBench {
                     calls: *calls,
                     runs: *runs,
                     csv: csv.clone(),
+                    only: only.clone(),
                 },
                 &mut |line| print_line(*json, &line),
             ),

@@ -5,7 +5,7 @@ use crate::compute::ComputeModel;
 use crate::knowledge::{ServerView, ServiceFacts};
 use crate::links::Links;
 use crate::stoch::Stoch;
-use gridwise_proto::{CallProfile, ComputeSource, Etc};
+use gridwise_proto::{CallProfile, Etc};
 
 /// What moving data costs where no link was measured.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,6 +29,31 @@ fn sent_in_s(t: &Transfers, profile: &CallProfile) -> f64 {
 /// The outputs back to the client.
 fn sent_out_s(t: &Transfers, profile: &CallProfile) -> f64 {
     t.latency_s + profile.out_bytes as f64 / t.bandwidth
+}
+
+/// The client's inputs to the server and its outputs back: as the server's recent calls showed
+/// at the CPU share the compute term expects (one fit both ways, so their spreads are related),
+/// else the configured defaults, known to within their own size.
+fn client_transfers(
+    transfers: &Transfers,
+    server: ServerView<'_>,
+    profile: &CallProfile,
+    cpu_available: Option<f64>,
+) -> (Stoch, Stoch) {
+    let link = &server.host.client_link;
+    match (
+        link.transfer(profile.in_bytes, cpu_available),
+        link.transfer(profile.out_bytes, cpu_available),
+    ) {
+        (Some(i), Some(o)) => (i, o),
+        _ => {
+            let (i, o) = (
+                sent_in_s(transfers, profile),
+                sent_out_s(transfers, profile),
+            );
+            (Stoch::new(i, i), Stoch::new(o, o))
+        }
+    }
 }
 
 /// The ETC of `profile` on the server at `addr` (seen as `server`) behind `queue_wait` of
@@ -57,13 +82,9 @@ pub fn estimate(
         .map(|(holder, bytes)| links.transfer(holder, addr, *bytes, lat, bw))
         .fold(Stoch::point(0.0), Stoch::plus_unrelated);
     let sd = |x: f64| if x.is_finite() { term(x) } else { 0.0 };
-    // The client's link is never measured: its terms come from the configured defaults, known
-    // to within their own size (an unrelated spread each way).
-    let (sent_in, sent_out) = (
-        sent_in_s(transfers, profile),
-        sent_out_s(transfers, profile),
-    );
-    let client_side = Stoch::new(sent_in, sent_in).plus_unrelated(Stoch::new(sent_out, sent_out));
+    let client_side = client_transfers(transfers, server, profile, compute.cpu_available);
+    let (sent_in, sent_out) = (client_side.0.mean, client_side.1.mean);
+    let client_side = client_side.0.plus_related(client_side.1);
     Etc {
         queue_wait_s: term(queue_wait.mean),
         transfer_in_s: term(sent_in + pulls.mean),
@@ -80,31 +101,12 @@ pub fn estimate(
 }
 
 /// A total no server whose model's compute term is exactly `work / rate`
-/// ([`ComputeModel::exact_rate`]) can beat: its queue wait is ≥ 0, its remote pulls are each ≥
-/// 0 (when the default transfers are sane; measured links always are), the rest is the same
-/// for every server. Floating-point addition and division are monotone, so the bound never
-/// exceeds the real [`estimate`] total, and it does not decrease as `rate` does.
-pub fn lower_bound_s(transfers: &Transfers, rate: f64, work: f64, profile: &CallProfile) -> f64 {
-    let pulls_nonneg =
-        profile.remote_in.is_empty() || (transfers.latency_s >= 0.0 && transfers.bandwidth > 0.0);
-    Etc {
-        overhead_s: 0.0,
-        overhead_sd_s: 0.0,
-        queue_wait_s: 0.0,
-        transfer_in_s: if pulls_nonneg {
-            term(sent_in_s(transfers, profile))
-        } else {
-            0.0
-        },
-        compute_s: term(work / rate),
-        transfer_out_s: term(sent_out_s(transfers, profile)),
-        compute_source: ComputeSource::CalibratedRate { rate },
-        queue_wait_sd_s: 0.0,
-        transfer_sd_s: 0.0,
-        compute_sd_s: 0.0,
-        cpu_available: None,
-    }
-    .total_s()
+/// ([`ComputeModel::exact_rate`]) can beat: its queue wait, transfers and overhead are each
+/// ≥ 0 (client transfers are learnt per server, so no common value of them is a bound).
+/// Floating-point division is monotone, so the bound never exceeds the real [`estimate`]
+/// total, and it does not decrease as `rate` does.
+pub fn lower_bound_s(rate: f64, work: f64) -> f64 {
+    term(work / rate)
 }
 
 #[cfg(test)]
@@ -112,7 +114,7 @@ mod tests {
     use super::*;
     use crate::compute::{ASSUMED_UNKNOWN_S, RateModel};
     use crate::knowledge::{HostKnowledge, OfferKnowledge};
-    use gridwise_proto::Complexity;
+    use gridwise_proto::{Complexity, ComputeSource};
 
     fn dgemm_facts() -> ServiceFacts {
         let params: Vec<String> = ["m", "n", "k"].map(String::from).to_vec();
@@ -172,9 +174,8 @@ mod tests {
             e.compute_source,
             ComputeSource::CalibratedRate { rate: 1e9 }
         );
-        // The bound is the same total without the queue.
-        let lb = lower_bound_s(&LAN, 1e9, 2e6, &p);
-        assert!((e.total_s() - 2.0 - lb).abs() < 1e-12, "{lb}");
+        // The bound is the compute term alone.
+        assert_eq!(lower_bound_s(1e9, 2e6), e.compute_s);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! of each per service, per (server, service) and per server; it changes them only through
 //! [`crate::learn`].
 
+use crate::client_link::ClientLink;
 use crate::history::KernelHistory;
 use crate::load::LoadTrack;
 use crate::misfit::Misfit;
@@ -140,6 +141,8 @@ pub struct HostKnowledge {
     pub sensed: Sensed,
     /// What its calls cost besides queue and kernel.
     pub overhead: CallOverhead,
+    /// What its clients' data costs to send, as its recent calls showed.
+    pub client_link: ClientLink,
 }
 
 /// What an estimate may read about one server for one service.

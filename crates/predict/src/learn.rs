@@ -156,9 +156,20 @@ impl HostKnowledge {
         })
     }
 
-    /// A finished call's timing: what it cost the server besides queue and kernel.
-    pub fn learn_timing(&mut self, timing: &Timing) {
+    /// A finished call's timing: what it cost the server besides queue and kernel, and, when
+    /// the client sent all its inputs (`client_in_bytes`), what sending them cost at the CPU
+    /// share the call got.
+    pub fn learn_timing(
+        &mut self,
+        timing: &Timing,
+        client_in_bytes: Option<u64>,
+        cpu_available: Option<f64>,
+    ) {
         self.overhead.record(timing);
+        if let Some(bytes) = client_in_bytes {
+            self.client_link
+                .record(bytes, timing.input_transfer_s, cpu_available);
+        }
     }
 
     /// Replays a record a store kept, oldest first: the histories an agent restart would

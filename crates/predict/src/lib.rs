@@ -23,6 +23,7 @@
 //!
 //! Pure: no sockets, no threads, no clock. Times that matter come in as arguments.
 
+pub mod client_link;
 pub mod compute;
 pub mod etc;
 pub mod forecast;
@@ -37,6 +38,7 @@ pub mod regression;
 pub mod sensed;
 pub mod stoch;
 
+pub use client_link::ClientLink;
 pub use compute::{
     ASSUMED_UNKNOWN_S, Compute, ComputeModel, FpmModel, LoadModel, RateModel, constant_speed_s,
 };

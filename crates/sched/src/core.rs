@@ -225,7 +225,8 @@ impl AgentCore {
             if !r.ok {
                 continue;
             }
-            e.host_mut().learn_timing(&r.timing);
+            e.host_mut()
+                .learn_timing(&r.timing, r.client_in_bytes, r.cpu_available);
             let Some(svc) = self.catalog.get(&r.service) else {
                 continue;
             };

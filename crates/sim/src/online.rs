@@ -306,6 +306,7 @@ pub fn simulate_online(scenario: &Scenario, policy: Policy) -> Result<OnlineRun,
                 d.done_s = now + link.latency_s + out_bytes as f64 / link.bandwidth;
                 let d = &*d;
                 let report = CallReport {
+                    client_in_bytes: None,
                     cpu_available: None,
                     ticket: tickets[call],
                     service: d.service.clone(),

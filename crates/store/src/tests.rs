@@ -66,6 +66,7 @@ fn load(server: &str, at_unix_s: f64, loadavg: f64) -> LoadRow {
 
 fn report(service: &str, n: i64, kernel_s: f64, ticket: Option<u64>) -> CallReport {
     CallReport {
+        client_in_bytes: None,
         cpu_available: None,
         ticket: ticket.map(Ticket),
         service: service.into(),

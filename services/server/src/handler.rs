@@ -545,6 +545,7 @@ impl ServerApi for ServerHandler {
         let service = req.service.clone();
         let keep = std::mem::take(&mut req.keep_outputs);
         let mut sizes = Vec::new();
+        let mut client_in_bytes = None;
         // Real calls come first: a model benchmark running now stops and is re-run later.
         self.inner.gate.yield_to_call();
         // Registered before queueing so a cancel reaches the call wherever it is; the guard
@@ -556,6 +557,7 @@ impl ServerApi for ServerHandler {
             cancel: cancel.clone(),
             unreported: Some(CallReport {
                 cpu_available: None,
+                client_in_bytes: None,
                 ticket,
                 service: service.clone(),
                 sizes: Vec::new(),
@@ -576,6 +578,8 @@ impl ServerApi for ServerHandler {
             // graph's plan assumes.
             self.inner.queued.fetch_add(1, Ordering::Relaxed);
             let remote = req.inputs.iter().any(|v| matches!(v, Value::Ref(_)));
+            // A pull's time joins the transfer's: only calls without one time the client's link.
+            client_in_bytes = (!remote).then_some(held);
             // Pulling is rare and its future large: boxed, it does not weigh on every call.
             let pull = async {
                 if remote {
@@ -623,6 +627,7 @@ impl ServerApi for ServerHandler {
         guard.unreported = None;
         let _ = self.inner.to_agent.send(ToAgent::Report(CallReport {
             cpu_available,
+            client_in_bytes,
             ticket,
             service,
             sizes,

@@ -100,6 +100,7 @@ fn reserve_records_one_ticket_per_call_and_reports_clear_them() {
     assert!(cands.iter().any(|c| c.etc.queue_wait_s > 0.0));
     let server = plan.servers[plan.server_of[0] as usize].server_id;
     let report = CallReport {
+        client_in_bytes: None,
         cpu_available: None,
         ticket: Some(plan.tickets[0]),
         service: "dgemm".into(),

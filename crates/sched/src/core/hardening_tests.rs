@@ -63,6 +63,7 @@ fn profile(service: &str, sizes: &[(&str, i64)]) -> CallProfile {
 
 fn ok_report(service: &str, sizes: &[(&str, i64)], kernel_s: f64) -> CallReport {
     CallReport {
+        client_in_bytes: None,
         cpu_available: None,
         ticket: None,
         service: service.into(),

@@ -10,6 +10,7 @@ use gridwise_proto::{
 
 fn dgemm_call(n: i64, kernel_s: f64) -> CallReport {
     CallReport {
+        client_in_bytes: None,
         cpu_available: None,
         ticket: None,
         service: "dgemm".into(),
@@ -321,6 +322,7 @@ fn forecast_availability_stretches_the_quiet_estimate_once() {
     assert!(e.compute_s < 3.0 * ideal);
     // A call reported at that availability teaches the quiet speed, not the loaded one.
     let report = CallReport {
+        client_in_bytes: None,
         ticket: None,
         service: "dgemm".into(),
         sizes: vec![("m".into(), 100), ("n".into(), 100), ("k".into(), 100)],
@@ -484,6 +486,7 @@ fn regression_learns_from_calls_and_lends_its_model_scaled_by_rates() {
         .map(|i| {
             let n = 100 + 40 * i;
             CallReport {
+                client_in_bytes: None,
                 ticket: None,
                 service: "dgemm".into(),
                 sizes: vec![("m".into(), n), ("n".into(), n), ("k".into(), n)],

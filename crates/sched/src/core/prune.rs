@@ -151,8 +151,7 @@ impl AgentCore {
         let work = call.work.filter(|w| w.is_finite() && *w > 0.0)?;
         let service = call.svc.idx;
         let order = self.rate_orders.get(service.0).filter(|o| o.built)?;
-        let transfers = self.config.transfers();
-        let bound = |rate: f64| lower_bound_s(&transfers, rate, work, call.profile);
+        let bound = |rate: f64| lower_bound_s(rate, work);
 
         let mut top = TopK::new(limit.max(1));
         let exact = |top: &mut TopK, pos: usize| {

@@ -197,6 +197,7 @@ fn run(servers: &[ServerPlan], steps: &[Step], k: usize, lat: f64, bw: f64) {
             }
             Step::Report(s, x, t) => {
                 let r = CallReport {
+                    client_in_bytes: None,
                     cpu_available: None,
                     ticket: None,
                     service: "dgemm".into(),

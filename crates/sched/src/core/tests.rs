@@ -52,6 +52,7 @@ fn names(c: &[Candidate]) -> Vec<&str> {
 
 fn report(ticket: Option<Ticket>, service: &str, kernel_s: f64, ok: bool) -> CallReport {
     CallReport {
+        client_in_bytes: None,
         cpu_available: None,
         ticket,
         service: service.into(),
@@ -826,6 +827,7 @@ fn a_heartbeat_teaches_joining_once_and_background_load_once_per_period() {
 fn a_report_teaches_its_timings_and_the_model_points_it_moved() {
     let (mut c, ids) = grid(&[("a", 1e9)]);
     let call = |n: i64, kernel_s: f64, ok: bool| CallReport {
+        client_in_bytes: None,
         cpu_available: None,
         ticket: None,
         service: "dgemm".into(),

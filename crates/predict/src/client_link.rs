@@ -1,0 +1,236 @@
+//! What moving a call's data between its client and one server costs, learnt from that server's
+//! recent calls: each tells how long its inputs took from the client's send to the request's
+//! arrival, decoding included. A configured bandwidth is a guess about a network nobody
+//! measured, and encoding and decoding compete for the CPU like any kernel (on one host, the
+//! whole copy does); the calls themselves say what sending n bytes there costs now.
+//!
+//! The fit is t = c0 + c1·b + c2·b/a by non-negative least squares over the recent calls: a
+//! latency, a per-byte cost the host's load leaves alone (the wire) and one that stretches as
+//! a time-shared CPU does (a: the fraction of a core the call got). The data decide how the
+//! cost splits. The spread is the residuals' RMS relative to the fitted times. The reply goes
+//! the same way back, so the same fit prices the outputs (nobody times that leg on its own).
+
+use crate::stoch::Stoch;
+use std::collections::VecDeque;
+
+/// Calls remembered: enough for a steady fit, few enough to follow a link as it changes.
+const KEPT: usize = 64;
+/// Calls before the fit replaces the configured defaults.
+const MIN_CALLS: usize = 4;
+
+/// One server's recent client transfers and their fit.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClientLink {
+    /// (bytes, CPU availability, seconds).
+    recent: VecDeque<(f64, f64, f64)>,
+    fit: Option<Fit>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Fit {
+    /// c0, c1, c2.
+    c: [f64; 3],
+    /// RMS of the residuals relative to the fitted times.
+    relative_sd: f64,
+}
+
+fn features(bytes: f64, available: f64) -> [f64; 3] {
+    [1.0, bytes, bytes / available]
+}
+
+impl Fit {
+    fn at(&self, bytes: f64, available: f64) -> f64 {
+        let x = features(bytes, available);
+        (0..3).map(|i| self.c[i] * x[i]).sum()
+    }
+}
+
+/// A fraction of a core that can divide: missing or nonsense counts as a quiet host.
+fn availability(a: Option<f64>) -> f64 {
+    a.filter(|a| a.is_finite() && *a > 0.0)
+        .map_or(1.0, |a| a.clamp(0.01, 1.0))
+}
+
+impl ClientLink {
+    /// A call whose `bytes` of inputs took `seconds` to arrive while the server's host gave
+    /// calls `cpu_available` of a core. Nonsense (negative or non-finite) is ignored.
+    pub fn record(&mut self, bytes: u64, seconds: f64, cpu_available: Option<f64>) {
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            return;
+        }
+        if self.recent.len() == KEPT {
+            self.recent.pop_front();
+        }
+        self.recent
+            .push_back((bytes as f64, availability(cpu_available), seconds));
+        self.fit = fit(self.recent.make_contiguous());
+    }
+
+    /// Seconds to move `bytes` one way while the host gives `cpu_available` of a core (`None`:
+    /// quiet), with the spread of the recent calls about the fit; `None` until enough calls
+    /// were seen.
+    pub fn transfer(&self, bytes: u64, cpu_available: Option<f64>) -> Option<Stoch> {
+        let f = self.fit?;
+        let t = f.at(bytes as f64, availability(cpu_available)).max(0.0);
+        Some(Stoch::new(t, t * f.relative_sd))
+    }
+}
+
+/// Least squares over the terms in `use_terms`, the others held at 0; `None` when the normal
+/// equations are singular (the calls do not tell those terms apart).
+fn solve(calls: &[(f64, f64, f64)], use_terms: &[usize]) -> Option<[f64; 3]> {
+    let k = use_terms.len();
+    // Columns scaled to unit RMS, so bytes (1e7) and the constant (1) condition alike.
+    let mut scale = [0.0; 3];
+    for &j in use_terms {
+        let ms = calls
+            .iter()
+            .map(|(b, a, _)| features(*b, *a)[j].powi(2))
+            .sum::<f64>()
+            / calls.len() as f64;
+        scale[j] = if ms > 0.0 { ms.sqrt() } else { return None };
+    }
+    let mut m = [[0.0f64; 4]; 3];
+    for (b, a, t) in calls {
+        let x = features(*b, *a);
+        for (r, &i) in use_terms.iter().enumerate() {
+            for (c, &j) in use_terms.iter().enumerate() {
+                m[r][c] += x[i] / scale[i] * x[j] / scale[j];
+            }
+            m[r][3] += x[i] / scale[i] * t;
+        }
+    }
+    // Gaussian elimination with partial pivoting on the k×k system.
+    for col in 0..k {
+        let piv = (col..k).max_by(|&x, &y| m[x][col].abs().total_cmp(&m[y][col].abs()))?;
+        if m[piv][col].abs() < 1e-9 * calls.len() as f64 {
+            return None;
+        }
+        m.swap(col, piv);
+        let pivot = m[col];
+        // Entries past the k used columns are zero in every row and stay so; the last is the
+        // right-hand side.
+        for (r, row) in m.iter_mut().enumerate().take(k) {
+            if r != col {
+                let f = row[col] / pivot[col];
+                for (v, p) in row.iter_mut().zip(pivot.iter()).skip(col) {
+                    *v -= f * p;
+                }
+            }
+        }
+    }
+    let mut c = [0.0; 3];
+    for (r, &j) in use_terms.iter().enumerate() {
+        c[j] = m[r][3] / m[r][r] / scale[j];
+    }
+    Some(c)
+}
+
+/// The non-negative fit with the smallest residual: every subset of the terms is tried (there
+/// are seven), and those that would need a negative coefficient are refused (a link neither
+/// gives time back nor pays for receiving less).
+fn fit(calls: &[(f64, f64, f64)]) -> Option<Fit> {
+    if calls.len() < MIN_CALLS {
+        return None;
+    }
+    const SUBSETS: [&[usize]; 7] = [&[0, 1, 2], &[0, 1], &[0, 2], &[1, 2], &[1], &[2], &[0]];
+    let rss = |c: &[f64; 3]| -> f64 {
+        calls
+            .iter()
+            .map(|(b, a, t)| {
+                let x = features(*b, *a);
+                (t - (0..3).map(|i| c[i] * x[i]).sum::<f64>()).powi(2)
+            })
+            .sum()
+    };
+    let best = SUBSETS
+        .iter()
+        .filter_map(|s| solve(calls, s))
+        .filter(|c| c.iter().all(|v| *v >= 0.0 && v.is_finite()))
+        .min_by(|x, y| rss(x).total_cmp(&rss(y)))?;
+    let f = Fit {
+        c: best,
+        relative_sd: 0.0,
+    };
+    let rel: Vec<f64> = calls
+        .iter()
+        .filter_map(|(b, a, t)| {
+            let p = f.at(*b, *a);
+            (p > 0.0).then(|| (t - p) / p)
+        })
+        .collect();
+    let relative_sd = if rel.len() >= 2 {
+        (rel.iter().map(|r| r * r).sum::<f64>() / (rel.len() - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    Some(Fit { relative_sd, ..f })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_and_bandwidth_are_recovered_from_calls() {
+        let mut l = ClientLink::default();
+        assert_eq!(l.transfer(1_000, None), None);
+        // 100 µs latency, 1 GB/s.
+        for k in 0..20u64 {
+            let b = (k % 5 + 1) * 10_000_000;
+            l.record(b, 1e-4 + b as f64 * 1e-9, None);
+        }
+        let t = l.transfer(50_000_000, None).unwrap();
+        assert!((t.mean - 0.0501).abs() < 1e-6, "{t:?}");
+        assert!(t.sd < 1e-9, "{t:?}");
+        let small = l.transfer(0, None).unwrap();
+        assert!((small.mean - 1e-4).abs() < 1e-9, "{small:?}");
+    }
+
+    #[test]
+    fn noisy_calls_give_a_spread_and_one_size_a_rate() {
+        let mut l = ClientLink::default();
+        for k in 0..10 {
+            let jitter = if k % 2 == 0 { 1.1 } else { 0.9 };
+            l.record(1_000_000, 1e-3 * jitter, Some(1.0));
+        }
+        let t = l.transfer(2_000_000, None).unwrap();
+        // One size cannot split latency from bandwidth: the fit's time at twice the size is
+        // between the two readings, and the spread is that of the calls about the fit.
+        assert!(t.mean >= 1e-3 - 1e-12 && t.mean <= 2e-3 + 1e-12, "{t:?}");
+        let at_one = l.transfer(1_000_000, None).unwrap();
+        assert!((at_one.mean - 1e-3).abs() < 1e-9, "{at_one:?}");
+        assert!((at_one.sd / at_one.mean - 0.1).abs() < 0.01, "{at_one:?}");
+    }
+
+    #[test]
+    fn the_fit_follows_the_link_as_it_changes_and_ignores_nonsense() {
+        let mut l = ClientLink::default();
+        for k in 0..KEPT as u64 {
+            l.record(k * 1000, k as f64 * 1e-6, None);
+        }
+        // The link gets ten times slower: after a window of calls, only that is remembered.
+        for k in 0..KEPT as u64 {
+            l.record(k * 1000, k as f64 * 1e-5, None);
+        }
+        l.record(5, f64::NAN, None);
+        l.record(5, -1.0, None);
+        let t = l.transfer(10_000_000, None).unwrap();
+        assert!((t.mean - 0.1).abs() < 1e-6, "{t:?}");
+    }
+
+    #[test]
+    fn the_share_that_competes_for_the_cpu_is_found_and_stretched_by_load() {
+        let mut l = ClientLink::default();
+        // 1 ms latency, 0.5 ns/byte on the wire, 1 ns/byte of CPU work stretched by load.
+        for k in 0..40u64 {
+            let b = (k % 4 + 1) * 5_000_000;
+            let a = [1.0, 0.5, 0.67, 0.33][(k / 4 % 4) as usize];
+            l.record(b, 1e-3 + b as f64 * 0.5e-9 + b as f64 * 1e-9 / a, Some(a));
+        }
+        let quiet = l.transfer(10_000_000, None).unwrap().mean;
+        let loaded = l.transfer(10_000_000, Some(0.5)).unwrap().mean;
+        assert!((quiet - 0.016).abs() < 1e-6, "{quiet}");
+        assert!((loaded - 0.026).abs() < 1e-6, "{loaded}");
+    }
+}
