@@ -7,7 +7,8 @@
 //! The fit is t = c0 + c1·b + c2·b/a by non-negative least squares over the recent calls: a
 //! latency, a per-byte cost the host's load leaves alone (the wire) and one that stretches as
 //! a time-shared CPU does (a: the fraction of a core the call got). The data decide how the
-//! cost splits. The spread is the residuals' RMS relative to the fitted times. The reply goes
+//! cost splits. The spread is that of the relative residuals, set as the models' misfit is
+//! ([`crate::misfit`]: 90% of them within the 90% interval). The reply goes
 //! the same way back, so the same fit prices the outputs (nobody times that leg on its own).
 
 use crate::stoch::Stoch;
@@ -30,7 +31,7 @@ pub struct ClientLink {
 struct Fit {
     /// c0, c1, c2.
     c: [f64; 3],
-    /// RMS of the residuals relative to the fitted times.
+    /// The spread of the residuals relative to the fitted times.
     relative_sd: f64,
 }
 
@@ -152,18 +153,10 @@ fn fit(calls: &[(f64, f64, f64)]) -> Option<Fit> {
         c: best,
         relative_sd: 0.0,
     };
-    let rel: Vec<f64> = calls
-        .iter()
-        .filter_map(|(b, a, t)| {
-            let p = f.at(*b, *a);
-            (p > 0.0).then(|| (t - p) / p)
-        })
-        .collect();
-    let relative_sd = if rel.len() >= 2 {
-        (rel.iter().map(|r| r * r).sum::<f64>() / (rel.len() - 1) as f64).sqrt()
-    } else {
-        0.0
-    };
+    let relative_sd = crate::misfit::sd_of_errors(calls.iter().filter_map(|(b, a, t)| {
+        let p = f.at(*b, *a);
+        (p > 0.0).then(|| (t - p) / p)
+    }));
     Some(Fit { relative_sd, ..f })
 }
 
@@ -200,7 +193,8 @@ mod tests {
         assert!(t.mean >= 1e-3 - 1e-12 && t.mean <= 2e-3 + 1e-12, "{t:?}");
         let at_one = l.transfer(1_000_000, None).unwrap();
         assert!((at_one.mean - 1e-3).abs() < 1e-9, "{at_one:?}");
-        assert!((at_one.sd / at_one.mean - 0.1).abs() < 0.01, "{at_one:?}");
+        let reach = at_one.sd / at_one.mean * crate::stoch::Z90;
+        assert!((reach - 0.1).abs() < 1e-9, "{at_one:?}");
     }
 
     #[test]

@@ -246,7 +246,7 @@ fn regression(
         }
     };
     let rel = match &scaled_from {
-        None => o.regression_misfit.relative_rms(),
+        None => o.regression_misfit.relative_sd(),
         Some(_) => None,
     };
     let sd = rel.map_or(t.sd, |r| r * t.mean);
@@ -268,7 +268,7 @@ fn with_spread(c: Compute, server: ServerView<'_>) -> Compute {
     let Some(o) = server.offer else {
         return c;
     };
-    let rel = o.misfit.relative_rms().unwrap_or(o.point_spread);
+    let rel = o.misfit.relative_sd().unwrap_or(o.point_spread);
     let t = c.time();
     c.with_time(Stoch::new(t.mean, t.mean * rel))
 }

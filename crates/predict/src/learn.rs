@@ -273,8 +273,8 @@ mod tests {
         for k in [0.55, 0.45, 0.5] {
             o.learn_call(&facts, &n(100), true, k, None);
         }
-        let rms = o.misfit.relative_rms().unwrap();
-        assert!(rms > 0.05 && rms < 0.2, "{rms}");
+        let sd = o.misfit.relative_sd().unwrap();
+        assert!(sd > 0.05 && sd < 0.2, "{sd}");
         assert!(o.point_spread > 0.0);
     }
 }
