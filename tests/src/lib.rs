@@ -18,48 +18,81 @@ pub const FAST_HEARTBEATS: [&str; 4] = [
     "1000",
 ];
 
+/// The target directory of this test build (`target/<profile>`) and cargo's name for its
+/// profile.
+pub fn target_dir() -> Result<(PathBuf, String), String> {
+    // target/<profile>/deps/<test-exe> → target/<profile>
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .ok_or("cannot find the target directory")?
+        .to_path_buf();
+    let profile = dir.file_name().and_then(|p| p.to_str()).unwrap_or("debug");
+    let profile = if profile == "debug" { "dev" } else { profile }.to_string();
+    Ok((dir, profile))
+}
+
+/// Runs `cargo build` for `what` in this test build's profile; returns the target directory.
+pub fn cargo_build(what: &[&str]) -> Result<PathBuf, String> {
+    let (dir, profile) = target_dir()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--quiet", "--profile", &profile])
+        .args(what)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build {} failed:\n{}",
+            what.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(dir)
+}
+
 /// Path of a workspace binary, built (or brought up to date) once per test process so a test
 /// never runs a stale daemon.
 pub fn bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let dir = BUILT
-        .get_or_init(|| {
-            // target/<profile>/deps/<test-exe> → target/<profile>
-            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            let dir = exe
-                .parent()
-                .and_then(|d| d.parent())
-                .ok_or("cannot find the target directory")?
-                .to_path_buf();
-            let profile = dir.file_name().and_then(|p| p.to_str()).unwrap_or("debug");
-            let profile = if profile == "debug" { "dev" } else { profile };
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let out = Command::new(cargo)
-                .args([
-                    "build",
-                    "--quiet",
-                    "--profile",
-                    profile,
-                    "-p",
-                    "gridwise-agent",
-                    "-p",
-                    "gridwise-server",
-                    "--bins",
-                ])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .map_err(|e| format!("cannot run cargo: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "building the daemons failed:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            Ok(dir)
-        })
+        .get_or_init(|| cargo_build(&["-p", "gridwise-agent", "-p", "gridwise-server", "--bins"]))
         .as_ref()
         .unwrap_or_else(|e| panic!("{e}"));
     dir.join(name)
+}
+
+/// Where this build's `libgridwise.a` and `libgridwise.so` are, built first.
+pub fn capi_lib_dir() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| cargo_build(&["-p", "gridwise-capi", "--lib"]))
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The C examples (`examples/c`), compiled by their Makefile with the system C compiler
+/// against this build's `libgridwise.a` into `out`; returns `out`.
+pub fn c_examples(out: &std::path::Path) -> PathBuf {
+    let lib = capi_lib_dir();
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c");
+    let make = Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(&examples)
+        .arg(format!("BUILD={}", out.display()))
+        .arg(format!("GRIDWISE_LIB={}", lib.display()))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run make (install make and a C compiler): {e}"));
+    assert!(
+        make.status.success(),
+        "building the C examples failed:\n{}{}",
+        String::from_utf8_lossy(&make.stdout),
+        String::from_utf8_lossy(&make.stderr)
+    );
+    out.to_path_buf()
 }
 
 /// A local grid of the real `gridwise-agent` and `gridwise-server` processes.

@@ -1,5 +1,7 @@
 //! `gridwise bench rpc`: the cost of one remote call over the full path — ranking at the
-//! agent, execution on the server, the timing report back to the agent — for the no-op `add`.
+//! agent, execution on the server, the timing report back to the agent — for the no-op `add`,
+//! from the Rust client, from C (`examples/c/rpc_bench.c` against `libgridwise.a`) and from
+//! Python (`python -m gridwise.bench`), all on the same grid in one run.
 
 use gridwise_client::{Client, ClientConfig};
 use gridwise_localgrid::LocalGrid;
@@ -7,6 +9,7 @@ use gridwise_localgrid::wait_for_servers;
 use gridwise_proto::Value;
 use serde_json::json;
 use statrs::statistics::{Data, OrderStatistics};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// What to measure.
@@ -22,28 +25,61 @@ pub struct RpcBench {
     pub async_calls: usize,
     /// Asynchronous sessions kept in flight.
     pub window: usize,
+    /// Which clients to measure: `rust`, `c`, `python`.
+    pub clients: Vec<String>,
+    /// The Python interpreter that has the `gridwise` package installed.
+    pub python: String,
 }
 
-/// Runs the benchmark and returns its JSON object.
-pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<serde_json::Value> {
+/// The clients `--client` takes.
+pub const CLIENTS: [&str; 3] = ["rust", "c", "python"];
+
+/// Runs the benchmark; one JSON object per client.
+pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
+    if let Some(c) = opts.clients.iter().find(|c| !CLIENTS.contains(&c.as_str())) {
+        anyhow::bail!("no client `{c}`: the clients are {}", CLIENTS.join(", "));
+    }
     let mut grid = None;
     let (agent, token) = match &opts.agent {
         Some(a) => (a.clone(), opts.token.clone()),
         None => {
             let exe = std::env::current_exe()?;
             let mut g = LocalGrid::start_gridwise(&exe, &[])?;
-            g.add_server("bench-server", "builtins = [\"add\"]\ncalibrate = false\n")?;
+            g.add_server(
+                "bench-server",
+                "builtins = [\"add\", \"echo\"]\ncalibrate = false\n",
+            )?;
             let a = g.agent.addr.clone();
             grid = Some(g);
             (a, None)
         }
     };
-    let mut cfg = ClientConfig::with_agent(agent);
-    cfg.token = token;
-    let client = Client::connect(cfg)?;
+    let mut cfg = ClientConfig::with_agent(agent.clone());
+    cfg.token = token.clone();
     if grid.is_some() {
-        wait_for_servers(&client, 1, Duration::from_secs(30))?;
+        wait_for_servers(&Client::connect(cfg.clone())?, 1, Duration::from_secs(30))?;
     }
+    let mut out = Vec::new();
+    for c in &opts.clients {
+        let mut line = match c.as_str() {
+            "rust" => rust_client(opts, cfg.clone())?,
+            "c" => c_client(opts, &cfg)?,
+            _ => python_client(opts, &agent, token.as_deref())?,
+        };
+        line["bench"] = json!("rpc");
+        line["client"] = json!(c);
+        line["sync_calls"] = json!(opts.sync_calls);
+        line["async_calls"] = json!(opts.async_calls);
+        line["calls"] = json!(opts.sync_calls + opts.async_calls);
+        line["window"] = json!(opts.window.max(1));
+        out.push(line);
+    }
+    drop(grid);
+    Ok(out)
+}
+
+fn rust_client(opts: &RpcBench, cfg: ClientConfig) -> anyhow::Result<serde_json::Value> {
+    let client = Client::connect(cfg)?;
     let add = client.function_handle_default("add")?;
 
     eprintln!("bench rpc: warming up …");
@@ -86,16 +122,159 @@ pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<serde_json::Value> {
         }
     }
     let per_s = opts.async_calls as f64 / t.elapsed().as_secs_f64();
-    drop(client);
-    drop(grid);
     Ok(json!({
-        "bench": "rpc",
         "sync_p50_us": (p50 * 10.0).round() / 10.0,
         "sync_p99_us": (p99 * 10.0).round() / 10.0,
         "async_calls_per_s": per_s.round(),
-        "calls": opts.sync_calls + opts.async_calls,
-        "sync_calls": opts.sync_calls,
-        "async_calls": opts.async_calls,
-        "window": window,
     }))
+}
+
+/// The workspace this benchmark was built from (the C example and the C library are built
+/// from its sources).
+fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `cmd`, failing with what it printed; returns its stdout.
+fn output_of(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
+    let out = cmd
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run {what}: {e}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The last line of `text` that parses as a JSON object.
+fn last_json(text: &str, what: &str) -> anyhow::Result<serde_json::Value> {
+    text.lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(serde_json::Value::is_object)
+        .ok_or_else(|| anyhow::anyhow!("{what} printed no JSON object:\n{text}"))
+}
+
+fn c_client(opts: &RpcBench, cfg: &ClientConfig) -> anyhow::Result<serde_json::Value> {
+    let root = workspace();
+    eprintln!("bench rpc: building libgridwise (release) and the C benchmark …");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    output_of(
+        Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "--quiet",
+                "-p",
+                "gridwise-capi",
+                "--lib",
+            ])
+            .current_dir(&root),
+        "cargo build -p gridwise-capi",
+    )?;
+    let dir = tempfile::tempdir()?;
+    output_of(
+        Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(root.join("examples/c"))
+            .arg(format!("BUILD={}", dir.path().display()))
+            .arg(format!(
+                "GRIDWISE_LIB={}",
+                root.join("target/release").display()
+            ))
+            .arg(dir.path().join("rpc_bench")),
+        "make (a C compiler and make are needed)",
+    )?;
+    let config = dir.path().join("client.toml");
+    std::fs::write(&config, cfg.to_toml()?)?;
+    eprintln!("bench rpc: the C client …");
+    let text = output_of(
+        Command::new(dir.path().join("rpc_bench"))
+            .arg(&config)
+            .arg(opts.sync_calls.to_string())
+            .arg(opts.async_calls.to_string())
+            .arg(opts.window.max(1).to_string()),
+        "the C benchmark",
+    )?;
+    last_json(&text, "the C benchmark")
+}
+
+fn python_client(
+    opts: &RpcBench,
+    agent: &str,
+    token: Option<&str>,
+) -> anyhow::Result<serde_json::Value> {
+    eprintln!("bench rpc: the Python client ({}) …", opts.python);
+    let mut cmd = Command::new(&opts.python);
+    cmd.args(["-m", "gridwise.bench", "--agent", agent])
+        .arg("--calls")
+        .arg(opts.sync_calls.to_string())
+        .arg("--async-calls")
+        .arg(opts.async_calls.to_string())
+        .arg("--window")
+        .arg(opts.window.max(1).to_string())
+        .arg("--array-mib")
+        .arg(ARRAY_MIB.to_string());
+    if let Some(t) = token {
+        cmd.args(["--token", t]);
+    }
+    let text = output_of(
+        &mut cmd,
+        "the Python benchmark (install the package: pip install ./python)",
+    )?;
+    let mut line = last_json(&text, "the Python benchmark")?;
+    eprintln!("bench rpc: a raw loopback TCP copy of {ARRAY_MIB} MiB …");
+    line["raw_tcp_round_trip_mb_per_s"] =
+        json!((raw_tcp_mb_per_s(ARRAY_MIB)? * 10.0).round() / 10.0);
+    Ok(line)
+}
+
+/// The array the Python client sends to `echo` and back.
+const ARRAY_MIB: usize = 64;
+
+/// What loopback TCP itself does: `mib` MiB sent to a thread that sends them back, bytes moved
+/// both ways per second, best of three.
+fn raw_tcp_mb_per_s(mib: usize) -> anyhow::Result<f64> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let n = mib * 1024 * 1024;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; n];
+        for _ in 0..3 {
+            s.read_exact(&mut buf)?;
+            s.write_all(&buf)?;
+        }
+        Ok(())
+    });
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let data: Vec<u8> = (0..n).map(|i| i as u8).collect();
+    let mut back = vec![0u8; n];
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        // Writing all before reading would deadlock once both socket buffers fill.
+        let mut w = s.try_clone()?;
+        let sender = {
+            let data = data.clone();
+            std::thread::spawn(move || w.write_all(&data))
+        };
+        s.read_exact(&mut back)?;
+        sender
+            .join()
+            .map_err(|_| anyhow::anyhow!("the sending thread panicked"))??;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
+    anyhow::ensure!(back == data, "the loopback copy came back different");
+    Ok(2.0 * n as f64 / best / 1e6)
 }

@@ -304,6 +304,13 @@ enum BenchCmd {
         /// Asynchronous sessions in flight.
         #[arg(long, default_value_t = 512)]
         window: usize,
+        /// Clients to measure, comma-separated: rust, c (builds examples/c against
+        /// libgridwise), python (needs `pip install ./python`).
+        #[arg(long, value_delimiter = ',', default_value = "rust")]
+        client: Vec<String>,
+        /// The Python interpreter for `--client python`.
+        #[arg(long, default_value = "python3")]
+        python: String,
         #[command(flatten)]
         conn: Conn,
     },
@@ -520,19 +527,21 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 calls,
                 async_calls,
                 window,
+                client,
+                python,
                 conn,
             } => {
-                let out = bench::rpc::run_rpc(&bench::rpc::RpcBench {
+                let lines = bench::rpc::run_rpc(&bench::rpc::RpcBench {
                     agent: conn.agent.clone(),
                     token: conn.token.clone(),
                     sync_calls: *calls,
                     async_calls: *async_calls,
                     window: *window,
+                    clients: client.clone(),
+                    python: python.clone(),
                 })?;
-                if *json {
-                    println!("{out}");
-                } else {
-                    println!("{}", serde_json::to_string_pretty(&out)?);
+                for out in lines {
+                    print_line(*json, &out);
                 }
                 Ok(())
             }

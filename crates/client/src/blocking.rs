@@ -132,9 +132,9 @@ impl Client {
     pub fn function_handle_init(
         &self,
         service: &str,
-        server_name: &str,
+        server: &str,
     ) -> Result<FunctionHandle, GrpcError> {
-        self.run(self.inner.function_handle_init(service, server_name))
+        self.run(self.inner.function_handle_init(service, server))
     }
 
     /// See [`GridClient::function_handle_destruct`].
@@ -207,7 +207,7 @@ impl Client {
     }
 
     /// See [`GridClient::get_error`].
-    pub fn get_error(&self, id: SessionId) -> Option<GrpcError> {
+    pub fn get_error(&self, id: SessionId) -> Result<Option<GrpcError>, GrpcError> {
         self.inner.get_error(id)
     }
 

@@ -11,7 +11,7 @@ use gridwise_proto::wire;
 use gridwise_proto::{
     AgentStatus, CallError, CallErrorKind, CallId, CallProfile, Candidate, DataHandle, ErrorCode,
     Etc, ExecuteReply, ExecuteRequest, LinkInfo, ModelExport, ModelSummary, Pong, RankOptions,
-    Ranking, RemoteRef, ServiceDesc, ServiceSummary, Ticket, Timing, Value,
+    Ranking, RemoteRef, ServerStatus, ServiceDesc, ServiceSummary, Ticket, Timing, Value,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -427,21 +427,27 @@ impl GridClient {
         Ok(self.new_handle(Binding::Default, desc))
     }
 
-    /// A handle for `service` bound to the server named `server_name`
-    /// (`grpc_function_handle_init`); `ServerNotFound` for an unknown server,
-    /// `FunctionNotFound` when that server does not offer the service.
+    /// A handle for `service` bound to one server (`grpc_function_handle_init`), named by its
+    /// registered name or by the `host:port` it serves on (what GridRPC programs pass);
+    /// `ServerNotFound` for an unknown server, `FunctionNotFound` when that server does not
+    /// offer the service.
     pub async fn function_handle_init(
         &self,
         service: &str,
-        server_name: &str,
+        server: &str,
     ) -> Result<FunctionHandle, GrpcError> {
         let status = self.inner.conn.status().await?;
-        let Some(server) = status.servers.iter().find(|s| s.name == server_name) else {
-            let known: Vec<&str> = status.servers.iter().map(|s| s.name.as_str()).collect();
+        let by_name = status.servers.iter().find(|s| s.name == server);
+        let Some(server) = by_name.or_else(|| at_address(&status.servers, server)) else {
+            let known: Vec<String> = status
+                .servers
+                .iter()
+                .map(|s| format!("{} ({})", s.name, s.addr))
+                .collect();
             return Err(GrpcError::new(
                 ErrorCode::ServerNotFound,
                 format!(
-                    "the agent knows no server named `{server_name}` (known: {})",
+                    "the agent knows no server named or at `{server}` (known: {})",
                     if known.is_empty() {
                         "none".to_string()
                     } else {
@@ -450,6 +456,7 @@ impl GridClient {
                 ),
             ));
         };
+        let server_name = server.name.as_str();
         if !server.services.iter().any(|s| s == service) {
             return Err(GrpcError::new(
                 ErrorCode::FunctionNotFound,
@@ -686,11 +693,10 @@ impl GridClient {
     }
 
     /// Waits for the earliest-completed of `ids` and consumes it (`grpc_wait_or`). If that
-    /// session failed, its error is returned, and [`GridClient::get_failed_session_id`] names
-    /// it.
+    /// session failed, its error is returned naming it ([`GrpcError::session`]).
     pub async fn wait_or(&self, ids: &[SessionId]) -> Result<(SessionId, CallResult), GrpcError> {
         let (id, r) = self.inner.sessions.wait_first(Some(ids)).await?;
-        Ok((id, r?))
+        Ok((id, r.map_err(|e| e.in_session(id))?))
     }
 
     /// Waits for every session not yet waited for (`grpc_wait_all`), in start order; failures
@@ -704,7 +710,7 @@ impl GridClient {
     /// failed one as in [`GridClient::wait_or`].
     pub async fn wait_any(&self) -> Result<(SessionId, CallResult), GrpcError> {
         let (id, r) = self.inner.sessions.wait_first(None).await?;
-        Ok((id, r?))
+        Ok((id, r.map_err(|e| e.in_session(id))?))
     }
 
     /// Stops a session (`grpc_cancel`): a running call is cancelled on its server, a call being
@@ -728,8 +734,10 @@ impl GridClient {
         Ok(())
     }
 
-    /// The error of a finished session, also after it was waited for (`grpc_get_error`).
-    pub fn get_error(&self, id: SessionId) -> Option<GrpcError> {
+    /// The error of a finished session, also after it was waited for (`grpc_get_error`):
+    /// `None` for a session that succeeded or is still running, `InvalidSessionId` for an id
+    /// this client never issued.
+    pub fn get_error(&self, id: SessionId) -> Result<Option<GrpcError>, GrpcError> {
         self.inner.sessions.error(id)
     }
 
@@ -789,6 +797,24 @@ impl GridClient {
     pub fn unresponsive_servers(&self) -> Vec<String> {
         self.inner.conn.liveness.unresponsive()
     }
+}
+
+/// The server serving at `addr` (`host:port`): the same text, else the same socket address once
+/// both resolve (`localhost:7100` is `127.0.0.1:7100`).
+fn at_address<'a>(servers: &'a [ServerStatus], addr: &str) -> Option<&'a ServerStatus> {
+    use std::net::ToSocketAddrs;
+    if let Some(s) = servers.iter().find(|s| s.addr == addr) {
+        return Some(s);
+    }
+    // Only something that looks like host:port is resolved (a bare name never is).
+    let (_, port) = addr.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    let wanted: Vec<std::net::SocketAddr> = addr.to_socket_addrs().ok()?.collect();
+    servers.iter().find(|s| {
+        s.addr
+            .to_socket_addrs()
+            .is_ok_and(|mut a| a.any(|a| wanted.contains(&a)))
+    })
 }
 
 fn invalid_handle(h: &FunctionHandle) -> GrpcError {

@@ -1,5 +1,6 @@
 //! The client's error: a GridRPC (GFD.52) code with a readable message.
 
+use crate::session::SessionId;
 use gridwise_proto::wire::WireError;
 use gridwise_proto::{ArgError, CallError, ErrorCode, RpcError};
 
@@ -11,6 +12,9 @@ pub struct GrpcError {
     pub code: ErrorCode,
     /// What was wrong and, where possible, what to do about it.
     pub message: String,
+    /// The session the error belongs to, when a wait for any of several sessions found one
+    /// that failed (`grpc_wait_or` and `grpc_wait_any` name it together with the error).
+    pub session: Option<SessionId>,
 }
 
 impl GrpcError {
@@ -19,6 +23,15 @@ impl GrpcError {
         Self {
             code,
             message: message.into(),
+            session: None,
+        }
+    }
+
+    /// The same error, naming the session it belongs to.
+    pub fn in_session(self, id: SessionId) -> Self {
+        Self {
+            session: Some(id),
+            ..self
         }
     }
 

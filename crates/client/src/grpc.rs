@@ -68,9 +68,10 @@ pub fn function_handle_default(service: &str) -> Result<FunctionHandle, GrpcErro
     client()?.function_handle_default(service)
 }
 
-/// See [`crate::GridClient::function_handle_init`].
-pub fn function_handle_init(service: &str, server_name: &str) -> Result<FunctionHandle, GrpcError> {
-    client()?.function_handle_init(service, server_name)
+/// See [`crate::GridClient::function_handle_init`]: `server` is a registered name or a
+/// `host:port`.
+pub fn function_handle_init(service: &str, server: &str) -> Result<FunctionHandle, GrpcError> {
+    client()?.function_handle_init(service, server)
 }
 
 /// See [`crate::GridClient::function_handle_destruct`].
@@ -140,7 +141,7 @@ pub fn cancel_all() -> Result<(), GrpcError> {
 
 /// See [`crate::GridClient::get_error`]; `NotInitialized` outside initialize/finalize.
 pub fn get_error(id: SessionId) -> Result<Option<GrpcError>, GrpcError> {
-    Ok(client()?.get_error(id))
+    client()?.get_error(id)
 }
 
 /// See [`crate::GridClient::get_failed_session_id`]; `NotInitialized` outside
@@ -152,4 +153,71 @@ pub fn get_failed_session_id() -> Result<Option<SessionId>, GrpcError> {
 /// The readable message for an error code (`grpc_error_string`).
 pub fn error_string(code: ErrorCode) -> &'static str {
     code.message()
+}
+
+/// The readable message for an error code given as the C API's integer; a number that is no
+/// code gets `GRPC_UNKNOWN_ERROR_CODE`'s message, as GFD.52 asks.
+pub fn error_string_of(code: i32) -> &'static str {
+    ErrorCode::from_number(i64::from(code)).message()
+}
+
+/// `GRPC_SESSIONID_VOID`: the id a failed asynchronous call leaves, and the one `wait_any`
+/// gives when it had no session to name.
+pub const SESSIONID_VOID: i64 = -1;
+
+/// `GRPC_LAST_ERROR_CODE`: one above the highest code (16), where loops over the codes stop.
+pub const LAST_ERROR_CODE: i32 = ErrorCode::ALL.len() as i32;
+
+/// A GFD.52 argument stack: the arguments of one call pushed one by one, for programs that
+/// build a call's arguments at run time (`grpc_arg_stack_*`, `grpc_call_argstack`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ArgStack {
+    max: usize,
+    args: Vec<Value>,
+}
+
+impl ArgStack {
+    /// A stack for at most `max` arguments (`grpc_arg_stack_new`).
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            args: Vec::with_capacity(max.min(64)),
+        }
+    }
+
+    /// Pushes the next argument (`grpc_arg_stack_push_arg`); `OtherErrorCode` when the stack
+    /// already holds `max`.
+    pub fn push_arg(&mut self, v: Value) -> Result<(), GrpcError> {
+        if self.args.len() >= self.max {
+            return Err(GrpcError::new(
+                ErrorCode::OtherErrorCode,
+                format!(
+                    "the argument stack is full ({} argument(s)): make it larger in arg_stack_new",
+                    self.max
+                ),
+            ));
+        }
+        self.args.push(v);
+        Ok(())
+    }
+
+    /// Takes the last argument off (`grpc_arg_stack_pop_arg`).
+    pub fn pop_arg(&mut self) -> Option<Value> {
+        self.args.pop()
+    }
+
+    /// The arguments, first pushed first.
+    pub fn args(&self) -> &[Value] {
+        &self.args
+    }
+}
+
+/// Calls with the arguments on `stack` (`grpc_call_argstack`).
+pub fn call_argstack(h: &FunctionHandle, stack: &ArgStack) -> Result<CallResult, GrpcError> {
+    call(h, stack.args.clone())
+}
+
+/// Starts a call with the arguments on `stack` (`grpc_call_argstack_async`).
+pub fn call_argstack_async(h: &FunctionHandle, stack: &ArgStack) -> Result<SessionId, GrpcError> {
+    call_async(h, stack.args.clone())
 }

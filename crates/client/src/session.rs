@@ -381,9 +381,14 @@ impl Sessions {
         )))
     }
 
-    /// The error of a finished session, kept after it was waited for.
-    pub(crate) fn error(&self, id: SessionId) -> Option<GrpcError> {
-        self.lock().errors.get(&id.0).cloned()
+    /// The error of a finished session, kept after it was waited for; `None` for one that
+    /// succeeded or runs, `InvalidSessionId` for an id never issued.
+    pub(crate) fn error(&self, id: SessionId) -> Result<Option<GrpcError>, GrpcError> {
+        let t = self.lock();
+        if id.0 == 0 || id.0 > t.next_id {
+            return Err(GrpcError::invalid_session(id));
+        }
+        Ok(t.errors.get(&id.0).cloned())
     }
 
     /// The next failed session of the last `wait_and` / `wait_all`.

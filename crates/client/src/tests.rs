@@ -150,7 +150,7 @@ async fn cancel_stops_the_call_on_the_server() {
     let e = c.wait(id).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::SessionFailed);
     assert!(e.message.contains("cancelled"), "{e}");
-    assert_eq!(c.get_error(id).unwrap(), e);
+    assert_eq!(c.get_error(id).unwrap(), Some(e));
     // A finished session: no effect. An unknown one: invalid.
     let add = c.function_handle_default("add").await.unwrap();
     let done = c.call_async(&add, ints(1, 1)).unwrap();
@@ -208,7 +208,30 @@ async fn a_second_wait_is_an_invalid_session() {
     assert_eq!(c.wait(id).await.unwrap().outputs, vec![Value::Int(7)]);
     let e = c.wait(id).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidSessionId);
-    assert!(c.get_error(id).is_none());
+    // Succeeded: no error. Never issued: an invalid id (GFD.52), not "no error".
+    assert_eq!(c.get_error(id), Ok(None));
+    for never in [SessionId(0), SessionId(id.0 + 1), SessionId(u64::MAX)] {
+        assert_eq!(
+            c.get_error(never).unwrap_err().code,
+            ErrorCode::InvalidSessionId
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_or_and_wait_any_name_a_failed_session() {
+    let grid = Grid::start(&["s1"]).await;
+    let c = client(&grid).await;
+    let fail = c.function_handle_default("fail").await.unwrap();
+    let a = c.call_async(&fail, ints(0, 0)).unwrap();
+    let e = c.wait_or(&[a]).await.unwrap_err();
+    assert_eq!((e.code, e.session), (ErrorCode::SessionFailed, Some(a)));
+    let b = c.call_async(&fail, ints(0, 0)).unwrap();
+    let e = c.wait_any().await.unwrap_err();
+    assert_eq!((e.code, e.session), (ErrorCode::SessionFailed, Some(b)));
+    // Errors that belong to no session name none.
+    let e = c.wait_any().await.unwrap_err();
+    assert_eq!((e.code, e.session), (ErrorCode::InvalidSessionId, None));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,8 +248,11 @@ async fn wait_all_names_the_failed_session() {
     assert!(e.message.contains(&bad.to_string()), "{e}");
     assert_eq!(c.get_failed_session_id(), Some(bad));
     assert_eq!(c.get_failed_session_id(), None);
-    assert_eq!(c.get_error(bad).unwrap().code, ErrorCode::SessionFailed);
-    assert!(c.get_error(ok1).is_none());
+    assert_eq!(
+        c.get_error(bad).unwrap().unwrap().code,
+        ErrorCode::SessionFailed
+    );
+    assert_eq!(c.get_error(ok1), Ok(None));
     // The successful sessions are not lost.
     let all = c.wait_all().await.unwrap();
     let ids: Vec<SessionId> = all.iter().map(|(id, _)| *id).collect();
@@ -272,6 +298,21 @@ async fn handles_check_services_and_servers() {
     assert_eq!(e.code, ErrorCode::FunctionNotFound);
     let pinned = c.function_handle_init("add", "s2").await.unwrap();
     assert_eq!(pinned.binding, Binding::Server("s2".into()));
+    // GridRPC programs name a server by host:port; `localhost` resolves to the same socket.
+    let addr = grid.addr_of("s2");
+    let by_addr = c.function_handle_init("add", &addr).await.unwrap();
+    assert_eq!(by_addr.binding, Binding::Server("s2".into()));
+    let port = addr.rsplit_once(':').unwrap().1;
+    let by_host = c
+        .function_handle_init("add", &format!("localhost:{port}"))
+        .await
+        .unwrap();
+    assert_eq!(by_host.binding, Binding::Server("s2".into()));
+    let e = c
+        .function_handle_init("add", "127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::ServerNotFound);
     let r = c.call(&pinned, ints(1, 2)).await.unwrap();
     assert_eq!(r.server, "s2");
     let id = c.call_async(&pinned, ints(1, 2)).unwrap();
@@ -416,6 +457,34 @@ fn the_global_api_follows_gfd52() {
     assert_eq!(grpc::wait_all().unwrap_err().code, ErrorCode::SessionFailed);
     assert_eq!(grpc::get_failed_session_id().unwrap(), Some(bad));
     assert!(grpc::get_error(bad).unwrap().is_some());
+    assert_eq!(
+        grpc::get_error(SessionId(9_999)).unwrap_err().code,
+        ErrorCode::InvalidSessionId
+    );
+    // The argument stack: the same call, its arguments pushed at run time.
+    let mut stack = grpc::ArgStack::new(2);
+    stack.push_arg(Value::Int(5)).unwrap();
+    stack.push_arg(Value::Int(9)).unwrap();
+    assert_eq!(
+        stack.push_arg(Value::Int(0)).unwrap_err().code,
+        ErrorCode::OtherErrorCode
+    );
+    assert_eq!(
+        grpc::call_argstack(&add, &stack).unwrap().outputs,
+        vec![Value::Int(14)]
+    );
+    let id = grpc::call_argstack_async(&add, &stack).unwrap();
+    assert_eq!(grpc::wait(id).unwrap().outputs, vec![Value::Int(14)]);
+    assert_eq!(stack.pop_arg(), Some(Value::Int(9)));
+    assert_eq!(stack.args(), &[Value::Int(5)]);
+    assert_eq!(
+        grpc::error_string_of(99),
+        ErrorCode::UnknownErrorCode.message()
+    );
+    assert_eq!(
+        grpc::error_string_of(10),
+        ErrorCode::SessionFailed.message()
+    );
     grpc::function_handle_destruct(&add).unwrap();
     grpc::finalize().unwrap();
     assert!(!grpc::is_initialized());

@@ -400,6 +400,16 @@ impl Grid {
         }
     }
 
+    /// The address the agent hands out for a server.
+    pub fn addr_of(&self, name: &str) -> String {
+        let servers = self.agent.servers.lock().unwrap();
+        servers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.clone())
+            .unwrap()
+    }
+
     /// Panics for a `dead…` or unknown name: only live test servers have a state.
     pub fn server(&self, name: &str) -> &ServerStateT {
         &self.servers[name]

@@ -1,19 +1,23 @@
 //! The services every server can offer without configuration: a trivial one to measure call
-//! overhead (`add`), ones that exercise timing, cancellation and failure paths (`sleep`,
-//! `loop`, `fail`), and a real compute kernel with a meaningful performance curve (`dgemm`).
+//! overhead (`add`), one that measures moving data (`echo`), ones that exercise timing,
+//! cancellation and failure paths (`sleep`, `loop`, `fail`), and a real compute kernel with a
+//! meaningful performance curve (`dgemm`).
 
-use crate::kernel::{Kernel, KernelCtx, KernelError, f64_array_input, int_input, str_input};
+use crate::kernel::{
+    Kernel, KernelCtx, KernelError, f64_array_input, int_input, missing, str_input,
+};
 use gridwise_proto::{ArgDesc, ArgMode, Array, ServiceDesc, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The names [`builtin`] knows, in a stable order for listings.
-pub const BUILTIN_NAMES: [&str; 5] = ["add", "sleep", "loop", "fail", "dgemm"];
+pub const BUILTIN_NAMES: [&str; 6] = ["add", "echo", "sleep", "loop", "fail", "dgemm"];
 
 /// The built-in kernel called `name`, or `None` if there is no such built-in.
 pub fn builtin(name: &str) -> Option<Arc<dyn Kernel>> {
     Some(match name {
         "add" => Arc::new(AddKernel::new()),
+        "echo" => Arc::new(EchoKernel::new()),
         "sleep" => Arc::new(SleepKernel::new()),
         "loop" => Arc::new(LoopKernel::new()),
         "fail" => Arc::new(FailKernel::new()),
@@ -93,6 +97,50 @@ impl Kernel for AddKernel {
             ))
         })?;
         Ok(vec![Value::Int(y)])
+    }
+}
+
+/// `echo(in n: int, in x: vector<f64>[n], out y: vector<f64>[n])`: y = x. What a call costs
+/// when it is all data: two transfers and nothing else.
+#[derive(Debug, Clone)]
+pub struct EchoKernel {
+    desc: ServiceDesc,
+}
+
+impl EchoKernel {
+    pub fn new() -> Self {
+        Self {
+            desc: service(
+                "echo",
+                "Returns its input; measures moving data.",
+                vec![
+                    arg("n", ArgMode::In, "int", "Elements of x."),
+                    arg("x", ArgMode::In, "vector<f64>[n]", "The data."),
+                    arg("y", ArgMode::Out, "vector<f64>[n]", "The same data."),
+                ],
+                &["n"],
+                Some("n"),
+            ),
+        }
+    }
+}
+
+impl Default for EchoKernel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Kernel for EchoKernel {
+    fn desc(&self) -> &ServiceDesc {
+        &self.desc
+    }
+
+    fn run(&self, inputs: &[Value], _ctx: &KernelCtx) -> Result<Vec<Value>, KernelError> {
+        match inputs.get(1) {
+            Some(v @ Value::Vector(_)) => Ok(vec![v.clone()]),
+            other => Err(missing(1, "x", "a vector", other)),
+        }
     }
 }
 

@@ -65,7 +65,7 @@ pub trait Kernel: Send + Sync {
 
 // The server checks inputs before `run`, so a mismatch here is a server bug: report it as
 // Internal rather than panicking on data that came off the wire.
-fn missing(i: usize, name: &str, want: &str, got: Option<&Value>) -> KernelError {
+pub(crate) fn missing(i: usize, name: &str, want: &str, got: Option<&Value>) -> KernelError {
     KernelError::Internal(format!(
         "input {i} (`{name}`) should be {want} but is {}; the server must check inputs against the service description before running the kernel",
         got.map_or_else(|| "missing".to_string(), Value::kind)
