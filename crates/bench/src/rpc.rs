@@ -122,10 +122,24 @@ fn rust_client(opts: &RpcBench, cfg: ClientConfig) -> anyhow::Result<serde_json:
         }
     }
     let per_s = opts.async_calls as f64 / t.elapsed().as_secs_f64();
+    let echo = client.function_handle_default("echo")?;
+    let n = ARRAY_MIB * 1024 * 1024 / 8;
+    let x = Value::vector_f64(&(0..n).map(|i| i as f64).collect::<Vec<_>>());
+    let inputs = vec![Value::Int(n as i64), x.clone()];
+    client.call(&echo, inputs.clone())?;
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = client.call(&echo, inputs.clone())?;
+        best = best.min(t.elapsed().as_secs_f64());
+        anyhow::ensure!(r.outputs == vec![x.clone()], "echo returned other data");
+    }
     Ok(json!({
         "sync_p50_us": (p50 * 10.0).round() / 10.0,
         "sync_p99_us": (p99 * 10.0).round() / 10.0,
         "async_calls_per_s": per_s.round(),
+        "array_mib": ARRAY_MIB,
+        "array_round_trip_mb_per_s": (2.0 * (n * 8) as f64 / best / 1e6 * 10.0).round() / 10.0,
     }))
 }
 
@@ -191,7 +205,11 @@ fn c_client(opts: &RpcBench, cfg: &ClientConfig) -> anyhow::Result<serde_json::V
         "make (a C compiler and make are needed)",
     )?;
     let config = dir.path().join("client.toml");
-    std::fs::write(&config, cfg.to_toml()?)?;
+    let mut toml = format!("agent = {:?}\n", cfg.agent);
+    if let Some(t) = &cfg.token {
+        toml.push_str(&format!("token = {t:?}\n"));
+    }
+    std::fs::write(&config, toml)?;
     eprintln!("bench rpc: the C client …");
     let text = output_of(
         Command::new(dir.path().join("rpc_bench"))
@@ -234,7 +252,7 @@ fn python_client(
     Ok(line)
 }
 
-/// The array the Python client sends to `echo` and back.
+/// The array the Rust and Python clients send to `echo` and back.
 const ARRAY_MIB: usize = 64;
 
 /// What loopback TCP itself does: `mib` MiB sent to a thread that sends them back, bytes moved
