@@ -45,6 +45,13 @@ impl fmt::Debug for Complexity {
     }
 }
 
+/// Two expressions are the same when their text is: the tree is parsed from it.
+impl PartialEq for Complexity {
+    fn eq(&self, other: &Self) -> bool {
+        self.expr == other.expr
+    }
+}
+
 impl Complexity {
     /// Parses `expr`; every variable it uses must be one of `allowed`.
     pub fn parse(expr: &str, allowed: &[String]) -> Result<Self, ComplexityError> {

@@ -64,6 +64,47 @@ pub fn bin(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// The Python of a virtual environment under `target/` with `packages` installed (pip, from
+/// PyPI): made once per target directory, topped up as tests ask.
+pub fn python_venv(packages: &[&str]) -> PathBuf {
+    let (target, _) = target_dir().unwrap_or_else(|e| panic!("{e}"));
+    let venv = target.join("python-venv");
+    let python = venv.join("bin/python");
+    let run = |cmd: &mut Command, what: &str| {
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+        assert!(
+            out.status.success(),
+            "{what} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // One test at a time makes or changes the environment.
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    if !python.exists() {
+        run(
+            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+            "python3 -m venv (Python 3.9 or newer with venv is needed)",
+        );
+    }
+    run(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(packages),
+        &format!("pip install {}", packages.join(" ")),
+    );
+    python
+}
+
 /// Where this build's `libgridwise.a` and `libgridwise.so` are, built first.
 pub fn capi_lib_dir() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();

@@ -2,7 +2,7 @@
 //! (with this build's profile, so it reuses what `cargo test` compiled), then its pytest suite
 //! runs against real daemons on 127.0.0.1.
 
-use gridwise_e2e::{cargo_build, target_dir};
+use gridwise_e2e::{cargo_build, python_venv, target_dir};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -55,29 +55,8 @@ fn the_python_package_installs_and_its_tests_pass() {
     let (target, profile) = target_dir().unwrap();
     let bin =
         cargo_build(&["-p", "gridwise", "--bin", "gridwise"]).unwrap_or_else(|e| panic!("{e}"));
+    let python = python_venv(&["maturin>=1.8,<2", "numpy", "pytest"]);
     let venv = target.join("python-venv");
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        must(
-            Command::new("python3").arg("-m").arg("venv").arg(&venv),
-            "python3 -m venv (Python 3.9 or newer with venv is needed)",
-            Duration::from_secs(120),
-        );
-    }
-    must(
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "maturin>=1.8,<2",
-            "numpy",
-            "pytest",
-        ]),
-        "pip install maturin numpy pytest",
-        Duration::from_secs(600),
-    );
     must(
         Command::new(&python)
             .args([

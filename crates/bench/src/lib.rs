@@ -4,9 +4,11 @@
 //! `rpc` and `faults` start a real local grid of daemons; `mapping` and `schedule` drive the
 //! scheduling core directly or through a grid; `models` builds functional performance models
 //! against the built-in kernels; `predict` times calls on loaded servers against every
-//! predictor's estimate, then schedules on them.
+//! predictor's estimate, then schedules on them; `kernels` sets the kinds of kernels (built-in,
+//! library, command, Python) side by side.
 
 pub mod faults;
+pub mod kernels;
 pub mod mapping;
 pub mod models;
 pub mod predict;

@@ -59,11 +59,22 @@ pub fn run() -> anyhow::Result<()> {
         let addr = grid.add_server(name, &emulated_toml(speed))?.addr.clone();
         println!("  {name:<10} {addr}  emulated `solve`, true speed (n, op/s) {speed}");
     }
+    // LAPACK's dgesv from the system library, described as any owner would describe it.
+    let lapack = grid.write_file("lapack.toml", LAPACK)?;
     let addr = grid
-        .add_server("dgemm-host", "builtins = [\"dgemm\", \"add\"]\nslots = 1\n")?
+        .add_server(
+            "dgemm-host",
+            &format!(
+                "builtins = [\"dgemm\", \"add\"]\nslots = 1\nservices = [{:?}]\n\
+                 [[library]]\nservice = \"dgesv\"\npath = \"liblapack.so.3\"\n",
+                lapack.display().to_string()
+            ),
+        )?
         .addr
         .clone();
-    println!("  dgemm-host {addr}  the real dgemm (matrixmultiply) on this CPU");
+    println!(
+        "  dgemm-host {addr}  the real dgemm (matrixmultiply) on this CPU, and LAPACK's dgesv"
+    );
 
     let client = Client::connect(grid.client_config())?;
     wait_for_servers(&client, 5, Duration::from_secs(30))?;
@@ -181,6 +192,8 @@ pub fn run() -> anyhow::Result<()> {
     );
     println!(" give it points of its own.)");
 
+    lapack_call(&client);
+
     println!("\nWhy a call of n=1000 would go where it goes (ETC breakdown per candidate):");
     status::print_explain(
         &client,
@@ -218,6 +231,46 @@ pub fn run() -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The LAPACK services of `examples/services/lapack.toml`, shipped inside the binary.
+const LAPACK: &str = include_str!("../../../examples/services/lapack.toml");
+
+/// One call of LAPACK's dgesv, run in a worker process of dgemm-host: a 3 x 3 system solved
+/// and checked. Without a system LAPACK it says so and the demo goes on.
+fn lapack_call(client: &Client) {
+    let a = [4.0, -2.0, 1.0, -2.0, 4.0, -2.0, 1.0, -2.0, 4.0];
+    let b = [11.0, -16.0, 17.0];
+    let solved = client.function_handle_default("dgesv").and_then(|h| {
+        client.call(
+            &h,
+            vec![
+                Value::Int(3),
+                Value::Int(1),
+                Value::matrix_f64(3, 3, &a),
+                Value::matrix_f64(3, 1, &b),
+            ],
+        )
+    });
+    match solved {
+        Ok(r) => {
+            let x = r.outputs[0]
+                .as_array()
+                .and_then(|x| x.to_f64())
+                .unwrap_or_default();
+            let residual = (0..3)
+                .map(|i| ((0..3).map(|j| a[i * 3 + j] * x[j]).sum::<f64>() - b[i]).abs())
+                .fold(0.0, f64::max);
+            println!(
+                "\nLAPACK's dgesv (the system library, in a worker process of {}) solved A x = b: x = {x:.3?}, residual {residual:.1e}",
+                r.server
+            );
+        }
+        Err(e) => println!(
+            "\nLAPACK's dgesv could not run here ({}): install the system LAPACK (Debian: liblapack3) to see it",
+            e.message
+        ),
+    }
 }
 
 fn local_product(a: &[f64], b: &[f64], n: usize) -> Vec<f64> {

@@ -144,7 +144,18 @@ enum GraphCmd {
     /// to server, only the file's `outputs` (else the calls nothing uses) come back; prints
     /// them with the predicted and actual timelines (`--gantt`: predicted above actual). Same
     /// file format as `graph predict`.
-    Run(GraphFileArgs),
+    Run(GraphRunArgs),
+}
+
+/// What `graph run` takes.
+#[derive(clap::Args)]
+struct GraphRunArgs {
+    #[command(flatten)]
+    graph: GraphFileArgs,
+    /// Also write every output that came back into this folder, as TASK.K.npy (arrays, NumPy's
+    /// format) or TASK.K.txt (numbers and strings).
+    #[arg(long, value_name = "DIR")]
+    save: Option<PathBuf>,
 }
 
 /// What `graph predict` and `graph run` take.
@@ -227,6 +238,26 @@ enum BenchCmd {
         /// One JSON object.
         #[arg(long)]
         json: bool,
+    },
+    /// Each kind of kernel (built-in, library routine in a worker, command, Python function):
+    /// the overhead of a call that does nothing and the speed of a dgemm against the system
+    /// BLAS called in this process.
+    Kernels {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Side of the dgemm.
+        #[arg(long, default_value_t = 1000)]
+        n: usize,
+        /// No-op calls timed per kind (a tenth of them for commands).
+        #[arg(long, default_value_t = 2000)]
+        calls: usize,
+        /// The Python for the Python kernels (numpy must be importable there).
+        #[arg(long, default_value = "python3")]
+        python: String,
+        /// The system BLAS the library kernels call.
+        #[arg(long, default_value = "libblas.so.3")]
+        blas: String,
     },
     /// Model construction: cost and accuracy of GBBP, uniform-20 and naive builds.
     Models {
@@ -342,6 +373,8 @@ fn client(conn: &Conn) -> anyhow::Result<Client> {
 }
 
 fn main() {
+    // `gridwise server` starts library workers as this program.
+    gridwise_routines::run_if_worker();
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Agent(_) | Command::Server(_)) {
         // A command whose output is piped into `head` should stop quietly when the pipe
@@ -426,11 +459,12 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 || client(&a.conn),
             ),
             GraphCmd::Run(a) => graph::run::run(
-                &a.file,
-                a.policy.as_deref(),
-                a.json,
-                a.gantt.as_deref(),
-                || client(&a.conn),
+                &a.graph.file,
+                a.graph.policy.as_deref(),
+                a.graph.json,
+                a.graph.gantt.as_deref(),
+                a.save.as_deref(),
+                || client(&a.graph.conn),
             ),
         },
         Command::Sim(args) => gridwise_cli::sim::run(args.clone()),
@@ -484,6 +518,21 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 scenario,
                 quick,
             } => bench::schedule::run(scenario, *quick, &mut |line| print_line(*json, &line)),
+            BenchCmd::Kernels {
+                json,
+                n,
+                calls,
+                python,
+                blas,
+            } => bench::kernels::run(
+                &bench::kernels::KernelsBench {
+                    n: *n,
+                    calls: *calls,
+                    python: python.clone(),
+                    blas: blas.clone(),
+                },
+                &mut |line| print_line(*json, &line),
+            ),
             BenchCmd::Models { json, no_dgemm } => {
                 bench::models::run(!*no_dgemm, &mut |line| print_line(*json, &line))
             }

@@ -3,6 +3,7 @@
 use crate::model_manager::ModelConfig;
 use gridwise_kernels::{EmulatedSpec, LoadSpec};
 use gridwise_proto::wire::{self, ConnLimits, Credentials, DialConfig, Role};
+use gridwise_routines::{CommandSpec, LibraryEntry, PythonEntry};
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -28,6 +29,17 @@ pub struct ServerConfig {
     pub builtins: Vec<String>,
     /// Emulated-speed services (DESIGN.md §4).
     pub emulated: Vec<EmulatedSpec>,
+    /// Service description files (TOML) of this server's own routines; `[[library]]`,
+    /// `[[python]]` and `[[command]]` entries say where each described service comes from.
+    pub services: Vec<PathBuf>,
+    /// Services provided by a routine in a shared object, run in worker processes.
+    pub library: Vec<LibraryEntry>,
+    /// Services provided by a Python function, run in worker processes.
+    pub python: Vec<PythonEntry>,
+    /// Services provided by running an executable.
+    pub command: Vec<CommandSpec>,
+    /// The executable started as a library worker (default: this program).
+    pub worker_program: Option<PathBuf>,
     /// Background load the emulated services run under, from the server's start: a written
     /// trace `[[from_s, fraction], …]` or a generated one (`{ kind = "random" | "steady", … }`).
     /// The emulated kernels stretch by it as on a time-shared CPU, and the server's sensors
@@ -83,6 +95,11 @@ impl Default for ServerConfig {
                 .map(|s| s.to_string())
                 .collect(),
             emulated: Vec::new(),
+            services: Vec::new(),
+            library: Vec::new(),
+            python: Vec::new(),
+            command: Vec::new(),
+            worker_program: None,
             load: None,
             calibrate: true,
             max_frame_bytes: 1024 * 1024 * 1024,

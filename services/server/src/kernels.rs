@@ -9,14 +9,35 @@ use std::time::Instant;
 /// Kernels by service name: built-ins and emulated services, no name twice.
 pub type KernelSet = HashMap<String, Arc<dyn Kernel>>;
 
-/// Builds the built-in and emulated kernels the config asks for, the emulated ones under
-/// `load` (its time 0 at `origin`), if any.
+/// Builds the kernels the config asks for — built-ins, emulated ones under `load` (its time 0
+/// at `origin`), the owner's routines from description files — and the `extra` ones an
+/// embedding program brings.
 pub fn build(
     cfg: &ServerConfig,
     load: Option<Arc<LoadTrace>>,
     origin: Instant,
+    extra: &[Arc<dyn Kernel>],
 ) -> anyhow::Result<KernelSet> {
     let mut set = KernelSet::new();
+    let routines = gridwise_routines::kernels(&gridwise_routines::Routines {
+        services: &cfg.services,
+        library: &cfg.library,
+        python: &cfg.python,
+        command: &cfg.command,
+        worker_program: cfg.worker_program.as_deref(),
+    })
+    .map_err(anyhow::Error::msg)?;
+    for k in routines.into_iter().chain(extra.iter().cloned()) {
+        let name = k.desc().name.clone();
+        k.desc()
+            .validate()
+            .map_err(|e| anyhow::anyhow!("service `{name}`: {e}"))?;
+        anyhow::ensure!(
+            !set.contains_key(&name),
+            "service `{name}` is offered twice (by the routines or the embedding program)"
+        );
+        set.insert(name, k);
+    }
     for name in &cfg.builtins {
         let k = builtin(name).ok_or_else(|| {
             anyhow::anyhow!(
@@ -24,6 +45,10 @@ pub fn build(
                 gridwise_kernels::BUILTIN_NAMES.join(", ")
             )
         })?;
+        anyhow::ensure!(
+            !set.contains_key(name),
+            "service `{name}` is both a built-in and one of this server's own routines"
+        );
         set.insert(name.clone(), k);
     }
     for spec in &cfg.emulated {
@@ -42,7 +67,7 @@ pub fn build(
     }
     anyhow::ensure!(
         !set.is_empty(),
-        "the server offers no service: set `builtins` or add `[[emulated]]` services"
+        "the server offers no service: set `builtins`, add `[[emulated]]` services or routines of its own (`services` with `[[library]]`, `[[python]]` or `[[command]]`)"
     );
     Ok(set)
 }

@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 /// The kernels, under the configured load from now on, and the sensors that report it.
 fn kernels_and_sensors(
     cfg: &ServerConfig,
+    extra: &[std::sync::Arc<dyn gridwise_kernels::Kernel>],
 ) -> anyhow::Result<(kernels::KernelSet, std::sync::Arc<sensors::Sensors>)> {
     let origin = std::time::Instant::now();
     let trace = match &cfg.load {
@@ -33,7 +34,7 @@ fn kernels_and_sensors(
         )),
         None => None,
     };
-    let set = kernels::build(cfg, trace.clone(), origin)?;
+    let set = kernels::build(cfg, trace.clone(), origin, extra)?;
     let sensors = sensors::Sensors::start(trace, origin, cfg.builtins.is_empty());
     Ok((set, sensors))
 }
@@ -41,8 +42,17 @@ fn kernels_and_sensors(
 /// Builds the kernels, calibrates, binds, announces `listening <addr>` on stdout, registers
 /// with the agent and serves until the process ends.
 pub async fn run(cfg: ServerConfig) -> anyhow::Result<()> {
+    run_with(cfg, Vec::new()).await
+}
+
+/// [`run`], offering `extra` Rust kernels beside what the config asks for: a program that
+/// embeds a server brings its own routines this way.
+pub async fn run_with(
+    cfg: ServerConfig,
+    extra: Vec<std::sync::Arc<dyn gridwise_kernels::Kernel>>,
+) -> anyhow::Result<()> {
     cfg.check()?;
-    let (set, sensors) = kernels_and_sensors(&cfg)?;
+    let (set, sensors) = kernels_and_sensors(&cfg, &extra)?;
     let listener = TcpListener::bind(&cfg.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
@@ -174,7 +184,7 @@ pub fn build_models_and_exit(cfg: ServerConfig) -> anyhow::Result<()> {
         !cfg.models.is_empty(),
         "the config has no [[models]] to build"
     );
-    let (set, sensors) = kernels_and_sensors(&cfg)?;
+    let (set, sensors) = kernels_and_sensors(&cfg, &[])?;
     let (to_agent, _inbox) = mpsc::unbounded_channel();
     let remote = handler::RemoteData {
         addr: "build-only".into(),

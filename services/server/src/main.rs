@@ -16,6 +16,8 @@ struct Cli {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Started as a library worker by a server: run the routine and never return.
+    gridwise_routines::run_if_worker();
     init_logging();
     Cli::parse().args.run_blocking()
 }

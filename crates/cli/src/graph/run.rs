@@ -32,6 +32,41 @@ pub fn actual_of(pred: &Prediction, run: &GraphRun) -> Timeline {
     pred.timeline_with(per_server, run.makespan_s)
 }
 
+/// Writes each fetched output as `TASK.K.npy` (arrays) or `TASK.K.txt` (anything else).
+fn save_outputs(
+    dir: &Path,
+    tasks: &[gridwise_graphfile::TaskSpec],
+    fetched: &[(usize, &[gridwise_proto::Value])],
+) -> Result<()> {
+    use gridwise_proto::Value;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot make {}", dir.display()))?;
+    for (i, outs) in fetched {
+        for (k, v) in outs.iter().enumerate() {
+            let name = &tasks[*i].name;
+            let (file, bytes) = match v {
+                Value::Vector(a) => (
+                    format!("{name}.{k}.npy"),
+                    gridwise_routines::npy::write(a, true),
+                ),
+                Value::Matrix(a) => (
+                    format!("{name}.{k}.npy"),
+                    gridwise_routines::npy::write(a, false),
+                ),
+                Value::Str(s) => (format!("{name}.{k}.txt"), s.clone().into_bytes()),
+                Value::Bytes(b) => (format!("{name}.{k}.bin"), b.clone()),
+                other => (
+                    format!("{name}.{k}.txt"),
+                    format!("{}\n", render(other)).into_bytes(),
+                ),
+            };
+            let path = dir.join(file);
+            std::fs::write(&path, bytes)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Relative error of a prediction, |predicted − actual| / actual.
 pub fn relative_error(predicted: f64, actual: f64) -> f64 {
     if actual > 0.0 {
@@ -48,6 +83,7 @@ pub fn run(
     policy: Option<&str>,
     as_json: bool,
     gantt_out: Option<&Path>,
+    save: Option<&Path>,
     connect: impl FnOnce() -> Result<Client>,
 ) -> Result<()> {
     let (policy, file) = load_checked(path, policy, gantt_out)?;
@@ -78,6 +114,9 @@ pub fn run(
         .enumerate()
         .filter_map(|(i, r)| run.outputs(*r).map(|o| (i, o)))
         .collect();
+    if let Some(dir) = save {
+        save_outputs(dir, &file.tasks, &fetched)?;
+    }
     let err = relative_error(pred.makespan_s(), run.makespan_s);
     if as_json {
         let calls: Vec<_> = run
