@@ -45,6 +45,10 @@ pub trait AgentApi {
     async fn sink(data: serde_bytes::ByteBuf) -> u64;
     /// Maps a whole task graph at once; with `reserve`, records every call as an assignment.
     async fn map_graph(request: GraphRequest) -> Result<GraphPlan, RpcError>;
+    /// Plans a divisible job: which servers, and how many units each.
+    async fn divide(
+        request: crate::divide::DivideRequest,
+    ) -> Result<crate::divide::DivideReply, RpcError>;
 }
 
 /// A compute server: runs calls.

@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod complexity;
+pub mod divide;
 pub mod error;
 pub mod graph;
 pub mod ids;
@@ -21,6 +22,7 @@ pub mod settings;
 pub mod wire;
 
 pub use complexity::{Complexity, ComplexityError};
+pub use divide::{DividePart, DivideReply, DivideRequest, NeighbourComm};
 pub use error::{CallError, CallErrorKind, ErrorCode, RpcError};
 pub use graph::{
     CallInput, CheckedGraph, GraphCall, GraphEdge, GraphPlan, GraphRequest, PlannedLink,

@@ -18,7 +18,7 @@ import concurrent.futures
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -325,6 +325,43 @@ class Client:
     def cancel(self, future: CallFuture) -> bool:
         """Stops a call (GridRPC's cancel); False if it had already finished."""
         return future.cancel()
+
+    def divide(
+        self,
+        service: str,
+        units: int,
+        make_inputs: Callable[[int, int], Sequence[Any]],
+        unit: str,
+        sizes: Optional[Dict[str, int]] = None,
+        policy: Optional[str] = None,
+        servers: Optional[int] = None,
+        all: bool = False,
+        iterations: int = 1,
+    ) -> List[Dict[str, Any]]:
+        """Runs `units` of `service` cut into parts by the agent (which servers, how many units
+        each). `make_inputs(first, n)` returns the inputs of the part covering units
+        [first, first + n) (every input, sizes included). `unit` is the size parameter that
+        counts units; `sizes` the others. Returns one dict per iteration: `parts` (in unit
+        order: server, first, units, predicted_s, actual_s, outputs), `makespan_s`,
+        `predicted_s`, `policy`."""
+        desc = self.service(service)
+
+        def made(first: int, n: int) -> Tuple[Any, ...]:
+            return tuple(
+                _array_arg(service, a, v) for a, v in zip(desc.inputs, make_inputs(first, n))
+            )
+
+        return self._native.divide(
+            service,
+            units,
+            unit,
+            made,
+            list((sizes or {}).items()),
+            policy,
+            servers,
+            all,
+            iterations,
+        )
 
     def graph(self) -> "Graph":
         """A new task graph: record calls, then `run()` maps and runs them as a whole."""

@@ -39,6 +39,18 @@ class Native:
         failed: Callable[[BaseException], None],
     ) -> int: ...
     def cancel(self, session: int) -> None: ...
+    def divide(
+        self,
+        service: str,
+        units: int,
+        unit_param: str,
+        make_inputs: Callable[[int, int], Tuple[Any, ...]],
+        sizes: Optional[List[Tuple[str, int]]] = None,
+        policy: Optional[str] = None,
+        servers: Optional[int] = None,
+        all: bool = False,
+        iterations: int = 1,
+    ) -> List[Dict[str, Any]]: ...
     def run_graph(
         self,
         calls: List[Tuple[str, Tuple[Any, ...]]],

@@ -413,6 +413,87 @@ impl Native {
         }
     }
 
+    /// Runs a divisible job: `make_inputs(first, units)` gives the inputs (in order) of the part
+    /// covering units [first, first + units). Returns (parts, details); each part a dict with
+    /// its server, first, units, predicted_s, actual_s and outputs.
+    #[pyo3(signature = (service, units, unit_param, make_inputs, sizes=None, policy=None, servers=None, all=false, iterations=1))]
+    #[allow(clippy::too_many_arguments)]
+    fn divide<'py>(
+        &self,
+        py: Python<'py>,
+        service: &str,
+        units: u64,
+        unit_param: &str,
+        make_inputs: Py<PyAny>,
+        sizes: Option<Vec<(String, i64)>>,
+        policy: Option<String>,
+        servers: Option<u32>,
+        all: bool,
+        iterations: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let h = self.handle(py, service, None)?;
+        let spec = gridwise_client::DivideSpec {
+            unit_param: unit_param.to_string(),
+            sizes: sizes.unwrap_or_default(),
+            policy,
+            servers,
+            all,
+            ..Default::default()
+        };
+        // The inputs come from Python: each part's are made with the interpreter held, and an
+        // error there ends the job with it.
+        let failure: Mutex<Option<PyErr>> = Mutex::new(None);
+        let inputs = |first: u64, n: u64| -> Vec<Value> {
+            Python::attach(|py| {
+                let made = make_inputs
+                    .call1(py, (first, n))
+                    .and_then(|o| o.into_bound(py).cast_into::<PyTuple>().map_err(PyErr::from))
+                    .and_then(|t| inputs_of(&h.desc, &t));
+                match made {
+                    Ok(v) => v,
+                    Err(e) => {
+                        failure
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        Vec::new()
+                    }
+                }
+            })
+        };
+        let runs = py.detach(|| {
+            self.rt.block_on(
+                self.client
+                    .divide_iter(&h, units, &spec, iterations.max(1), &inputs),
+            )
+        });
+        if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(e);
+        }
+        let runs = runs.map_err(to_py)?;
+        let out = PyList::empty(py);
+        for r in &runs {
+            let parts = PyList::empty(py);
+            for p in &r.parts {
+                let d = PyDict::new(py);
+                d.set_item("server", &p.server)?;
+                d.set_item("first", p.first)?;
+                d.set_item("units", p.units)?;
+                d.set_item("predicted_s", p.predicted_s)?;
+                d.set_item("actual_s", p.actual_s)?;
+                d.set_item("outputs", outputs_py(py, &p.result.outputs)?)?;
+                parts.append(d)?;
+            }
+            let d = PyDict::new(py);
+            d.set_item("parts", parts)?;
+            d.set_item("makespan_s", r.makespan_s)?;
+            d.set_item("predicted_s", r.plan.makespan_s)?;
+            d.set_item("policy", &r.plan.policy)?;
+            out.append(d)?;
+        }
+        Ok(out)
+    }
+
     /// Runs a graph: `calls` is a list of (service, args) where an argument may be
     /// (call index, output index) wrapped in `output_type`; `fetch` lists the calls whose
     /// outputs come back (empty: those no other call uses). Returns (outputs per call, None

@@ -129,3 +129,14 @@ def test_config_file_and_bad_configs(grid, tmp_path):
     broken.write_text("agent = [\n")
     with pytest.raises(gridwise.ConfigfileError):
         gridwise.Client(config=str(broken))
+
+
+def test_divide_cuts_a_job_and_returns_the_parts_in_order(client):
+    x = np.arange(100_000, dtype=np.float64)
+    runs = client.divide("echo", len(x), lambda first, n: (n, x[first:first + n]), unit="n", all=True)
+    parts = runs[0]["parts"]
+    assert sum(p["units"] for p in parts) == len(x)
+    assert {p["server"] for p in parts} <= {"s1", "s2"}
+    back = np.concatenate([p["outputs"][0] for p in parts])
+    assert np.array_equal(back, x)
+    assert runs[0]["makespan_s"] > 0

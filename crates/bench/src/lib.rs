@@ -5,8 +5,10 @@
 //! scheduling core directly or through a grid; `models` builds functional performance models
 //! against the built-in kernels; `predict` times calls on loaded servers against every
 //! predictor's estimate, then schedules on them; `kernels` sets the kinds of kernels (built-in,
-//! library, command, Python) side by side.
+//! library, command, Python) side by side; `divide` cuts divisible jobs over 16 emulated servers
+//! and compares the cut with an offline oracle.
 
+pub mod divide;
 pub mod faults;
 pub mod kernels;
 pub mod mapping;

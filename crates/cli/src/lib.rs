@@ -6,6 +6,7 @@
 
 pub mod call;
 pub mod demo;
+pub mod divide;
 pub mod graph;
 pub mod model;
 pub mod sim;

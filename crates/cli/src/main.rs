@@ -83,6 +83,44 @@ enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// One service over N units cut into parts by the agent — which servers, how many units
+    /// each — then run (generated data) and set beside the plan: `gridwise divide solve 4000
+    /// --unit n`.
+    Divide {
+        /// The service (its size parameter --unit counts units).
+        service: String,
+        /// Units in the whole job.
+        units: u64,
+        /// The size parameter a part's units go in.
+        #[arg(long, value_name = "PARAM")]
+        unit: String,
+        /// The other size parameters, e.g. cols=1000.
+        #[arg(long)]
+        size: Option<String>,
+        /// How to split: fpm (default), lp, constant-speed, even.
+        #[arg(long)]
+        policy: Option<String>,
+        /// Exactly this many servers (the best ones).
+        #[arg(long, conflicts_with = "all")]
+        servers: Option<u32>,
+        /// Every server offering the service.
+        #[arg(long)]
+        all: bool,
+        /// Run the job this many times, planning each from what the others taught.
+        #[arg(long, default_value_t = 1)]
+        iterations: usize,
+        /// Bytes each part exchanges with its neighbours per iteration (a slab job).
+        #[arg(long)]
+        comm_bytes: Option<u64>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Also draw the last iteration, predicted above actual (.svg or .png).
+        #[arg(long, value_name = "OUT")]
+        gantt: Option<PathBuf>,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// The main job: an agent and emulated heterogeneous servers on loopback, a mixed batch.
     Demo,
     /// Benchmarks (JSON with --json).
@@ -258,6 +296,16 @@ enum BenchCmd {
         /// The system BLAS the library kernels call.
         #[arg(long, default_value = "libblas.so.3")]
         blas: String,
+    },
+    /// Divisible jobs over 16 emulated servers in 4 classes (one pages, some loaded): every
+    /// policy at five sizes against an offline oracle with the true speeds (a few minutes).
+    Divide {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Three sizes instead of five.
+        #[arg(long)]
+        quick: bool,
     },
     /// Model construction: cost and accuracy of GBBP, uniform-20 and naive builds.
     Models {
@@ -467,6 +515,35 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 || client(&a.graph.conn),
             ),
         },
+        Command::Divide {
+            service,
+            units,
+            unit,
+            size,
+            policy,
+            servers,
+            all,
+            iterations,
+            comm_bytes,
+            json,
+            gantt,
+            conn,
+        } => gridwise_cli::divide::run(
+            &gridwise_cli::divide::DivideArgs {
+                service,
+                units: *units,
+                unit_param: unit,
+                sizes: size.as_deref(),
+                policy: policy.as_deref(),
+                servers: *servers,
+                all: *all,
+                iterations: *iterations,
+                comm_bytes: *comm_bytes,
+                json: *json,
+                gantt: gantt.as_deref(),
+            },
+            client(conn)?,
+        ),
         Command::Sim(args) => gridwise_cli::sim::run(args.clone()),
         Command::Plot { which } => match which {
             PlotCmd::Predictions {
@@ -533,6 +610,11 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 },
                 &mut |line| print_line(*json, &line),
             ),
+            BenchCmd::Divide { json, quick } => {
+                bench::divide::run(&bench::divide::DivideBench { quick: *quick }, &mut |line| {
+                    print_line(*json, &line)
+                })
+            }
             BenchCmd::Models { json, no_dgemm } => {
                 bench::models::run(!*no_dgemm, &mut |line| print_line(*json, &line))
             }

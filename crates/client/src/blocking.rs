@@ -216,6 +216,40 @@ impl Client {
         self.inner.get_failed_session_id()
     }
 
+    /// See [`GridClient::divide_plan`].
+    pub fn divide_plan(
+        &self,
+        h: &FunctionHandle,
+        units: u64,
+        spec: &crate::DivideSpec,
+        inputs: &dyn Fn(u64, u64) -> Vec<Value>,
+    ) -> Result<gridwise_proto::DivideReply, GrpcError> {
+        self.run(self.inner.divide_plan(h, units, spec, inputs))
+    }
+
+    /// See [`GridClient::divide`].
+    pub fn divide(
+        &self,
+        h: &FunctionHandle,
+        units: u64,
+        spec: &crate::DivideSpec,
+        inputs: &dyn Fn(u64, u64) -> Vec<Value>,
+    ) -> Result<crate::DivideRun, GrpcError> {
+        self.run(self.inner.divide(h, units, spec, inputs))
+    }
+
+    /// See [`GridClient::divide_iter`].
+    pub fn divide_iter(
+        &self,
+        h: &FunctionHandle,
+        units: u64,
+        spec: &crate::DivideSpec,
+        iterations: usize,
+        inputs: &dyn Fn(u64, u64) -> Vec<Value>,
+    ) -> Result<Vec<crate::DivideRun>, GrpcError> {
+        self.run(self.inner.divide_iter(h, units, spec, iterations, inputs))
+    }
+
     /// See [`GridClient::status`].
     pub fn status(&self) -> Result<AgentStatus, GrpcError> {
         self.run(self.inner.status())

@@ -384,6 +384,19 @@ impl Conn {
         .map_err(GrpcError::from)
     }
 
+    /// `AgentApi::divide`.
+    pub(crate) async fn divide(
+        &self,
+        req: &gridwise_proto::DivideRequest,
+    ) -> Result<gridwise_proto::DivideReply, GrpcError> {
+        self.agent_call(|c, ctx| {
+            let r = req.clone();
+            async move { c.divide(ctx, r).await }
+        })
+        .await?
+        .map_err(GrpcError::from)
+    }
+
     /// `AgentApi::link_matrix`.
     pub(crate) async fn link_matrix(&self) -> Result<Vec<LinkInfo>, GrpcError> {
         self.agent_call(|c, ctx| async move { c.link_matrix(ctx).await })

@@ -39,6 +39,7 @@ pub mod blocking;
 pub mod client;
 pub mod config;
 mod conn;
+pub mod divide;
 pub mod error;
 pub mod graph;
 pub mod grpc;
@@ -54,12 +55,13 @@ mod testutil;
 pub use blocking::{BlockingGraph, Client};
 pub use client::{CallResult, GridClient};
 pub use config::ClientConfig;
+pub use divide::{DivideRun, DivideSpec, PartRun};
 pub use error::GrpcError;
 pub use graph::{CallRecord, CallRef, Graph, GraphArg, GraphRun};
 pub use handle::{Binding, FunctionHandle};
 pub use session::SessionId;
 
 pub use gridwise_proto::{
-    AgentStatus, CallProfile, Candidate, ErrorCode, Etc, GraphPlan, Policy, RankOptions,
-    ServiceDesc, ServiceSummary, Timing, Value,
+    AgentStatus, CallProfile, Candidate, DivideReply, ErrorCode, Etc, GraphPlan, NeighbourComm,
+    Policy, RankOptions, ServiceDesc, ServiceSummary, Timing, Value,
 };

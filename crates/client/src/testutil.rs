@@ -206,6 +206,14 @@ impl AgentApi for TestAgent {
         Err(RpcError::new(ErrorCode::OtherErrorCode, "not in tests"))
     }
 
+    async fn divide(
+        self,
+        _: Context,
+        _request: gridwise_proto::DivideRequest,
+    ) -> Result<gridwise_proto::DivideReply, RpcError> {
+        Err(RpcError::new(ErrorCode::OtherErrorCode, "not in tests"))
+    }
+
     async fn models(self, _: Context) -> Vec<ModelSummary> {
         Vec::new()
     }

@@ -17,6 +17,7 @@ use std::hash::BuildHasher;
 use std::time::Duration;
 
 mod admission;
+mod divide;
 mod graph_map;
 mod learned;
 mod models;

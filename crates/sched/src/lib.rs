@@ -20,6 +20,7 @@
 pub mod catalog;
 pub mod config;
 pub mod core;
+pub mod divide;
 pub mod graph;
 pub mod policy;
 pub mod queue;

@@ -393,6 +393,14 @@ impl AgentApi for AgentHandler {
         })
     }
 
+    async fn divide(
+        self,
+        _: Context,
+        request: gridwise_proto::DivideRequest,
+    ) -> Result<gridwise_proto::DivideReply, RpcError> {
+        self.core().divide(&request, self.now())
+    }
+
     async fn models(self, _: Context) -> Vec<ModelSummary> {
         self.core().models()
     }

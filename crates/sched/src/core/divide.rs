@@ -1,0 +1,203 @@
+//! A divisible job's plan from what the agent knows: for every live server offering the
+//! service, the time of a part of x units is the ETC of the call that part is (queue, client
+//! transfers, compute under the forecast load, overhead — the same estimate a single call
+//! gets), plus the neighbour exchange over the measured links; its cap is the largest part it
+//! can hold. [`crate::divide`] then chooses the servers and the split.
+
+use super::{AgentCore, Call, list_or_none, not_offered};
+use crate::divide::{self, DivideError, DividePolicy, Selection, Worker};
+use gridwise_predict::Stoch;
+use gridwise_proto::{CallProfile, DividePart, DivideReply, DivideRequest, ErrorCode, RpcError};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Duration;
+
+fn bad(message: String) -> RpcError {
+    RpcError::new(ErrorCode::OtherErrorCode, message)
+}
+
+impl AgentCore {
+    /// Plans `req` (records nothing: the parts are ranked and reserved when they are called).
+    pub fn divide(&self, req: &DivideRequest, now: Duration) -> Result<DivideReply, RpcError> {
+        let svc = self
+            .catalog
+            .get(&req.service)
+            .ok_or_else(|| not_offered(&req.service))?;
+        let params = &svc.desc.size_params;
+        if !params.contains(&req.unit_param) {
+            return Err(bad(format!(
+                "`{}` has no size parameter `{}` to divide along (it has: {})",
+                req.service,
+                req.unit_param,
+                list_or_none(params)
+            )));
+        }
+        // The size parameters in the service's order, the unit's left for each part.
+        let mut fixed = Vec::new();
+        for p in params.iter().filter(|p| **p != req.unit_param) {
+            let v = req
+                .sizes
+                .iter()
+                .find(|(n, _)| n == p)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "`{}` needs a value for its size parameter `{p}`",
+                        req.service
+                    ))
+                })?;
+            fixed.push((p.clone(), v));
+        }
+        if req.units == 0 {
+            return Err(bad("a job of 0 units has nothing to divide".into()));
+        }
+        let policy: DividePolicy = match &req.policy {
+            Some(p) => p.parse().map_err(bad)?,
+            None => DividePolicy::default(),
+        };
+        let selection = match (req.all, req.servers) {
+            (true, _) => Selection::All,
+            (false, Some(k)) => Selection::Count(k.max(1) as usize),
+            (false, None) => Selection::Best,
+        };
+        let profile_of = |x: u64| -> CallProfile {
+            let mut p = req.profile(x);
+            p.sizes = params
+                .iter()
+                .map(|n| {
+                    let v = if *n == req.unit_param {
+                        x as i64
+                    } else {
+                        fixed.iter().find(|(f, _)| f == n).map_or(0, |(_, v)| *v)
+                    };
+                    (n.clone(), v)
+                })
+                .collect();
+            p
+        };
+        let slots: Vec<usize> = self
+            .registry
+            .providers(svc.idx)
+            .iter()
+            .copied()
+            .filter(|&s| self.registry.entry(s).is_up())
+            .collect();
+        if slots.is_empty() {
+            return Err(RpcError::new(
+                ErrorCode::ServerNotFound,
+                format!("no live server offers `{}`", req.service),
+            ));
+        }
+        // Every (server, x) once: bisections ask again and again.
+        let memo: RefCell<HashMap<(usize, u64), Stoch>> = RefCell::new(HashMap::new());
+        let time = |slot: usize, x: u64| -> Stoch {
+            if let Some(t) = memo.borrow().get(&(slot, x)) {
+                return *t;
+            }
+            let profile = profile_of(x);
+            let call = Call {
+                svc,
+                work: svc.facts.work(&profile),
+                footprint: profile.footprint_bytes(),
+                profile: &profile,
+                now,
+                predictor: None,
+            };
+            let t = if self.eligible(self.registry.entry(slot), &call) {
+                let e = self.estimate(slot, &call);
+                Stoch::new(e.total_s(), e.total_sd_s())
+            } else {
+                Stoch::point(f64::INFINITY)
+            };
+            memo.borrow_mut().insert((slot, x), t);
+            t
+        };
+        let closures: Vec<Box<dyn Fn(u64) -> Stoch + '_>> = slots
+            .iter()
+            .map(|&s| -> Box<dyn Fn(u64) -> Stoch + '_> { Box::new(move |x| time(s, x)) })
+            .collect();
+        // The largest part a server can run at all (memory, frame, a model that says it
+        // cannot): every finite time is at most f64::MAX.
+        let cap_of = |slot: usize| -> u64 {
+            let limit = req.max_part.unwrap_or(req.units).min(req.units);
+            gridwise_fpm::partition::max_units_within(&|x| time(slot, x).mean, f64::MAX, limit)
+        };
+        let (lat, bw) = (
+            self.config.transfers().latency_s,
+            self.config.transfers().bandwidth,
+        );
+        let comm_of = |slot: usize| -> f64 {
+            let Some(c) = req.comm else { return 0.0 };
+            let me = self.registry.entry(slot).addr();
+            let others: Vec<f64> = slots
+                .iter()
+                .filter(|&&o| o != slot)
+                .map(|&o| {
+                    let peer = self.registry.entry(o).addr();
+                    let per = c.bytes / u64::from(c.messages.max(1));
+                    self.links.transfer(me, peer, per, lat, bw).mean * f64::from(c.messages.max(1))
+                })
+                .collect();
+            if others.is_empty() {
+                0.0
+            } else {
+                others.iter().sum::<f64>() / others.len() as f64
+            }
+        };
+        let unit_work = svc.facts.work(&profile_of(1)).filter(|w| *w > 0.0);
+        let workers: Vec<Worker<'_>> = slots
+            .iter()
+            .zip(&closures)
+            .enumerate()
+            .map(|(i, (&slot, f))| {
+                let rate = self
+                    .registry
+                    .entry(slot)
+                    .view(svc.idx)
+                    .rate()
+                    .zip(unit_work)
+                    .map_or(0.0, |(r, w)| r / w);
+                Worker {
+                    id: i,
+                    time: f.as_ref(),
+                    cap: cap_of(slot),
+                    rate,
+                    comm_s: comm_of(slot),
+                }
+            })
+            .collect();
+        let plan = divide::plan(req.units, &workers, policy, selection).map_err(|e| match e {
+            DivideError::NoServers => RpcError::new(ErrorCode::ServerNotFound, e.to_string()),
+            other => bad(format!(
+                "`{}` over {} units: {other}",
+                req.service, req.units
+            )),
+        })?;
+        let mut first = 0u64;
+        let parts = plan
+            .parts
+            .iter()
+            .map(|p| {
+                let e = self.registry.entry(slots[p.id]);
+                let part = DividePart {
+                    server: e.name().to_string(),
+                    addr: e.addr().to_string(),
+                    first,
+                    units: p.units,
+                    predicted_s: p.time.0,
+                    sd_s: p.time.1,
+                };
+                first += p.units;
+                part
+            })
+            .collect();
+        Ok(DivideReply {
+            parts,
+            makespan_s: plan.makespan.0,
+            makespan_sd_s: plan.makespan.1,
+            policy: plan.policy.name().to_string(),
+            ordering: plan.ordering,
+            slack: plan.slack,
+        })
+    }
+}

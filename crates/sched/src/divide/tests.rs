@@ -1,0 +1,181 @@
+use super::*;
+use gridwise_predict::Stoch;
+use proptest::prelude::*;
+
+/// A server computing `speed` units/s, each part costing `fixed` s more.
+fn linear(speed: f64, fixed: f64) -> impl Fn(u64) -> Stoch {
+    move |x: u64| Stoch::point(fixed + x as f64 / speed)
+}
+
+/// A server that computes at `speed` up to `knee` units, then pages at a hundredth of it.
+fn paging(speed: f64, knee: u64) -> impl Fn(u64) -> Stoch {
+    move |x: u64| {
+        let s = if x <= knee { speed } else { speed / 100.0 };
+        Stoch::point(x as f64 / s)
+    }
+}
+
+fn worker<'a>(id: usize, time: &'a dyn Fn(u64) -> Stoch, rate: f64) -> Worker<'a> {
+    Worker {
+        id,
+        time,
+        cap: u64::MAX,
+        rate,
+        comm_s: 0.0,
+    }
+}
+
+fn units_of(p: &DividePlan, id: usize) -> u64 {
+    p.parts.iter().find(|x| x.id == id).map_or(0, |x| x.units)
+}
+
+const POLICIES: [DividePolicy; 4] = [
+    DividePolicy::Fpm,
+    DividePolicy::Lp,
+    DividePolicy::ConstantSpeed,
+    DividePolicy::Even,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn parts_always_sum_to_the_job_and_respect_caps(
+        n in 1u64..50_000,
+        servers in prop::collection::vec((1.0f64..1000.0, 0.0f64..2.0, 1u64..40_000), 1..6),
+        policy in 0usize..4,
+        select in 0usize..3,
+    ) {
+        let times: Vec<_> = servers.iter().map(|&(s, f, _)| linear(s, f)).collect();
+        let workers: Vec<Worker<'_>> = servers
+            .iter()
+            .enumerate()
+            .map(|(j, &(s, _, cap))| Worker { cap, ..worker(j, &times[j], s) })
+            .collect();
+        let capacity: u64 = servers.iter().map(|s| s.2).sum();
+        let selection = [Selection::Best, Selection::All, Selection::Count(2)][select];
+        let policy = POLICIES[policy];
+        match plan(n, &workers, policy, selection) {
+            Ok(p) => {
+                prop_assert_eq!(p.parts.iter().map(|x| x.units).sum::<u64>(), n);
+                if matches!(policy, DividePolicy::Fpm | DividePolicy::Lp) {
+                    for part in &p.parts {
+                        prop_assert!(part.units <= servers[part.id].2, "{:?}", p);
+                    }
+                }
+            }
+            Err(DivideError::TooLarge { .. }) => {
+                // Only when the servers tried cannot hold it.
+                prop_assert!(capacity < n || !matches!(selection, Selection::All));
+            }
+            Err(e) => prop_assert!(false, "{e}"),
+        }
+    }
+}
+
+#[test]
+fn a_paging_server_gets_less_under_fpm_and_lp_than_under_constant_speed() {
+    let (fast, pager) = (linear(100.0, 0.0), paging(200.0, 300));
+    let w = [worker(0, &fast, 100.0), worker(1, &pager, 200.0)];
+    let n = 1200;
+    let cs = plan(n, &w, DividePolicy::ConstantSpeed, Selection::All).unwrap();
+    // Constant speeds give the pager 800 units: deep in its paging, 300 s and more.
+    assert_eq!(units_of(&cs, 1), 800);
+    for policy in [DividePolicy::Fpm, DividePolicy::Lp] {
+        let p = plan(n, &w, policy, Selection::All).unwrap();
+        assert!(units_of(&p, 1) <= 300, "{policy:?}: {p:?}");
+        assert!(
+            p.makespan.0 < cs.makespan.0 / 5.0,
+            "{policy:?}: {p:?} vs {cs:?}"
+        );
+    }
+}
+
+#[test]
+fn memory_caps_hold_and_an_infeasible_balance_relaxes() {
+    // A fast server that may take only 10 units cannot finish when the others do: a 5%
+    // balance is infeasible, the slack grows instead of the plan failing.
+    let (a, b) = (linear(1000.0, 0.0), linear(10.0, 0.0));
+    let w = [
+        Worker {
+            cap: 10,
+            ..worker(0, &a, 1000.0)
+        },
+        worker(1, &b, 10.0),
+    ];
+    let p = plan(200, &w, DividePolicy::Lp, Selection::All).unwrap();
+    assert_eq!(units_of(&p, 0), 10);
+    assert_eq!(units_of(&p, 1), 190);
+    assert!(p.slack.unwrap() > 0.05, "{p:?}");
+    // Too large for both together: said so.
+    let e = plan(
+        10_000,
+        &[Worker {
+            cap: 10,
+            ..worker(0, &a, 1.0)
+        }],
+        DividePolicy::Lp,
+        Selection::All,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            DivideError::TooLarge {
+                units: 10_000,
+                capacity: 10
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn selection_drops_a_server_whose_communication_outweighs_its_speed() {
+    let times: Vec<_> = (0..4).map(|_| linear(100.0, 0.0)).collect();
+    let far = linear(120.0, 0.0);
+    let mut w: Vec<Worker<'_>> = times
+        .iter()
+        .enumerate()
+        .map(|(j, t)| Worker {
+            comm_s: 0.1,
+            ..worker(j, t, 100.0)
+        })
+        .collect();
+    // Faster, but every iteration costs it 30 s of talking to its neighbours.
+    w.push(Worker {
+        comm_s: 30.0,
+        ..worker(4, &far, 120.0)
+    });
+    let p = plan(4000, &w, DividePolicy::Lp, Selection::Best).unwrap();
+    assert_eq!(units_of(&p, 4), 0, "{p:?}");
+    assert_eq!(p.parts.len(), 4, "{p:?}");
+    // Forced to take all, the plan still gives it little.
+    let all = plan(4000, &w, DividePolicy::Lp, Selection::All).unwrap();
+    assert!(all.makespan.0 > p.makespan.0, "{all:?} vs {p:?}");
+}
+
+#[test]
+fn one_server_is_best_when_parts_cost_more_than_they_save() {
+    // Talking to neighbours costs 5 s an iteration: a small job is best kept whole.
+    let times: Vec<_> = (0..3).map(|_| linear(1000.0, 0.0)).collect();
+    let w: Vec<Worker<'_>> = times
+        .iter()
+        .enumerate()
+        .map(|(j, t)| Worker {
+            comm_s: 5.0,
+            ..worker(j, t, 1000.0)
+        })
+        .collect();
+    let p = plan(100, &w, DividePolicy::Fpm, Selection::Best).unwrap();
+    assert_eq!(p.parts.len(), 1);
+    let big = plan(100_000, &w, DividePolicy::Fpm, Selection::Best).unwrap();
+    assert_eq!(big.parts.len(), 3);
+    assert_eq!(
+        plan(100, &w, DividePolicy::Even, Selection::Count(2))
+            .unwrap()
+            .parts
+            .len(),
+        2
+    );
+}
