@@ -113,12 +113,16 @@ impl GridClient {
         inputs: &dyn Fn(u64, u64) -> Vec<Value>,
     ) -> Result<DivideRun, GrpcError> {
         let plan = self.divide_plan(h, units, spec, inputs).await?;
-        let start = Instant::now();
-        let mut sessions = Vec::with_capacity(plan.parts.len());
+        // Bound handles and inputs first: the parts then leave back to back, as the plan has it.
+        let mut ready = Vec::with_capacity(plan.parts.len());
         for p in &plan.parts {
             let bound = self.function_handle_init(&h.service, &p.server).await?;
-            let id = self.call_async(&bound, inputs(p.first, p.units))?;
-            sessions.push(id);
+            ready.push((bound, inputs(p.first, p.units)));
+        }
+        let start = Instant::now();
+        let mut sessions = Vec::with_capacity(plan.parts.len());
+        for (bound, args) in ready {
+            sessions.push(self.call_async(&bound, args)?);
         }
         let mut parts = Vec::with_capacity(sessions.len());
         let mut failed: Option<GrpcError> = None;

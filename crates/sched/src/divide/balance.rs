@@ -18,11 +18,14 @@ const SLACK: f64 = 0.05;
 /// Linearisations refreshed at the new parts.
 const REFRESHES: usize = 3;
 
-/// How much slower per unit than its best a part may be before it counts as past a knee. A
+/// How much slower per unit than its best a part must get for a cliff (paging) to be seen: a
 /// model knows a cliff only as a fall between two measured sizes (e.g. 3 Gop/s at 500, 0.3 at
 /// 550), and the real cliff may be anywhere between them: a part is kept where the fall has
 /// barely begun.
 const KNEE: f64 = 1.1;
+/// Within a bracket that holds a cliff, how far above the level before it a part's time per
+/// unit may be: a model's noise is a few percent, a cliff's fall is several times.
+const FALL_START: f64 = 1.02;
 
 /// The largest part `w` takes before its time per unit falls off a cliff (paging): the models
 /// know the cliff only between the sizes they measured, and a split that lands on it is
@@ -55,10 +58,16 @@ pub fn knee(w: &Worker<'_>, n: u64) -> u64 {
     let Some(i) = (ib + 1..xs.len()).find(|&i| !within(pu[i])) else {
         return hi;
     };
+    // The cliff is somewhere in this bracket; its fall starts where the time per unit first
+    // leaves the level before it. A model's straight line from its last fast size to its first
+    // slow one reaches KNEE only part way down a fall that, for real, may be a step at the
+    // start: so the bisection looks for the fall's start, not for KNEE.
     let (mut lo, mut up) = (xs[i - 1], xs[i]);
+    let level = pu[i - 1].min(best * KNEE);
+    let before_fall = |t: f64| t <= level * FALL_START;
     while up - lo > 1 {
         let mid = lo + (up - lo) / 2;
-        if within(per_unit(mid)) {
+        if before_fall(per_unit(mid)) {
             lo = mid;
         } else {
             up = mid;

@@ -179,3 +179,25 @@ fn one_server_is_best_when_parts_cost_more_than_they_save() {
         2
     );
 }
+
+/// What a model learned of a sharp cliff from sizes 50 apart: fast at 500, a tenth at 550,
+/// a straight line between. Per unit, 505 is only 10% slower on that line, but the real
+/// cliff may be a step at 501: the part stops where the line starts to fall.
+#[test]
+fn a_part_stops_where_a_models_fall_starts_not_part_way_down_it() {
+    let model = |x: u64| {
+        let x = x as f64;
+        let s = if x <= 500.0 {
+            3000.0
+        } else if x >= 550.0 {
+            300.0
+        } else {
+            3000.0 - 2700.0 * (x - 500.0) / 50.0
+        };
+        Stoch::point(0.002 + x / s)
+    };
+    let flat = linear(3000.0, 0.002);
+    let k = balance::knee(&worker(0, &model, 3000.0), 8000);
+    assert!((495..=501).contains(&k), "knee at {k}");
+    assert_eq!(balance::knee(&worker(1, &flat, 3000.0), 8000), 8000);
+}
