@@ -215,7 +215,7 @@ fn decode_all(bytes: &[u8]) {
         client_token: Some("c".into()),
         server_token: Some("s".into()),
     };
-    let _ = hello::judge(bytes, &creds, addr, "fuzz");
+    let _ = hello::judge(bytes, &creds, None, addr, "fuzz");
 }
 
 #[test]
@@ -236,7 +236,7 @@ fn the_corpus_decodes() {
         server_token: Some("s".into()),
     };
     assert!(matches!(
-        hello::judge(&frame[4..], &creds, addr, "n"),
+        hello::judge(&frame[4..], &creds, None, addr, "n"),
         hello::Verdict::Welcome(_)
     ));
 }

@@ -164,6 +164,18 @@ impl Grid {
         )
     }
 
+    /// Starts an agent with extra flags, every connection of the grid mutual TLS (certificates
+    /// in `tls_dir`: the agent's, one per server, and a client's named `client`).
+    pub fn agent_tls(extra: &[&str]) -> Grid {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let agent = Launcher::program(bin("gridwise-agent"));
+        let server = Launcher::program(bin("gridwise-server"));
+        Grid(
+            LocalGrid::start_with(&agent, server, &extra, true).unwrap_or_else(|e| panic!("{e:#}")),
+            None,
+        )
+    }
+
     /// Starts an agent with this TOML config (and extra flags).
     pub fn agent_with_config(toml: &str, extra: &[&str]) -> Grid {
         let dir = tempfile::tempdir().expect("a temporary folder");

@@ -5,6 +5,7 @@
 //! the terminal.
 
 pub mod call;
+pub mod certs;
 pub mod demo;
 pub mod divide;
 pub mod graph;

@@ -146,10 +146,45 @@ enum Command {
     /// Simulates a platform far larger than this machine (servers with speed functions, links,
     /// load traces; see examples/sim/README.md) under the mapping policies, in virtual time.
     Sim(gridwise_cli::sim::SimArgs),
+    /// A grid CA and certificates for mutual TLS (see "Securing a grid" in the README).
+    Certs {
+        #[command(subcommand)]
+        which: CertsCmd,
+    },
     /// Run the agent daemon (same as gridwise-agent).
     Agent(AgentArgs),
     /// Run a server daemon (same as gridwise-server).
     Server(ServerArgs),
+}
+
+#[derive(Subcommand)]
+enum CertsCmd {
+    /// Creates the grid's CA (ca.pem, ca.key) in DIR.
+    Init {
+        dir: PathBuf,
+        /// The grid's name, in the CA's common name.
+        #[arg(long, default_value = "gridwise")]
+        grid: String,
+        /// Days the CA stays valid.
+        #[arg(long, default_value_t = 3650)]
+        days: u32,
+    },
+    /// Issues NAME.pem and NAME.key, signed by the CA in DIR.
+    Issue {
+        dir: PathBuf,
+        /// client, server or agent: what the holder may do.
+        #[arg(long)]
+        role: String,
+        /// The holder's name (a server registers under it; a client owns its work by it).
+        #[arg(long)]
+        name: String,
+        /// A name or IP address the holder is dialled at (agent and servers; repeat for more).
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+        /// Days the certificate stays valid.
+        #[arg(long, default_value_t = 365)]
+        days: u32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -580,6 +615,16 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         },
         Command::Links { json, conn } => status::print_links(&client(conn)?, *json),
         Command::Demo => demo::run(),
+        Command::Certs { which } => match which {
+            CertsCmd::Init { dir, grid, days } => gridwise_cli::certs::init(dir, grid, *days),
+            CertsCmd::Issue {
+                dir,
+                role,
+                name,
+                hosts,
+                days,
+            } => gridwise_cli::certs::issue(dir, role, name, hosts, *days),
+        },
         Command::Bench { which } => match which {
             BenchCmd::Mapping { json } => {
                 let out = bench::mapping::run()?;

@@ -1,7 +1,7 @@
 //! Client configuration: a TOML file plus `GRIDWISE_CLIENT_*` environment overrides.
 
 use crate::error::GrpcError;
-use gridwise_proto::wire::{DialConfig, Role};
+use gridwise_proto::wire::{DialConfig, Role, Tls, TlsFiles};
 use gridwise_proto::{ErrorCode, Policy};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -40,6 +40,10 @@ pub struct ClientConfig {
     /// How load enters estimates, other than the agent's default (`blind` ignores it).
     #[serde(default)]
     pub load_model: Option<gridwise_proto::LoadModel>,
+    /// Mutual TLS with the grid's daemons: the grid CA, this client's certificate (role
+    /// client, from `gridwise certs issue --role client`) and its key.
+    #[serde(default)]
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for ClientConfig {
@@ -55,6 +59,7 @@ impl Default for ClientConfig {
             max_frame_bytes: 1 << 30,
             policy: None,
             load_model: None,
+            tls: None,
         }
     }
 }
@@ -162,16 +167,24 @@ impl ClientConfig {
 
     /// The connection settings for the wire layer, presenting `principal` as the owner of
     /// this client's tickets and kept values.
-    pub fn wire(&self, principal: &str) -> DialConfig {
+    /// With `[tls]`, its files are read here: an unreadable or mismatched file fails now.
+    pub fn wire(&self, principal: &str) -> Result<DialConfig, GrpcError> {
         let connect = Duration::from_millis(self.connect_timeout_ms.max(1));
-        DialConfig {
+        let tls = match &self.tls {
+            None => None,
+            Some(files) => {
+                Some(Tls::load(files).map_err(|e| GrpcError::new(ErrorCode::ConfigfileError, e))?)
+            }
+        };
+        Ok(DialConfig {
             role: Role::Client,
             credential: self.token.clone(),
             principal: principal.to_string(),
             max_frame_bytes: self.max_frame_bytes,
             connect_timeout: connect,
             hello_timeout: connect,
-        }
+            tls,
+        })
     }
 
     /// `liveness_interval_ms`, at least 1 ms.

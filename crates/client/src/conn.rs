@@ -188,7 +188,7 @@ impl Conn {
     pub(crate) async fn open(cfg: &ClientConfig, rt: Handle) -> Result<Conn, GrpcError> {
         // This client's own key: the daemons record it as the owner of what it makes.
         let principal = uuid::Uuid::new_v4().simple().to_string();
-        let wire_cfg = cfg.wire(&principal);
+        let wire_cfg = cfg.wire(&principal)?;
         let (client, alive) = open_agent(rt.clone(), cfg.agent.clone(), wire_cfg.clone()).await?;
         let servers: Servers = Arc::default();
         let to_close = servers.clone();

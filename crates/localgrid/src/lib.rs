@@ -173,10 +173,24 @@ pub struct LocalGrid {
     pub client_token: Option<String>,
     /// The server token the agent was started with, passed on to servers.
     pub server_token: Option<String>,
+    /// With mutual TLS: the folder of the grid's CA and certificates.
+    pub tls_dir: Option<PathBuf>,
     server: Launcher,
     agent_launcher: Launcher,
     agent_args: Vec<String>,
     dir: tempfile::TempDir,
+}
+
+/// The `--tls-*` flags of a holder of `name`'s certificate in `dir`.
+fn tls_flags(dir: &Path, name: &str) -> Vec<String> {
+    vec![
+        "--tls-ca".into(),
+        dir.join("ca.pem").display().to_string(),
+        "--tls-cert".into(),
+        dir.join(format!("{name}.pem")).display().to_string(),
+        "--tls-key".into(),
+        dir.join(format!("{name}.key")).display().to_string(),
+    ]
 }
 
 impl LocalGrid {
@@ -187,10 +201,44 @@ impl LocalGrid {
         server: Launcher,
         agent_args: &[String],
     ) -> anyhow::Result<LocalGrid> {
+        Self::start_with(agent, server, agent_args, false)
+    }
+
+    /// Like [`start`](Self::start), and with `tls` every connection is mutual TLS: a grid CA,
+    /// certificates for the agent, each server (under its name) and a client `client`.
+    pub fn start_with(
+        agent: &Launcher,
+        server: Launcher,
+        agent_args: &[String],
+        tls: bool,
+    ) -> anyhow::Result<LocalGrid> {
         let dir = tempfile::Builder::new()
             .prefix("gridwise-local-")
             .tempdir()?;
         let mut kept: Vec<String> = agent_args.to_vec();
+        let tls_dir = if tls {
+            let certs = dir.path().join("certs");
+            let here = ["127.0.0.1".to_string()];
+            gridwise_certs::init(&certs, "local", 30)?;
+            gridwise_certs::issue(
+                &certs,
+                gridwise_proto::wire::CertRole::Agent,
+                "agent",
+                &here,
+                30,
+            )?;
+            gridwise_certs::issue(
+                &certs,
+                gridwise_proto::wire::CertRole::Client,
+                "client",
+                &[],
+                30,
+            )?;
+            kept.extend(tls_flags(&certs, "agent"));
+            Some(certs)
+        } else {
+            None
+        };
         if !kept.iter().any(|a| a == "--data-dir") {
             let data = dir.path().join("agent-data");
             kept.extend(["--data-dir".to_string(), data.display().to_string()]);
@@ -219,6 +267,7 @@ impl LocalGrid {
             names: Vec::new(),
             client_token,
             server_token,
+            tls_dir,
             server,
             agent_launcher: launcher,
             agent_args: kept,
@@ -240,11 +289,21 @@ impl LocalGrid {
 
     /// A grid whose daemons are `program agent …` and `program server …` (the `gridwise` tool).
     pub fn start_gridwise(program: &Path, agent_args: &[String]) -> anyhow::Result<LocalGrid> {
+        Self::start_gridwise_with(program, agent_args, false)
+    }
+
+    /// The same, with mutual TLS when `tls` (see [`start_with`](Self::start_with)).
+    pub fn start_gridwise_with(
+        program: &Path,
+        agent_args: &[String],
+        tls: bool,
+    ) -> anyhow::Result<LocalGrid> {
         let agent = Launcher::subcommand(program.to_path_buf(), "agent");
-        LocalGrid::start(
+        LocalGrid::start_with(
             &agent,
             Launcher::subcommand(program.to_path_buf(), "server"),
             agent_args,
+            tls,
         )
     }
 
@@ -290,6 +349,19 @@ impl LocalGrid {
         if let Some(t) = &self.server_token {
             args.extend(["--server-token".to_string(), t.clone()]);
         }
+        if let Some(certs) = &self.tls_dir {
+            if !certs.join(format!("{name}.pem")).exists() {
+                let here = ["127.0.0.1".to_string()];
+                gridwise_certs::issue(
+                    certs,
+                    gridwise_proto::wire::CertRole::Server,
+                    name,
+                    &here,
+                    30,
+                )?;
+            }
+            args.extend(tls_flags(certs, name));
+        }
         Daemon::spawn(
             &self.server.program,
             &args,
@@ -309,6 +381,14 @@ impl LocalGrid {
     pub fn client_config(&self) -> gridwise_client::ClientConfig {
         let mut cfg = gridwise_client::ClientConfig::with_agent(self.agent.addr.clone());
         cfg.token = self.client_token.clone();
+        cfg.tls = self
+            .tls_dir
+            .as_ref()
+            .map(|d| gridwise_proto::wire::TlsFiles {
+                ca: d.join("ca.pem"),
+                cert: d.join("client.pem"),
+                key: d.join("client.key"),
+            });
         cfg
     }
 

@@ -5,9 +5,11 @@
 //! data) presents the grid's client token; a **server** (may register with the agent and pull
 //! values from its peers) presents the server token. A client token therefore cannot make anyone
 //! a server. A client also names a *principal*, a random key of its own that the daemons record
-//! as the owner of its tickets and kept values. When TLS arrives, a certificate's identity takes
-//! the place of both the credential and the principal; the handlers only ever see a [`Peer`].
+//! as the owner of its tickets and kept values. Over mutual TLS the certificate decides: its
+//! role unit must allow the role claimed, and its name becomes the principal (a server's is
+//! the name it must register under). The handlers only ever see a [`Peer`].
 
+use super::tls::CertIdentity;
 use crate::error::ErrorCode;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -47,8 +49,11 @@ pub struct Peer {
     pub role: Role,
     /// The name it gave (for logs).
     pub who: String,
-    /// The identity that owns what it makes: a client's own key, a server's name.
+    /// The identity that owns what it makes: a client's own key, a server's name; over TLS,
+    /// its certificate's name.
     pub principal: String,
+    /// The name its TLS certificate proves, when the connection is TLS.
+    pub certified: Option<String>,
 }
 
 impl Peer {
@@ -64,6 +69,7 @@ impl Peer {
             role,
             who: principal.to_string(),
             principal: principal.to_string(),
+            certified: None,
         }
     }
 }
@@ -129,9 +135,21 @@ impl Credentials {
     pub(crate) fn admit(
         &self,
         hello: Hello,
+        cert: Option<&CertIdentity>,
         addr: SocketAddr,
         node: &str,
     ) -> Result<Peer, (ErrorCode, String)> {
+        if let Some(c) = cert
+            && !c.role.allows(hello.role)
+        {
+            return Err((
+                ErrorCode::RpcRefused,
+                format!(
+                    "{node} refused `{}`: its certificate is a {} certificate and cannot act as a {}; issue one with `gridwise certs issue --role {}`",
+                    c.name, c.role, hello.role, hello.role
+                ),
+            ));
+        }
         let (expected, key) = match hello.role {
             Role::Client => (&self.client_token, "token"),
             Role::Server => (&self.server_token, "server_token"),
@@ -146,17 +164,21 @@ impl Credentials {
             ));
         }
         let who = clip(&hello.who);
-        let principal = match hello.role {
-            Role::Server => who.clone(),
-            // A client without a key of its own owns only what it makes on this connection.
-            Role::Client if hello.principal.is_empty() => format!("anonymous@{addr}"),
-            Role::Client => clip(&hello.principal),
+        let principal = match (cert, hello.role) {
+            (Some(c), _) => clip(&c.name),
+            (None, role) => match role {
+                Role::Server => who.clone(),
+                // A client without a key of its own owns only what it makes on this connection.
+                Role::Client if hello.principal.is_empty() => format!("anonymous@{addr}"),
+                Role::Client => clip(&hello.principal),
+            },
         };
         Ok(Peer {
             addr,
             role: hello.role,
             who,
             principal,
+            certified: cert.map(|c| clip(&c.name)),
         })
     }
 }
@@ -174,7 +196,13 @@ pub enum Verdict {
 
 /// Judges a connection's first frame: the one decoder of hellos, for `accept_loop` and for
 /// fuzzing.
-pub fn judge(frame: &[u8], credentials: &Credentials, addr: SocketAddr, node: &str) -> Verdict {
+pub fn judge(
+    frame: &[u8],
+    credentials: &Credentials,
+    cert: Option<&CertIdentity>,
+    addr: SocketAddr,
+    node: &str,
+) -> Verdict {
     match super::messages::decode_legacy::<HelloHead>(frame) {
         Ok(h) if h.magic == MAGIC && h.version != crate::PROTOCOL_VERSION => Verdict::Refused(
             ErrorCode::RpcRefused,
@@ -185,7 +213,7 @@ pub fn judge(frame: &[u8], credentials: &Credentials, addr: SocketAddr, node: &s
             ),
         ),
         Ok(h) if h.magic == MAGIC => match super::messages::decode_legacy::<Hello>(frame) {
-            Ok(hello) => match credentials.admit(hello, addr, node) {
+            Ok(hello) => match credentials.admit(hello, cert, addr, node) {
                 Ok(peer) => Verdict::Welcome(peer),
                 Err((code, message)) => Verdict::Refused(code, message),
             },
@@ -245,24 +273,56 @@ mod tests {
         c.check().unwrap();
         let addr = SocketAddr::from(([127, 0, 0, 1], 5));
         let p = c
-            .admit(hello(Role::Client, Some("c"), "k1"), addr, "n")
+            .admit(hello(Role::Client, Some("c"), "k1"), None, addr, "n")
             .unwrap();
         assert_eq!((p.role, p.principal.as_str()), (Role::Client, "k1"));
         // The client token does not make anyone a server.
         let (code, msg) = c
-            .admit(hello(Role::Server, Some("c"), ""), addr, "n")
+            .admit(hello(Role::Server, Some("c"), ""), None, addr, "n")
             .unwrap_err();
         assert_eq!(code, ErrorCode::RpcRefused);
         assert!(msg.contains("server_token"), "{msg}");
         assert!(
-            c.admit(hello(Role::Server, Some("s"), ""), addr, "n")
+            c.admit(hello(Role::Server, Some("s"), ""), None, addr, "n")
                 .is_ok()
         );
         // A client without a key owns only its connection's work.
         let p = c
-            .admit(hello(Role::Client, Some("c"), ""), addr, "n")
+            .admit(hello(Role::Client, Some("c"), ""), None, addr, "n")
             .unwrap();
         assert_eq!(p.principal, "anonymous@127.0.0.1:5");
+    }
+
+    #[test]
+    fn a_certificate_names_the_principal_and_bounds_the_role() {
+        use crate::wire::tls::CertRole;
+        let open = Credentials::default();
+        let addr = SocketAddr::from(([127, 0, 0, 1], 5));
+        let client = CertIdentity {
+            role: CertRole::Client,
+            name: "alice".into(),
+        };
+        let p = open
+            .admit(hello(Role::Client, None, "k1"), Some(&client), addr, "n")
+            .unwrap();
+        assert_eq!(p.principal, "alice");
+        assert_eq!(p.certified.as_deref(), Some("alice"));
+        let (code, msg) = open
+            .admit(hello(Role::Server, None, ""), Some(&client), addr, "n")
+            .unwrap_err();
+        assert_eq!(code, ErrorCode::RpcRefused);
+        assert!(
+            msg.contains("client certificate cannot act as a server"),
+            "{msg}"
+        );
+        let agent = CertIdentity {
+            role: CertRole::Agent,
+            name: "agent".into(),
+        };
+        assert!(
+            open.admit(hello(Role::Server, None, ""), Some(&agent), addr, "n")
+                .is_ok()
+        );
     }
 
     #[test]

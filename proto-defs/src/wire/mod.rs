@@ -13,11 +13,13 @@ pub mod frame;
 pub mod hello;
 pub mod limits;
 pub mod messages;
+pub mod tls;
 
 pub use budget::{Charge, MemoryBudget, OverBudget};
 pub use frame::FrameCodec;
 pub use hello::{Credentials, Peer, Role};
 pub use limits::{Activity, Admission, ConnLimits, ConnTable, Guarded, raise_fd_limit};
+pub use tls::{CertIdentity, CertRole, Tls, TlsFiles};
 
 use crate::PROTOCOL_VERSION;
 use crate::error::ErrorCode;
@@ -35,8 +37,11 @@ use tarpc::{ClientMessage, Response};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::Framed;
 
-/// A framed TCP connection after the hello.
-pub type FramedTcp = Framed<TcpStream, FrameCodec>;
+/// A connection's byte stream: plain TCP, or TLS over it.
+pub type ByteStream = tokio_util::either::Either<TcpStream, tokio_rustls::TlsStream<TcpStream>>;
+
+/// A framed connection after the hello.
+pub type FramedTcp = Framed<ByteStream, FrameCodec>;
 
 /// How to open connections: the role to claim and its credential, limits and timeouts.
 #[derive(Clone, Debug)]
@@ -52,8 +57,11 @@ pub struct DialConfig {
     /// How long the TCP connect may take; past it, [`connect`] fails with
     /// [`WireError::Timeout`].
     pub connect_timeout: Duration,
-    /// How long the peer may take to answer the hello.
+    /// How long the peer may take to answer the hello (and, with TLS, to finish its handshake).
     pub hello_timeout: Duration,
+    /// TLS to speak, when the grid uses it: the peer must then prove it holds a certificate
+    /// for the host dialled, and we present ours.
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl DialConfig {
@@ -66,6 +74,7 @@ impl DialConfig {
             max_frame_bytes: 256 * 1024 * 1024,
             connect_timeout: Duration::from_secs(5),
             hello_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -83,6 +92,8 @@ pub struct AcceptConfig {
     pub limits: ConnLimits,
     /// What frames being received may hold at once.
     pub budget: Arc<MemoryBudget>,
+    /// With TLS, only peers with a certificate from the grid's CA get as far as the hello.
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl AcceptConfig {
@@ -94,6 +105,7 @@ impl AcceptConfig {
             hello_timeout: Duration::from_secs(5),
             limits: ConnLimits::default(),
             budget: MemoryBudget::new(budget_bytes),
+            tls: None,
         }
     }
 }
@@ -135,6 +147,9 @@ pub enum WireError {
         /// The reason the peer's hello reply gave.
         message: String,
     },
+    /// The TLS handshake failed: a certificate was refused, or only one side speaks TLS.
+    #[error("TLS with {addr} failed: {detail}")]
+    Tls { addr: String, detail: String },
     /// The peer's bytes are not a gridwise hello.
     #[error("{addr} does not speak the gridwise protocol: {detail}")]
     Protocol { addr: String, detail: String },
@@ -144,7 +159,7 @@ impl WireError {
     /// The GridRPC code a client reports for this failure.
     pub fn code(&self) -> ErrorCode {
         match self {
-            WireError::Refused { .. } => ErrorCode::RpcRefused,
+            WireError::Refused { .. } | WireError::Tls { .. } => ErrorCode::RpcRefused,
             _ => ErrorCode::CommunicationFailed,
         }
     }
@@ -175,6 +190,10 @@ pub async fn connect(
         })?;
     // Small RPCs are latency-bound: never let Nagle hold a frame back.
     let _ = stream.set_nodelay(true);
+    let stream = match &cfg.tls {
+        None => ByteStream::Left(stream),
+        Some(tls) => ByteStream::Right(tls_connect(addr, tls, stream, cfg.hello_timeout).await?),
+    };
     let mut framed = Framed::new(stream, FrameCodec::new(HELLO_MAX_FRAME));
     let protocol = |detail: String| WireError::Protocol {
         addr: addr.to_string(),
@@ -210,6 +229,29 @@ pub async fn connect(
             addr: addr.to_string(),
             message,
         }),
+    }
+}
+
+async fn tls_connect(
+    addr: &str,
+    tls: &Tls,
+    stream: TcpStream,
+    timeout: Duration,
+) -> Result<tokio_rustls::TlsStream<TcpStream>, WireError> {
+    let failed = |detail: String| WireError::Tls {
+        addr: addr.to_string(),
+        detail,
+    };
+    let name = tls::server_name(addr).map_err(failed)?;
+    match tokio::time::timeout(timeout, tls.connector().connect(name, stream)).await {
+        Err(_) => Err(WireError::Timeout {
+            addr: addr.to_string(),
+            secs: timeout.as_secs_f64(),
+        }),
+        Ok(Ok(s)) => Ok(tokio_rustls::TlsStream::Client(s)),
+        Ok(Err(e)) => Err(failed(format!(
+            "{e} (both sides need [tls] with certificates from the same grid CA, and the daemon's certificate must name the host dialled)"
+        ))),
     }
 }
 
@@ -315,6 +357,60 @@ fn reply_frame(reply: &HelloReply) -> Option<Vec<u8>> {
     Some(f)
 }
 
+/// The TLS handshake of an accepted connection, when the daemon speaks TLS: the stream and the
+/// identity of the peer's certificate. A plaintext peer is told, in plaintext, what to set.
+async fn accept_tls(
+    stream: TcpStream,
+    cfg: &AcceptConfig,
+    node: &str,
+) -> Result<(ByteStream, Option<CertIdentity>), String> {
+    let Some(tls) = &cfg.tls else {
+        let mut first = [0u8; 1];
+        if let Ok(Ok(1)) =
+            tokio::time::timeout(Duration::from_millis(200), stream.peek(&mut first)).await
+            && first[0] == tls::HANDSHAKE_RECORD
+        {
+            tracing::warn!(
+                "a peer speaks TLS to this plaintext daemon: configure [tls] here or remove it there"
+            );
+        }
+        return Ok((ByteStream::Left(stream), None));
+    };
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(cfg.hello_timeout, stream.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] != tls::HANDSHAKE_RECORD => {
+            let refusal = HelloReply::Refused {
+                code: ErrorCode::RpcRefused,
+                message: format!(
+                    "{node} accepts TLS connections only: configure [tls] (ca, cert, key) with a certificate from the grid's CA"
+                ),
+            };
+            if let Some(f) = reply_frame(&refusal) {
+                let _ = stream.try_write(&f);
+            }
+            return Err("a plaintext peer on a TLS daemon; told it to configure [tls]".into());
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(format!("reading: {e}")),
+        Err(_) => return Err("no TLS handshake in time".into()),
+    }
+    let s = tokio::time::timeout(cfg.hello_timeout, tls.acceptor().accept(stream))
+        .await
+        .map_err(|_| "no TLS handshake in time".to_string())?
+        .map_err(|e| format!("TLS handshake refused: {e}"))?;
+    let identity = s
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| tls::identity_of(c))
+        .transpose()?;
+    Ok((
+        ByteStream::Right(tokio_rustls::TlsStream::Server(s)),
+        identity,
+    ))
+}
+
 async fn accept_hello(
     stream: TcpStream,
     addr: SocketAddr,
@@ -323,6 +419,7 @@ async fn accept_hello(
     activity: &Arc<Activity>,
 ) -> Result<(FramedTcp, Peer), String> {
     let _ = stream.set_nodelay(true);
+    let (stream, cert) = accept_tls(stream, cfg, node).await?;
     let codec = FrameCodec::guarded(HELLO_MAX_FRAME, &cfg.budget, activity.clone());
     let mut framed = Framed::new(stream, codec);
     let frame = tokio::select! {
@@ -334,7 +431,7 @@ async fn accept_hello(
         },
         _ = evicted(activity) => return Err("evicted before its hello".into()),
     };
-    let refusal = match hello::judge(&frame, &cfg.credentials, addr, node) {
+    let refusal = match hello::judge(&frame, &cfg.credentials, cert.as_ref(), addr, node) {
         hello::Verdict::NotAHello(why) => return Err(why),
         hello::Verdict::Refused(code, message) => Err((code, message)),
         hello::Verdict::Welcome(peer) => Ok(peer),

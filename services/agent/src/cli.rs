@@ -19,6 +19,15 @@ pub struct AgentArgs {
     /// The secret servers must present to register (different from the client token).
     #[arg(long)]
     pub server_token: Option<String>,
+    /// The grid CA for mutual TLS ([tls] ca; with --tls-cert and --tls-key).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// This daemon's certificate ([tls] cert), from `gridwise certs issue`.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// Its key ([tls] key).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
     /// Default ranking policy: mct, conservative, round-robin, constant-speed.
     #[arg(long)]
     pub policy: Option<String>,
@@ -40,6 +49,18 @@ impl AgentArgs {
             ("listen", self.listen.clone()),
             ("client_token", self.client_token.clone()),
             ("server_token", self.server_token.clone()),
+            (
+                "tls.ca",
+                self.tls_ca.as_ref().map(|p| p.display().to_string()),
+            ),
+            (
+                "tls.cert",
+                self.tls_cert.as_ref().map(|p| p.display().to_string()),
+            ),
+            (
+                "tls.key",
+                self.tls_key.as_ref().map(|p| p.display().to_string()),
+            ),
             ("policy", self.policy.clone()),
             (
                 "data_dir",

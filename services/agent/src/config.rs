@@ -1,7 +1,9 @@
 //! The agent's settings: `gridwise-agent --config agent.toml`, `GRIDWISE_AGENT_*`, flags.
 
 use gridwise_proto::Policy;
-use gridwise_proto::wire::{self, AcceptConfig, ConnLimits, Credentials, DialConfig, Role};
+use gridwise_proto::wire::{
+    self, AcceptConfig, ConnLimits, Credentials, DialConfig, Role, Tls, TlsFiles,
+};
 use gridwise_sched::CoreConfig;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -20,6 +22,10 @@ pub struct AgentConfig {
     /// The secret servers present to register (none: anyone may register a server). It must
     /// differ from `client_token`, or every client could register as a server.
     pub server_token: Option<String>,
+    /// Mutual TLS on every connection: the grid CA, the agent's certificate (role agent, from
+    /// `gridwise certs issue --role agent`) and its key. Clients and servers then need
+    /// certificates from the same CA.
+    pub tls: Option<TlsFiles>,
     /// Default ranking policy: `mct`, `conservative`, `round-robin` or `constant-speed`.
     pub policy: String,
     /// How often servers send heartbeats, ms.
@@ -88,6 +94,7 @@ impl Default for AgentConfig {
             name: "agent".into(),
             client_token: None,
             server_token: None,
+            tls: None,
             policy: core.policy.to_string(),
             heartbeat_interval_ms: core.heartbeat_interval.as_millis() as u64,
             heartbeat_timeout_ms: core.heartbeat_timeout.as_millis() as u64,
@@ -153,6 +160,21 @@ impl AgentConfig {
         };
         core.validate()?;
         Ok(core)
+    }
+
+    /// The TLS settings `[tls]` names, read and checked (`None` without `[tls]`).
+    pub fn tls(&self) -> anyhow::Result<Option<std::sync::Arc<Tls>>> {
+        let Some(files) = &self.tls else {
+            return Ok(None);
+        };
+        let tls = Tls::load(files).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(
+            tls.identity.role == wire::CertRole::Agent,
+            "[tls] cert is a {} certificate (`{}`); the agent needs one issued with `gridwise certs issue --role agent`",
+            tls.identity.role,
+            tls.identity.name
+        );
+        Ok(Some(tls))
     }
 
     /// How the agent accepts connections, checked.

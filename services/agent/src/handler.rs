@@ -224,6 +224,14 @@ impl AgentHandler {
                 "only servers may register: this connection presented the client credential; a server presents `server_token` (refused `{name}`)"
             )));
         }
+        if let Some(certified) = &self.peer.certified
+            && *certified != name
+        {
+            tracing::warn!(peer = %self.peer.addr, %name, %certified, "a server tried to register under another name than its certificate's");
+            return Err(refused(format!(
+                "`{name}` may not register: this server's certificate is for `{certified}`; a server registers under its certificate's name"
+            )));
+        }
         if let Err(e) = self.verify(&reg).await {
             tracing::warn!(peer = %self.peer.addr, %name, "registration refused: {}", e.message);
             return Err(e);

@@ -9,6 +9,7 @@ pub mod persist;
 pub use config::AgentConfig;
 pub use handler::AgentHandler;
 
+use gridwise_proto::wire::DialConfig;
 use gridwise_proto::{AgentApi, wire};
 use gridwise_sched::AgentCore;
 use std::time::Duration;
@@ -19,7 +20,9 @@ use tokio::net::TcpListener;
 /// port), and serves until the process ends. Nothing is announced unless the agent can serve.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let core_cfg = cfg.core()?;
-    let accept = cfg.accept()?;
+    let tls = cfg.tls()?;
+    let mut accept = cfg.accept()?;
+    accept.tls = tls.clone();
     let mut core = AgentCore::new(core_cfg.clone());
     let store = gridwise_store::Store::open(&cfg.data_dir)
         .map_err(|e| anyhow::anyhow!("cannot open the agent's data directory: {e}"))?;
@@ -32,7 +35,8 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr()?;
-    let handler = AgentHandler::new(core, Some(writer), cfg.dial());
+    let dial = cfg.dial().map(|d| DialConfig { tls, ..d });
+    let handler = AgentHandler::new(core, Some(writer), dial);
     gridwise_proto::settings::announce(&addr.to_string());
     tracing::info!(%addr, policy = %core_cfg.policy, "agent listening");
     let sweeper = handler.clone();

@@ -28,6 +28,15 @@ pub struct ServerArgs {
     /// The secret this server presents to the agent and its peers.
     #[arg(long)]
     pub server_token: Option<String>,
+    /// The grid CA for mutual TLS ([tls] ca; with --tls-cert and --tls-key).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// This daemon's certificate ([tls] cert), from `gridwise certs issue`.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// Its key ([tls] key).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
     /// Calls run at once; the rest queue (default: number of cores).
     #[arg(long)]
     pub slots: Option<u32>,
@@ -49,6 +58,18 @@ impl ServerArgs {
             ("agent", self.agent.clone()),
             ("client_token", self.client_token.clone()),
             ("server_token", self.server_token.clone()),
+            (
+                "tls.ca",
+                self.tls_ca.as_ref().map(|p| p.display().to_string()),
+            ),
+            (
+                "tls.cert",
+                self.tls_cert.as_ref().map(|p| p.display().to_string()),
+            ),
+            (
+                "tls.key",
+                self.tls_key.as_ref().map(|p| p.display().to_string()),
+            ),
             ("slots", self.slots.map(|v| v.to_string())),
             ("calibrate", self.no_calibrate.then(|| "false".to_string())),
         ]);

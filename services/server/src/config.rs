@@ -2,7 +2,9 @@
 
 use crate::model_manager::ModelConfig;
 use gridwise_kernels::{EmulatedSpec, LoadSpec};
-use gridwise_proto::wire::{self, ConnLimits, Credentials, DialConfig, Role};
+use gridwise_proto::wire::{
+    self, CertRole, ConnLimits, Credentials, DialConfig, Role, Tls, TlsFiles,
+};
 use gridwise_routines::{CommandSpec, LibraryEntry, PythonEntry};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -23,6 +25,10 @@ pub struct ServerConfig {
     pub client_token: Option<String>,
     /// The secret this server presents to the agent and to its peers, and requires from them.
     pub server_token: Option<String>,
+    /// Mutual TLS on every connection: the grid CA, this server's certificate (role server,
+    /// from `gridwise certs issue --role server --name NAME --host HOST`) and its key. The
+    /// certificate's name is the server's name.
+    pub tls: Option<TlsFiles>,
     /// Calls run at once; the rest queue (default: number of cores).
     pub slots: Option<u32>,
     /// Built-in services to offer: any of add, sleep, loop, fail, dgemm.
@@ -89,6 +95,7 @@ impl Default for ServerConfig {
             agent: "127.0.0.1:7000".into(),
             client_token: None,
             server_token: None,
+            tls: None,
             slots: None,
             builtins: gridwise_kernels::BUILTIN_NAMES
                 .iter()
@@ -193,7 +200,22 @@ impl ServerConfig {
             .unwrap_or_else(|| (crate::host::usable_memory_bytes() / 2).max(MIN_BUDGET))
     }
 
-    /// How this server dials the agent and its peers.
+    /// The TLS settings `[tls]` names, read and checked (`None` without `[tls]`).
+    pub fn tls(&self) -> anyhow::Result<Option<std::sync::Arc<Tls>>> {
+        let Some(files) = &self.tls else {
+            return Ok(None);
+        };
+        let tls = Tls::load(files).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(
+            tls.identity.role == CertRole::Server,
+            "[tls] cert is a {} certificate (`{}`); a server needs one issued with `gridwise certs issue --role server`",
+            tls.identity.role,
+            tls.identity.name
+        );
+        Ok(Some(tls))
+    }
+
+    /// How this server dials the agent and its peers (without TLS: see [`ServerConfig::tls`]).
     pub fn dial(&self) -> DialConfig {
         DialConfig {
             max_frame_bytes: self.max_frame_bytes,

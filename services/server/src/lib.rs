@@ -52,6 +52,7 @@ pub async fn run_with(
     extra: Vec<std::sync::Arc<dyn gridwise_kernels::Kernel>>,
 ) -> anyhow::Result<()> {
     cfg.check()?;
+    let tls = cfg.tls()?;
     let (set, sensors) = kernels_and_sensors(&cfg, &extra)?;
     let listener = TcpListener::bind(&cfg.listen)
         .await
@@ -64,10 +65,16 @@ pub async fn run_with(
         ),
         None => bound.to_string(),
     };
-    let name = cfg
-        .name
-        .clone()
-        .unwrap_or_else(|| format!("server-{}", bound.port()));
+    // Over TLS a server is who its certificate says: the agent accepts no other name from it.
+    let name = match (&cfg.name, &tls) {
+        (Some(n), Some(t)) if *n != t.identity.name => anyhow::bail!(
+            "name = \"{n}\" but the [tls] certificate is for `{}`: the agent registers a server only under its certificate's name; remove `name` or issue a certificate for `{n}`",
+            t.identity.name
+        ),
+        (Some(n), _) => n.clone(),
+        (None, Some(t)) => t.identity.name.clone(),
+        (None, None) => format!("server-{}", bound.port()),
+    };
     let slots = cfg.slots.unwrap_or_else(host::cores).max(1);
 
     let calibration = if cfg.calibrate {
@@ -85,7 +92,10 @@ pub async fn run_with(
     let budget = cfg.memory_budget();
 
     let (to_agent, inbox) = mpsc::unbounded_channel();
-    let dial = cfg.dial();
+    let dial = wire::DialConfig {
+        tls: tls.clone(),
+        ..cfg.dial()
+    };
     let idle_ttl = Duration::from_secs_f64(cfg.data_idle_ttl_s);
     let remote = handler::RemoteData {
         addr: addr.clone(),
@@ -106,6 +116,7 @@ pub async fn run_with(
         (budget / 4).max(cfg.max_frame_bytes as u64),
     );
     accept.credentials = cfg.credentials();
+    accept.tls = tls;
     accept.limits = cfg.limits()?;
     let handler = ServerHandler::new(name.clone(), set, slots, to_agent, remote, limits, sensors);
     let reg = Registration {
