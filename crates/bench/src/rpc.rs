@@ -29,6 +29,9 @@ pub struct RpcBench {
     pub clients: Vec<String>,
     /// The Python interpreter that has the `gridwise` package installed.
     pub python: String,
+    /// Also on a grid where every connection is mutual TLS, started beside the plaintext one
+    /// in the same run (Rust client only), with the ratios.
+    pub tls: bool,
 }
 
 /// The clients `--client` takes.
@@ -39,16 +42,14 @@ pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
     if let Some(c) = opts.clients.iter().find(|c| !CLIENTS.contains(&c.as_str())) {
         anyhow::bail!("no client `{c}`: the clients are {}", CLIENTS.join(", "));
     }
+    if opts.tls {
+        return plain_and_tls(opts);
+    }
     let mut grid = None;
     let (agent, token) = match &opts.agent {
         Some(a) => (a.clone(), opts.token.clone()),
         None => {
-            let exe = std::env::current_exe()?;
-            let mut g = LocalGrid::start_gridwise(&exe, &[])?;
-            g.add_server(
-                "bench-server",
-                "builtins = [\"add\", \"echo\"]\ncalibrate = false\n",
-            )?;
+            let g = bench_grid(false)?;
             let a = g.agent.addr.clone();
             grid = Some(g);
             (a, None)
@@ -56,9 +57,6 @@ pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
     };
     let mut cfg = ClientConfig::with_agent(agent.clone());
     cfg.token = token.clone();
-    if grid.is_some() {
-        wait_for_servers(&Client::connect(cfg.clone())?, 1, Duration::from_secs(30))?;
-    }
     let mut out = Vec::new();
     for c in &opts.clients {
         let mut line = match c.as_str() {
@@ -75,6 +73,59 @@ pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
         out.push(line);
     }
     drop(grid);
+    Ok(out)
+}
+
+/// A grid of one server offering `add` and `echo`, every connection TLS if `tls`, up.
+fn bench_grid(tls: bool) -> anyhow::Result<LocalGrid> {
+    let exe = std::env::current_exe()?;
+    let mut g = LocalGrid::start_gridwise_with(&exe, &[], tls)?;
+    g.add_server(
+        "bench-server",
+        "builtins = [\"add\", \"echo\"]\ncalibrate = false\n",
+    )?;
+    wait_for_servers(
+        &Client::connect(g.client_config())?,
+        1,
+        Duration::from_secs(30),
+    )?;
+    Ok(g)
+}
+
+/// The Rust client on a plaintext grid, then on a TLS grid, in one run; then the ratios.
+fn plain_and_tls(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
+    anyhow::ensure!(
+        opts.agent.is_none(),
+        "--tls starts its own grids (plaintext and TLS): leave out --agent"
+    );
+    let mut out = Vec::new();
+    for tls in [false, true] {
+        eprintln!(
+            "bench rpc: a {} grid …",
+            if tls { "TLS" } else { "plaintext" }
+        );
+        let g = bench_grid(tls)?;
+        let mut line = rust_client(opts, g.client_config())?;
+        line["bench"] = json!("rpc");
+        line["client"] = json!("rust");
+        line["tls"] = json!(tls);
+        line["sync_calls"] = json!(opts.sync_calls);
+        line["async_calls"] = json!(opts.async_calls);
+        line["window"] = json!(opts.window.max(1));
+        out.push(line);
+    }
+    let ratio = |key: &str| {
+        let (p, t) = (out[0][key].as_f64(), out[1][key].as_f64());
+        p.zip(t)
+            .map(|(p, t)| json!((t / p * 1000.0).round() / 1000.0))
+            .unwrap_or(serde_json::Value::Null)
+    };
+    out.push(json!({
+        "bench": "rpc_tls",
+        "sync_p50_tls_over_plain": ratio("sync_p50_us"),
+        "async_calls_per_s_tls_over_plain": ratio("async_calls_per_s"),
+        "array_mb_per_s_tls_over_plain": ratio("array_round_trip_mb_per_s"),
+    }));
     Ok(out)
 }
 

@@ -425,6 +425,10 @@ enum BenchCmd {
         /// The Python interpreter for `--client python`.
         #[arg(long, default_value = "python3")]
         python: String,
+        /// The Rust client on a plaintext grid and on a mutual-TLS grid in the same run, and
+        /// the ratios (`rpc_tls`).
+        #[arg(long)]
+        tls: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -705,9 +709,11 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 window,
                 client,
                 python,
+                tls,
                 conn,
             } => {
                 let lines = bench::rpc::run_rpc(&bench::rpc::RpcBench {
+                    tls: *tls,
                     agent: conn.agent.clone(),
                     token: conn.token.clone(),
                     sync_calls: *calls,
