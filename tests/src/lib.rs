@@ -300,3 +300,27 @@ pub mod raw {
         wire::context(std::time::Duration::from_secs(10))
     }
 }
+
+/// A plain HTTP/1.1 GET of `path` on `addr` (a daemon's metrics or dashboard): status line,
+/// headers and body as text.
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// The address a daemon logged for `what` (e.g. `metrics at /metrics`): the `addr=` field of
+/// that line in its log file `log` (in the grid's folder).
+pub fn logged_addr(grid: &LocalGrid, log: &str, what: &str) -> Option<String> {
+    let text = std::fs::read_to_string(grid.log_dir().join(log)).ok()?;
+    let line = text.lines().find(|l| l.contains(what))?;
+    let at = line.find("addr=")? + "addr=".len();
+    Some(line[at..].split_whitespace().next()?.to_string())
+}

@@ -208,11 +208,15 @@ impl AgentCore {
         reports: &[CallReport],
         now: Duration,
     ) -> Outcome<Ack> {
-        for r in reports {
-            if let Some(t) = r.ticket {
-                self.release(t);
-            }
-        }
+        // What was predicted of each call, for the prediction error it is reported with.
+        let predicted_kernel_s: Vec<Option<f64>> = reports
+            .iter()
+            .map(|r| {
+                r.ticket
+                    .and_then(|t| self.reservations.take(t))
+                    .map(|a| a.compute_s)
+            })
+            .collect();
         let Some(slot) = self.registry.slot_of(server) else {
             return Outcome::nothing(Ack::Reregister);
         };
@@ -286,6 +290,7 @@ impl AgentCore {
         let mut learned = vec![Learned::Timings {
             server: e.name().to_string(),
             reports: reports.to_vec(),
+            predicted_kernel_s,
         }];
         learned.extend(self.point_changes(slot, changed));
         Outcome {

@@ -37,13 +37,13 @@ impl Reservations {
 
     /// Removes `ticket` wherever it is pending; false if it was not.
     pub fn release(&mut self, ticket: Ticket) -> bool {
-        match self.index.remove(ticket) {
-            Some(slot) => {
-                self.queues[slot].remove(ticket);
-                true
-            }
-            None => false,
-        }
+        self.take(ticket).is_some()
+    }
+
+    /// Removes `ticket` wherever it is pending, returning what was assumed of it.
+    pub fn take(&mut self, ticket: Ticket) -> Option<Assignment> {
+        let slot = self.index.remove(ticket)?;
+        self.queues[slot].remove(ticket)
     }
 
     /// [`release`](Self::release) if `who` holds `ticket` (or nobody does).

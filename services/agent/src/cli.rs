@@ -19,6 +19,9 @@ pub struct AgentArgs {
     /// The secret servers must present to register (different from the client token).
     #[arg(long)]
     pub server_token: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100.
+    #[arg(long)]
+    pub metrics: Option<String>,
     /// The grid CA for mutual TLS ([tls] ca; with --tls-cert and --tls-key).
     #[arg(long)]
     pub tls_ca: Option<PathBuf>,
@@ -49,6 +52,7 @@ impl AgentArgs {
             ("listen", self.listen.clone()),
             ("client_token", self.client_token.clone()),
             ("server_token", self.server_token.clone()),
+            ("metrics", self.metrics.clone()),
             (
                 "tls.ca",
                 self.tls_ca.as_ref().map(|p| p.display().to_string()),

@@ -26,6 +26,8 @@ pub struct AgentConfig {
     /// `gridwise certs issue --role agent`) and its key. Clients and servers then need
     /// certificates from the same CA.
     pub tls: Option<TlsFiles>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (off when unset).
+    pub metrics: Option<String>,
     /// Default ranking policy: `mct`, `conservative`, `round-robin` or `constant-speed`.
     pub policy: String,
     /// How often servers send heartbeats, ms.
@@ -95,6 +97,7 @@ impl Default for AgentConfig {
             client_token: None,
             server_token: None,
             tls: None,
+            metrics: None,
             policy: core.policy.to_string(),
             heartbeat_interval_ms: core.heartbeat_interval.as_millis() as u64,
             heartbeat_timeout_ms: core.heartbeat_timeout.as_millis() as u64,

@@ -4,6 +4,7 @@
 //! dialling the holder of a contested name to see whether it is still there.
 
 use crate::persist::ops_for;
+use gridwise_metrics::AgentMetrics;
 use gridwise_proto::clock::unix_s;
 use gridwise_proto::wire::{self, DialConfig, Peer, Role};
 use gridwise_proto::{
@@ -44,10 +45,35 @@ struct Shared {
     /// How to dial servers to check them; `None` checks nothing (in-process tests).
     dial: Option<DialConfig>,
     registered: tokio::sync::Notify,
+    metrics: Option<Arc<AgentMetrics>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the metrics take from what the core learned: the calls reported.
+fn record(m: &AgentMetrics, learned: &[Learned]) {
+    for l in learned {
+        if let Learned::Timings {
+            server,
+            reports,
+            predicted_kernel_s,
+        } = l
+        {
+            for (i, r) in reports.iter().enumerate() {
+                m.reported(
+                    server,
+                    &r.service,
+                    r.ok,
+                    r.timing.server_s,
+                    predicted_kernel_s.get(i).copied().flatten(),
+                    r.timing.kernel_s,
+                    r.client_in_bytes,
+                );
+            }
+        }
+    }
 }
 
 fn refused(message: String) -> RpcError {
@@ -59,6 +85,16 @@ impl AgentHandler {
     /// are checked by dialling them with `dial`, if any. The handler itself acts for the agent
     /// (every right); connections get theirs from [`AgentHandler::for_peer`].
     pub fn new(core: AgentCore, writer: Option<Writer>, dial: Option<DialConfig>) -> Self {
+        Self::with_metrics(core, writer, dial, None)
+    }
+
+    /// [`new`](Self::new), recording into `metrics`.
+    pub fn with_metrics(
+        core: AgentCore,
+        writer: Option<Writer>,
+        dial: Option<DialConfig>,
+        metrics: Option<Arc<AgentMetrics>>,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 core: Mutex::new(core),
@@ -66,6 +102,7 @@ impl AgentHandler {
                 writer,
                 dial,
                 registered: tokio::sync::Notify::new(),
+                metrics,
             }),
             peer: Arc::new(Peer::local(Role::Server, "agent")),
             bound: Arc::new(Mutex::new(None)),
@@ -87,8 +124,12 @@ impl AgentHandler {
         }
     }
 
-    /// Writes what the core learned: the shell adds nothing and leaves nothing out.
+    /// Writes what the core learned: the shell adds nothing and leaves nothing out. The
+    /// metrics see it first.
     fn persist_learned(&self, learned: Vec<Learned>) {
+        if let Some(m) = &self.shared.metrics {
+            record(m, &learned);
+        }
         if self.shared.writer.is_none() || learned.is_empty() {
             return;
         }
@@ -121,6 +162,35 @@ impl AgentHandler {
         lock(&self.shared.core)
     }
 
+    /// Sets the gauges that describe the grid now (servers, queues, models): at each scrape,
+    /// so they are never older than it.
+    pub fn gauge_servers(&self, m: &AgentMetrics) {
+        let (status, models) = {
+            let core = self.core();
+            (core.status(self.now()), core.models())
+        };
+        let points = |name: &str| {
+            models
+                .iter()
+                .filter(|s| s.server == name)
+                .map(|s| s.points as usize)
+                .sum::<usize>()
+        };
+        let state = |s: &gridwise_proto::ServerStatus| match s.state {
+            gridwise_proto::ServerState::Up => "up",
+            gridwise_proto::ServerState::Down => "down",
+        };
+        m.servers_now(status.servers.iter().map(|s| {
+            (
+                s.name.as_str(),
+                state(s),
+                s.pending as usize,
+                points(&s.name),
+                s.load.cpu_available,
+            )
+        }));
+    }
+
     /// Marks silent servers down, forgets stale ones (on disk too) and expires old tickets.
     pub fn sweep(&self) {
         let now = self.now();
@@ -128,7 +198,11 @@ impl AgentHandler {
         for l in &learned {
             match l {
                 Learned::Down(id) => {
-                    tracing::warn!(server = %id, "no heartbeat within the timeout: marked down")
+                    tracing::warn!(server = %id, "no heartbeat within the timeout: marked down");
+                    if let Some(m) = &self.shared.metrics {
+                        let name = self.core().server(*id).map(|e| e.name().to_string());
+                        m.marked_down(&name.unwrap_or_else(|| id.to_string()));
+                    }
                 }
                 Learned::Forgotten(name) => {
                     tracing::info!(server = %name, "forgotten: it never sent a heartbeat, or has been down longer than server_retention_s")
@@ -321,12 +395,20 @@ impl AgentApi for AgentHandler {
             // Registered before asking, so a registration between the two is not missed.
             let registered = self.shared.registered.notified();
             let now = self.now();
+            let started = Instant::now();
             let (result, waiting) = {
                 let mut core = self.core();
                 let r = core.rank_for(holder, &profile, &options, now);
                 let waiting = r.is_err() && core.awaiting_servers(now);
                 (r, waiting)
             };
+            if let Some(m) = &self.shared.metrics {
+                m.ranked(
+                    &profile.service,
+                    started.elapsed().as_secs_f64(),
+                    result.is_ok(),
+                );
+            }
             match result {
                 Err(e) if waiting && e.code == ErrorCode::ServerNotFound => {
                     // Just restarted: the servers it knew are registering again.
@@ -348,7 +430,11 @@ impl AgentApi for AgentHandler {
     }
 
     async fn release(self, _: Context, ticket: Ticket) {
-        if !self.core().release_by(ticket, &self.peer.principal) {
+        let released = self.core().release_by(ticket, &self.peer.principal);
+        if released && let Some(m) = &self.shared.metrics {
+            m.released();
+        }
+        if !released {
             tracing::debug!(%ticket, peer = %self.peer.addr, "release of a ticket that is not pending or not this peer's: ignored");
         }
     }

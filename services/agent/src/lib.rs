@@ -12,6 +12,7 @@ pub use handler::AgentHandler;
 use gridwise_proto::wire::DialConfig;
 use gridwise_proto::{AgentApi, wire};
 use gridwise_sched::AgentCore;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -36,7 +37,32 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr()?;
     let dial = cfg.dial().map(|d| DialConfig { tls, ..d });
-    let handler = AgentHandler::new(core, Some(writer), dial);
+    let metrics = match &cfg.metrics {
+        None => None,
+        Some(at) => {
+            let listener = gridwise_metrics::bind(at).await?;
+            tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
+            Some((listener, gridwise_metrics::AgentMetrics::new()))
+        }
+    };
+    let handler = AgentHandler::with_metrics(
+        core,
+        Some(writer),
+        dial,
+        metrics.as_ref().map(|(_, m)| m.clone()),
+    );
+    if let Some((listener, m)) = metrics {
+        let h = handler.clone();
+        let encode = move || {
+            h.gauge_servers(&m);
+            m.encode()
+        };
+        tokio::spawn(async move {
+            if let Err(e) = gridwise_metrics::serve(listener, Arc::new(encode)).await {
+                tracing::error!("the metrics endpoint stopped: {e}");
+            }
+        });
+    }
     gridwise_proto::settings::announce(&addr.to_string());
     tracing::info!(%addr, policy = %core_cfg.policy, "agent listening");
     let sweeper = handler.clone();

@@ -102,9 +102,9 @@ pub fn ops_for(
                 cpu_available: record.cpu_available,
                 free_memory_bytes: record.free_memory_bytes,
             })),
-            Learned::Timings { server, reports } => {
-                ops.push(Op::Timings(server, now_unix_s, reports))
-            }
+            Learned::Timings {
+                server, reports, ..
+            } => ops.push(Op::Timings(server, now_unix_s, reports)),
             Learned::Point(p) => rows.push(PointRow {
                 server: p.server,
                 service: p.service,

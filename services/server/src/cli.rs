@@ -28,6 +28,9 @@ pub struct ServerArgs {
     /// The secret this server presents to the agent and its peers.
     #[arg(long)]
     pub server_token: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9101.
+    #[arg(long)]
+    pub metrics: Option<String>,
     /// The grid CA for mutual TLS ([tls] ca; with --tls-cert and --tls-key).
     #[arg(long)]
     pub tls_ca: Option<PathBuf>,
@@ -58,6 +61,7 @@ impl ServerArgs {
             ("agent", self.agent.clone()),
             ("client_token", self.client_token.clone()),
             ("server_token", self.server_token.clone()),
+            ("metrics", self.metrics.clone()),
             (
                 "tls.ca",
                 self.tls_ca.as_ref().map(|p| p.display().to_string()),

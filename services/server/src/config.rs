@@ -29,6 +29,8 @@ pub struct ServerConfig {
     /// from `gridwise certs issue --role server --name NAME --host HOST`) and its key. The
     /// certificate's name is the server's name.
     pub tls: Option<TlsFiles>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (off when unset).
+    pub metrics: Option<String>,
     /// Calls run at once; the rest queue (default: number of cores).
     pub slots: Option<u32>,
     /// Built-in services to offer: any of add, sleep, loop, fail, dgemm.
@@ -96,6 +98,7 @@ impl Default for ServerConfig {
             client_token: None,
             server_token: None,
             tls: None,
+            metrics: None,
             slots: None,
             builtins: gridwise_kernels::BUILTIN_NAMES
                 .iter()

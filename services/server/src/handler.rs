@@ -13,6 +13,7 @@ use crate::data::{DataStore, not_found};
 use crate::peers::Peers;
 use crate::sensors::Sensors;
 use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
+use gridwise_metrics::ServerMetrics;
 use gridwise_proto::clock::unix_ns;
 use gridwise_proto::wire::{Charge, MemoryBudget, Peer, Role};
 use gridwise_proto::{
@@ -54,6 +55,7 @@ struct Inner {
     gate: BenchGate,
     sensors: Arc<Sensors>,
     progress: Mutex<Vec<ModelProgress>>,
+    metrics: std::sync::OnceLock<Arc<ServerMetrics>>,
     /// The address clients and other servers reach this server at (names it as a holder).
     addr: String,
     data: DataStore,
@@ -145,9 +147,23 @@ impl ServerHandler {
                 gate: BenchGate::default(),
                 sensors,
                 progress: Mutex::new(Vec::new()),
+                metrics: std::sync::OnceLock::new(),
             }),
             peer,
         }
+    }
+
+    /// Records every call into `m` from now on (set once).
+    pub fn set_metrics(&self, m: Arc<ServerMetrics>) {
+        let _ = self.inner.metrics.set(m);
+    }
+
+    /// Calls running a kernel and calls waiting for a slot, now.
+    pub fn occupancy(&self) -> (usize, usize) {
+        (
+            self.inner.running.load(Ordering::Relaxed) as usize,
+            self.inner.queued.load(Ordering::Relaxed) as usize,
+        )
     }
 
     /// The handler of a connection from `peer`.
@@ -622,6 +638,20 @@ impl ServerApi for ServerHandler {
             kernel_s,
             server_s: arrived.elapsed().as_secs_f64(),
         };
+        if let Some(m) = self.inner.metrics.get() {
+            let out_bytes = match &result {
+                Ok((outputs, ..)) => outputs.iter().map(|v| v.payload_bytes()).sum(),
+                Err(_) => 0,
+            };
+            m.call(
+                &service,
+                ok,
+                timing.server_s,
+                queue_wait_s,
+                client_in_bytes.unwrap_or(0),
+                out_bytes,
+            );
+        }
         // The agent needs every outcome (it clears the assignment either way); a closed channel
         // only means the server is shutting down.
         guard.unreported = None;

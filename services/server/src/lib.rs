@@ -157,6 +157,23 @@ pub async fn run_with(
     if !idle_ttl.is_zero() {
         tokio::spawn(expire_idle_data(handler.clone(), idle_ttl));
     }
+    if let Some(at) = &cfg.metrics {
+        let listener = gridwise_metrics::bind(at).await?;
+        tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
+        let m = gridwise_metrics::ServerMetrics::new();
+        handler.set_metrics(m.clone());
+        let h = handler.clone();
+        tokio::spawn(async move {
+            let encode = move || {
+                let (running, waiting) = h.occupancy();
+                m.occupancy(running, waiting);
+                m.encode()
+            };
+            if let Err(e) = gridwise_metrics::serve(listener, std::sync::Arc::new(encode)).await {
+                tracing::error!("the metrics endpoint stopped: {e}");
+            }
+        });
+    }
     gridwise_proto::serve_forever!(listener, accept, name, move |peer: &wire::Peer| {
         handler.for_peer(peer)
     })

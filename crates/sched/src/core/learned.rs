@@ -36,6 +36,9 @@ pub enum Learned {
         server: String,
         /// The reports, as sent.
         reports: Vec<CallReport>,
+        /// The kernel time each call was ranked with, where the agent still held its
+        /// assignment (in the order of `reports`).
+        predicted_kernel_s: Vec<Option<f64>>,
     },
     /// A performance-model point changed.
     Point(PointChange),

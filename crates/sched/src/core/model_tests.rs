@@ -91,7 +91,7 @@ fn a_real_call_becomes_a_model_point_and_the_next_estimate_uses_it() {
         ("a", vec![100, 100, 100])
     );
     assert!(
-        matches!(&taught.learned[0], Learned::Timings { server, reports } if server == "a" && reports.len() == 1)
+        matches!(&taught.learned[0], Learned::Timings { server, reports, .. } if server == "a" && reports.len() == 1)
     );
 }
 

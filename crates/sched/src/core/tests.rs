@@ -849,7 +849,8 @@ fn a_report_teaches_its_timings_and_the_model_points_it_moved() {
         out.learned[0],
         Learned::Timings {
             server: "a".into(),
-            reports: reports.to_vec()
+            reports: reports.to_vec(),
+            predicted_kernel_s: vec![None; 3],
         }
     );
     // Two samples of one point: it is taught once, as it stands after both. The failed call
