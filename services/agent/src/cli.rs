@@ -19,6 +19,10 @@ pub struct AgentArgs {
     /// The secret servers must present to register (different from the client token).
     #[arg(long)]
     pub server_token: Option<String>,
+    /// Serve the live web dashboard at http://ADDR/, e.g. 127.0.0.1:8080 (no login: keep it
+    /// on loopback or behind an authenticating proxy).
+    #[arg(long)]
+    pub dashboard: Option<String>,
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100.
     #[arg(long)]
     pub metrics: Option<String>,
@@ -53,6 +57,7 @@ impl AgentArgs {
             ("client_token", self.client_token.clone()),
             ("server_token", self.server_token.clone()),
             ("metrics", self.metrics.clone()),
+            ("dashboard", self.dashboard.clone()),
             (
                 "tls.ca",
                 self.tls_ca.as_ref().map(|p| p.display().to_string()),

@@ -28,6 +28,9 @@ pub struct AgentConfig {
     pub tls: Option<TlsFiles>,
     /// Serve Prometheus metrics at `http://ADDR/metrics` (off when unset).
     pub metrics: Option<String>,
+    /// Serve the live web dashboard at `http://ADDR/` (off when unset). It has no login of its
+    /// own: bind it to loopback, or put it behind a proxy that authenticates.
+    pub dashboard: Option<String>,
     /// Default ranking policy: `mct`, `conservative`, `round-robin` or `constant-speed`.
     pub policy: String,
     /// How often servers send heartbeats, ms.
@@ -98,6 +101,7 @@ impl Default for AgentConfig {
             server_token: None,
             tls: None,
             metrics: None,
+            dashboard: None,
             policy: core.policy.to_string(),
             heartbeat_interval_ms: core.heartbeat_interval.as_millis() as u64,
             heartbeat_timeout_ms: core.heartbeat_timeout.as_millis() as u64,

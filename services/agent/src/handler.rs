@@ -4,6 +4,7 @@
 //! dialling the holder of a contested name to see whether it is still there.
 
 use crate::persist::ops_for;
+use gridwise_dashboard::Dashboard;
 use gridwise_metrics::AgentMetrics;
 use gridwise_proto::clock::unix_s;
 use gridwise_proto::wire::{self, DialConfig, Peer, Role};
@@ -18,6 +19,9 @@ use gridwise_store::{Op, Writer};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tarpc::context::Context;
+
+/// Models the dashboard draws at most (one (server, service) pair each).
+const MODELS_SHOWN: usize = 64;
 
 /// How long checking a registering server (or a name's holder) may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
@@ -45,15 +49,22 @@ struct Shared {
     /// How to dial servers to check them; `None` checks nothing (in-process tests).
     dial: Option<DialConfig>,
     registered: tokio::sync::Notify,
-    metrics: Option<Arc<AgentMetrics>>,
+    observers: Observers,
+}
+
+/// Who else hears what the agent does: metrics and the dashboard, each when switched on.
+#[derive(Clone, Default)]
+pub struct Observers {
+    pub metrics: Option<Arc<AgentMetrics>>,
+    pub dashboard: Option<Arc<Dashboard>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What the metrics take from what the core learned: the calls reported.
-fn record(m: &AgentMetrics, learned: &[Learned]) {
+/// What the metrics and the dashboard take from what the core learned: the calls reported.
+fn record(observers: &Observers, learned: &[Learned]) {
     for l in learned {
         if let Learned::Timings {
             server,
@@ -61,6 +72,12 @@ fn record(m: &AgentMetrics, learned: &[Learned]) {
             predicted_kernel_s,
         } = l
         {
+            if let Some(d) = &observers.dashboard {
+                d.reported(server, reports, predicted_kernel_s);
+            }
+            let Some(m) = &observers.metrics else {
+                continue;
+            };
             for (i, r) in reports.iter().enumerate() {
                 m.reported(
                     server,
@@ -85,15 +102,15 @@ impl AgentHandler {
     /// are checked by dialling them with `dial`, if any. The handler itself acts for the agent
     /// (every right); connections get theirs from [`AgentHandler::for_peer`].
     pub fn new(core: AgentCore, writer: Option<Writer>, dial: Option<DialConfig>) -> Self {
-        Self::with_metrics(core, writer, dial, None)
+        Self::with_observers(core, writer, dial, Observers::default())
     }
 
-    /// [`new`](Self::new), recording into `metrics`.
-    pub fn with_metrics(
+    /// [`new`](Self::new), telling `observers` what happens.
+    pub fn with_observers(
         core: AgentCore,
         writer: Option<Writer>,
         dial: Option<DialConfig>,
-        metrics: Option<Arc<AgentMetrics>>,
+        observers: Observers,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -102,7 +119,7 @@ impl AgentHandler {
                 writer,
                 dial,
                 registered: tokio::sync::Notify::new(),
-                metrics,
+                observers,
             }),
             peer: Arc::new(Peer::local(Role::Server, "agent")),
             bound: Arc::new(Mutex::new(None)),
@@ -127,9 +144,7 @@ impl AgentHandler {
     /// Writes what the core learned: the shell adds nothing and leaves nothing out. The
     /// metrics see it first.
     fn persist_learned(&self, learned: Vec<Learned>) {
-        if let Some(m) = &self.shared.metrics {
-            record(m, &learned);
-        }
+        record(&self.shared.observers, &learned);
         if self.shared.writer.is_none() || learned.is_empty() {
             return;
         }
@@ -160,6 +175,44 @@ impl AgentHandler {
     /// lock is taken over: the core's methods leave it consistent between calls.
     pub fn core(&self) -> MutexGuard<'_, AgentCore> {
         lock(&self.shared.core)
+    }
+
+    /// What the dashboard shows of the core: servers, policy, models with their points (the
+    /// first size parameter as x) and links.
+    pub fn dashboard_snapshot(&self) -> serde_json::Value {
+        let now = self.now();
+        let (status, summaries, links) = {
+            let core = self.core();
+            (core.status(now), core.models(), core.link_matrix(now))
+        };
+        let models: Vec<serde_json::Value> = summaries
+            .iter()
+            .take(MODELS_SHOWN)
+            .filter_map(|s| self.core().model(&s.server, &s.service).ok())
+            .map(|m| {
+                let points: Vec<serde_json::Value> = m
+                    .points
+                    .iter()
+                    .filter(|(_, st)| st.count > 0)
+                    .map(|(x, st)| {
+                        serde_json::json!({
+                            "x": x.first().copied().unwrap_or(0),
+                            "min": st.min, "mean": st.mean, "max": st.max,
+                        })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "server": m.server, "service": m.service, "params": m.params, "points": points,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "policy": status.policy,
+            "ranked": status.ranked,
+            "servers": status.servers,
+            "models": models,
+            "links": links,
+        })
     }
 
     /// Sets the gauges that describe the grid now (servers, queues, models): at each scrape,
@@ -199,7 +252,7 @@ impl AgentHandler {
             match l {
                 Learned::Down(id) => {
                     tracing::warn!(server = %id, "no heartbeat within the timeout: marked down");
-                    if let Some(m) = &self.shared.metrics {
+                    if let Some(m) = &self.shared.observers.metrics {
                         let name = self.core().server(*id).map(|e| e.name().to_string());
                         m.marked_down(&name.unwrap_or_else(|| id.to_string()));
                     }
@@ -402,7 +455,7 @@ impl AgentApi for AgentHandler {
                 let waiting = r.is_err() && core.awaiting_servers(now);
                 (r, waiting)
             };
-            if let Some(m) = &self.shared.metrics {
+            if let Some(m) = &self.shared.observers.metrics {
                 m.ranked(
                     &profile.service,
                     started.elapsed().as_secs_f64(),
@@ -431,7 +484,7 @@ impl AgentApi for AgentHandler {
 
     async fn release(self, _: Context, ticket: Ticket) {
         let released = self.core().release_by(ticket, &self.peer.principal);
-        if released && let Some(m) = &self.shared.metrics {
+        if released && let Some(m) = &self.shared.observers.metrics {
             m.released();
         }
         if !released {
@@ -476,7 +529,11 @@ impl AgentApi for AgentHandler {
         let holder = self.peer.principal.clone();
         tokio::task::spawn_blocking(move || {
             let epoch = shared.epoch;
-            map_graph_shared(&shared.core, Some(&holder), &request, || epoch.elapsed())
+            let plan = map_graph_shared(&shared.core, Some(&holder), &request, || epoch.elapsed());
+            if let (Ok(p), Some(d)) = (&plan, &shared.observers.dashboard) {
+                d.mapped(&request, p);
+            }
+            plan
         })
         .await
         .unwrap_or_else(|e| {

@@ -45,12 +45,32 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             Some((listener, gridwise_metrics::AgentMetrics::new()))
         }
     };
-    let handler = AgentHandler::with_metrics(
+    let dashboard = match &cfg.dashboard {
+        None => None,
+        Some(at) => {
+            let listener = gridwise_dashboard::bind(at).await?;
+            tracing::info!(addr = %listener.local_addr()?, "dashboard at /");
+            Some((listener, gridwise_dashboard::Dashboard::new()))
+        }
+    };
+    let handler = AgentHandler::with_observers(
         core,
         Some(writer),
         dial,
-        metrics.as_ref().map(|(_, m)| m.clone()),
+        handler::Observers {
+            metrics: metrics.as_ref().map(|(_, m)| m.clone()),
+            dashboard: dashboard.as_ref().map(|(_, d)| d.clone()),
+        },
     );
+    if let Some((listener, d)) = dashboard {
+        let h = handler.clone();
+        tokio::spawn(async move {
+            let snapshot = Arc::new(move || h.dashboard_snapshot());
+            if let Err(e) = gridwise_dashboard::serve(listener, d, snapshot).await {
+                tracing::error!("the dashboard stopped: {e}");
+            }
+        });
+    }
     if let Some((listener, m)) = metrics {
         let h = handler.clone();
         let encode = move || {
