@@ -315,12 +315,3 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
     s.read_to_string(&mut out)?;
     Ok(out)
 }
-
-/// The address a daemon logged for `what` (e.g. `metrics at /metrics`): the `addr=` field of
-/// that line in its log file `log` (in the grid's folder).
-pub fn logged_addr(grid: &LocalGrid, log: &str, what: &str) -> Option<String> {
-    let text = std::fs::read_to_string(grid.log_dir().join(log)).ok()?;
-    let line = text.lines().find(|l| l.contains(what))?;
-    let at = line.find("addr=")? + "addr=".len();
-    Some(line[at..].split_whitespace().next()?.to_string())
-}

@@ -7,7 +7,7 @@ use chromiumoxide::browser::{Browser, BrowserConfig};
 use chromiumoxide::handler::viewport::Viewport;
 use chromiumoxide::page::ScreenshotParams;
 use futures::StreamExt;
-use gridwise_e2e::{FAST_HEARTBEATS, Grid, logged_addr};
+use gridwise_e2e::{FAST_HEARTBEATS, Grid};
 use gridwise_proto::Value;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -57,7 +57,9 @@ fn the_dashboard_shows_every_server_and_updates_live_in_chromium() {
     g.server("alpha", "slots = 2\ncalibrate = false\n");
     g.server("beta", "slots = 2\ncalibrate = false\n");
     g.wait_up(2);
-    let at = logged_addr(&g, "agent.log", "dashboard at /").expect("the agent logs the dashboard");
+    let at = g
+        .logged_addr("agent.log", "dashboard at /")
+        .expect("the agent logs the dashboard");
     let url = format!("http://{at}/");
     let client = g.client();
     let add = client.function_handle_default("add").unwrap();

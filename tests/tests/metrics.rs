@@ -1,6 +1,6 @@
 //! The Prometheus endpoints of a real agent and server: what a scrape shows after calls ran.
 
-use gridwise_e2e::{FAST_HEARTBEATS, Grid, eventually, http_get, logged_addr};
+use gridwise_e2e::{FAST_HEARTBEATS, Grid, eventually, http_get};
 use gridwise_proto::Value;
 use std::time::Duration;
 
@@ -29,8 +29,12 @@ fn agent_and_server_metrics_count_the_calls_they_saw() {
     let fail = c.function_handle_default("fail").unwrap();
     assert!(c.call(&fail, vec![Value::Str("boom".into())]).is_err());
 
-    let agent = logged_addr(&g, "agent.log", "metrics at /metrics").expect("the agent logs it");
-    let server = logged_addr(&g, "s1.log", "metrics at /metrics").expect("the server logs it");
+    let agent = g
+        .logged_addr("agent.log", "metrics at /metrics")
+        .expect("the agent logs it");
+    let server = g
+        .logged_addr("s1.log", "metrics at /metrics")
+        .expect("the server logs it");
 
     // Reports reach the agent in batches: wait for them.
     let mut text = String::new();

@@ -9,6 +9,7 @@ use gridwise_localgrid::wait_for_servers;
 use gridwise_proto::Value;
 use serde_json::json;
 use statrs::statistics::{Data, OrderStatistics};
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,21 @@ pub struct RpcBench {
     /// Also on a grid where every connection is mutual TLS, started beside the plaintext one
     /// in the same run (Rust client only), with the ratios.
     pub tls: bool,
+    /// Also on a grid whose agent serves the dashboard, with no page open and with this
+    /// browser (headless) showing it, beside the plain one (Rust client only), with the ratios.
+    pub dashboard_browser: Option<String>,
+}
+
+/// Turns each grid of a comparison gets (a slice of the calls each).
+const TURNS: usize = 10;
+
+/// One grid of a comparison: TLS, a dashboard, a browser on it.
+#[derive(Clone, Copy)]
+struct Variant {
+    name: &'static str,
+    tls: bool,
+    dashboard: bool,
+    browser: bool,
 }
 
 /// The clients `--client` takes.
@@ -42,14 +58,14 @@ pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
     if let Some(c) = opts.clients.iter().find(|c| !CLIENTS.contains(&c.as_str())) {
         anyhow::bail!("no client `{c}`: the clients are {}", CLIENTS.join(", "));
     }
-    if opts.tls {
-        return plain_and_tls(opts);
+    if opts.tls || opts.dashboard_browser.is_some() {
+        return compare(opts);
     }
     let mut grid = None;
     let (agent, token) = match &opts.agent {
         Some(a) => (a.clone(), opts.token.clone()),
         None => {
-            let g = bench_grid(false)?;
+            let g = bench_grid(false, false)?;
             let a = g.agent.addr.clone();
             grid = Some(g);
             (a, None)
@@ -76,10 +92,16 @@ pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
     Ok(out)
 }
 
-/// A grid of one server offering `add` and `echo`, every connection TLS if `tls`, up.
-fn bench_grid(tls: bool) -> anyhow::Result<LocalGrid> {
+/// A grid of one server offering `add` and `echo`, every connection TLS if `tls`, the agent
+/// serving its dashboard if `dashboard`, up.
+fn bench_grid(tls: bool, dashboard: bool) -> anyhow::Result<LocalGrid> {
     let exe = std::env::current_exe()?;
-    let mut g = LocalGrid::start_gridwise_with(&exe, &[], tls)?;
+    let args: Vec<String> = if dashboard {
+        vec!["--dashboard".into(), "127.0.0.1:0".into()]
+    } else {
+        Vec::new()
+    };
+    let mut g = LocalGrid::start_gridwise_with(&exe, &args, tls)?;
     g.add_server(
         "bench-server",
         "builtins = [\"add\", \"echo\"]\ncalibrate = false\n",
@@ -92,106 +114,270 @@ fn bench_grid(tls: bool) -> anyhow::Result<LocalGrid> {
     Ok(g)
 }
 
-/// The Rust client on a plaintext grid, then on a TLS grid, in one run; then the ratios.
-fn plain_and_tls(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
+/// A headless browser showing `url`, killed with the handle.
+struct Browser {
+    child: std::process::Child,
+    /// Its profile, removed after it.
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn open(program: &str, url: &str) -> anyhow::Result<Browser> {
+        let profile = tempfile::tempdir()?;
+        let child = Command::new(program)
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+            ])
+            // Keeps it running after the page loaded.
+            .arg("--remote-debugging-port=0")
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(url)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            // Its own process group: it and its helpers are stopped and killed together.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot start the browser `{program}`: {e}"))?;
+        Ok(Browser {
+            child,
+            _profile: profile,
+        })
+    }
+}
+
+impl Browser {
+    /// Stops (SIGSTOP) or resumes (SIGCONT) the browser's whole process group.
+    fn pause(&self, stop: bool) {
+        let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: signals to the process group this benchmark started.
+        unsafe { libc::kill(-(self.child.id() as i32), sig) };
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        self.pause(false);
+        // SAFETY: as in `pause`.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+/// The Rust client on a plain grid, then on the variants asked for (TLS; a dashboard with no
+/// page open and with a browser on it), one after the other in one run; then the ratios.
+fn compare(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
     anyhow::ensure!(
         opts.agent.is_none(),
-        "--tls starts its own grids (plaintext and TLS): leave out --agent"
+        "--tls and --dashboard start their own grids: leave out --agent"
     );
+    let mut variants = vec![Variant {
+        name: "plain",
+        tls: false,
+        dashboard: false,
+        browser: false,
+    }];
+    if opts.tls {
+        variants.push(Variant {
+            name: "tls",
+            tls: true,
+            dashboard: false,
+            browser: false,
+        });
+    }
+    if opts.dashboard_browser.is_some() {
+        for (name, browser) in [("dashboard", false), ("dashboard_with_browser", true)] {
+            variants.push(Variant {
+                name,
+                tls: false,
+                dashboard: true,
+                browser,
+            });
+        }
+    }
+    // Every grid up at once and measured in turns (a slice of the calls each, the order
+    // rotating), so that the machine's drift over the run falls on all of them alike. A browser
+    // runs only during its own grid's turns (stopped with SIGSTOP otherwise).
+    let mut grids = Vec::new();
+    for v in &variants {
+        eprintln!("bench rpc: starting a {} grid …", v.name);
+        let g = bench_grid(v.tls, v.dashboard)?;
+        let browser = match (&opts.dashboard_browser, v.browser) {
+            (Some(program), true) => {
+                let at = g
+                    .logged_addr("agent.log", "dashboard at /")
+                    .ok_or_else(|| anyhow::anyhow!("the agent did not log its dashboard"))?;
+                let b = Browser::open(program, &format!("http://{at}/"))?;
+                // The page loads and opens its event stream.
+                std::thread::sleep(Duration::from_secs(3));
+                b.pause(true);
+                Some(b)
+            }
+            _ => None,
+        };
+        let m = Measure::new(g.client_config())?;
+        grids.push((g, browser, m));
+    }
+    let window = opts.window.max(1);
+    for round in 0..TURNS {
+        eprintln!("bench rpc: turn {} of {TURNS} …", round + 1);
+        for k in 0..grids.len() {
+            let (_, browser, m) = &mut grids[(k + round) % variants.len()];
+            if let Some(b) = browser {
+                b.pause(false);
+            }
+            m.sync(opts.sync_calls / TURNS)?;
+            m.asynchronous(opts.async_calls / TURNS, window)?;
+            if let Some(b) = browser {
+                b.pause(true);
+            }
+        }
+    }
     let mut out = Vec::new();
-    for tls in [false, true] {
-        eprintln!(
-            "bench rpc: a {} grid …",
-            if tls { "TLS" } else { "plaintext" }
-        );
-        let g = bench_grid(tls)?;
-        let mut line = rust_client(opts, g.client_config())?;
+    for (v, (_, browser, m)) in variants.iter().zip(&grids) {
+        if let Some(b) = browser {
+            b.pause(false);
+        }
+        let array = m.array()?;
+        if let Some(b) = browser {
+            b.pause(true);
+        }
+        let mut line = m.line(array);
         line["bench"] = json!("rpc");
         line["client"] = json!("rust");
-        line["tls"] = json!(tls);
+        line["grid"] = json!(v.name);
+        line["tls"] = json!(v.tls);
         line["sync_calls"] = json!(opts.sync_calls);
         line["async_calls"] = json!(opts.async_calls);
-        line["window"] = json!(opts.window.max(1));
+        line["window"] = json!(window);
         out.push(line);
     }
-    let ratio = |key: &str| {
-        let (p, t) = (out[0][key].as_f64(), out[1][key].as_f64());
+    let ratio = |i: usize, key: &str| {
+        let (p, t) = (out[0][key].as_f64(), out[i][key].as_f64());
         p.zip(t)
             .map(|(p, t)| json!((t / p * 1000.0).round() / 1000.0))
             .unwrap_or(serde_json::Value::Null)
     };
-    out.push(json!({
-        "bench": "rpc_tls",
-        "sync_p50_tls_over_plain": ratio("sync_p50_us"),
-        "async_calls_per_s_tls_over_plain": ratio("async_calls_per_s"),
-        "array_mb_per_s_tls_over_plain": ratio("array_round_trip_mb_per_s"),
-    }));
+    let mut summaries = Vec::new();
+    for (i, v) in variants.iter().enumerate().skip(1) {
+        summaries.push(json!({
+            "bench": format!("rpc_{}", v.name),
+            "sync_p50_over_plain": ratio(i, "sync_p50_us"),
+            "async_calls_per_s_over_plain": ratio(i, "async_calls_per_s"),
+            "array_mb_per_s_over_plain": ratio(i, "array_round_trip_mb_per_s"),
+        }));
+    }
+    out.extend(summaries);
     Ok(out)
 }
 
-fn rust_client(opts: &RpcBench, cfg: ClientConfig) -> anyhow::Result<serde_json::Value> {
-    let client = Client::connect(cfg)?;
-    let add = client.function_handle_default("add")?;
+/// A Rust client on one grid, with what was measured so far.
+struct Measure {
+    client: Client,
+    add: gridwise_client::FunctionHandle,
+    lat_us: Vec<f64>,
+    async_calls: usize,
+    async_s: f64,
+}
 
-    eprintln!("bench rpc: warming up …");
-    for i in 0..1000 {
-        client.call(&add, vec![Value::Int(i)])?;
+impl Measure {
+    fn new(cfg: ClientConfig) -> anyhow::Result<Measure> {
+        let client = Client::connect(cfg)?;
+        let add = client.function_handle_default("add")?;
+        for i in 0..1000 {
+            client.call(&add, vec![Value::Int(i)])?;
+        }
+        Ok(Measure {
+            client,
+            add,
+            lat_us: Vec::new(),
+            async_calls: 0,
+            async_s: 0.0,
+        })
     }
-    eprintln!("bench rpc: {} synchronous calls …", opts.sync_calls);
-    let mut lat_us = Vec::with_capacity(opts.sync_calls);
-    for i in 0..opts.sync_calls {
+
+    /// `n` synchronous calls, each timed.
+    fn sync(&mut self, n: usize) -> anyhow::Result<()> {
+        for i in 0..n {
+            let t = Instant::now();
+            let r = self.client.call(&self.add, vec![Value::Int(i as i64)])?;
+            self.lat_us.push(t.elapsed().as_secs_f64() * 1e6);
+            anyhow::ensure!(
+                r.outputs == vec![Value::Int(i as i64 + 1)],
+                "add({i}) returned {:?}",
+                r.outputs
+            );
+        }
+        Ok(())
+    }
+
+    /// `n` asynchronous calls with `window` in flight.
+    fn asynchronous(&mut self, n: usize, window: usize) -> anyhow::Result<()> {
         let t = Instant::now();
-        let r = client.call(&add, vec![Value::Int(i as i64)])?;
-        lat_us.push(t.elapsed().as_secs_f64() * 1e6);
-        anyhow::ensure!(
-            r.outputs == vec![Value::Int(i as i64 + 1)],
-            "add({i}) returned {:?}",
-            r.outputs
-        );
+        let (mut submitted, mut done) = (0usize, 0usize);
+        while submitted < n.min(window) {
+            self.client
+                .call_async(&self.add, vec![Value::Int(submitted as i64)])?;
+            submitted += 1;
+        }
+        while done < n {
+            self.client.wait_any()?;
+            done += 1;
+            if submitted < n {
+                self.client
+                    .call_async(&self.add, vec![Value::Int(submitted as i64)])?;
+                submitted += 1;
+            }
+        }
+        self.async_s += t.elapsed().as_secs_f64();
+        self.async_calls += n;
+        Ok(())
     }
-    let mut data = Data::new(lat_us);
-    let (p50, p99) = (data.percentile(50), data.percentile(99));
 
+    /// The best of three 64 MiB round trips through `echo`, MB/s both ways.
+    fn array(&self) -> anyhow::Result<f64> {
+        let echo = self.client.function_handle_default("echo")?;
+        let n = ARRAY_MIB * 1024 * 1024 / 8;
+        let x = Value::vector_f64(&(0..n).map(|i| i as f64).collect::<Vec<_>>());
+        let inputs = vec![Value::Int(n as i64), x.clone()];
+        self.client.call(&echo, inputs.clone())?;
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let t = Instant::now();
+            let r = self.client.call(&echo, inputs.clone())?;
+            best = best.min(t.elapsed().as_secs_f64());
+            anyhow::ensure!(r.outputs == vec![x.clone()], "echo returned other data");
+        }
+        Ok(2.0 * (n * 8) as f64 / best / 1e6)
+    }
+
+    fn line(&self, array_mb_per_s: f64) -> serde_json::Value {
+        let mut data = Data::new(self.lat_us.clone());
+        let (p50, p99) = (data.percentile(50), data.percentile(99));
+        json!({
+            "sync_p50_us": (p50 * 10.0).round() / 10.0,
+            "sync_p99_us": (p99 * 10.0).round() / 10.0,
+            "async_calls_per_s": (self.async_calls as f64 / self.async_s).round(),
+            "array_mib": ARRAY_MIB,
+            "array_round_trip_mb_per_s": (array_mb_per_s * 10.0).round() / 10.0,
+        })
+    }
+}
+
+fn rust_client(opts: &RpcBench, cfg: ClientConfig) -> anyhow::Result<serde_json::Value> {
+    eprintln!("bench rpc: warming up …");
+    let mut m = Measure::new(cfg)?;
+    eprintln!("bench rpc: {} synchronous calls …", opts.sync_calls);
+    m.sync(opts.sync_calls)?;
     eprintln!(
         "bench rpc: {} asynchronous calls, {} in flight …",
         opts.async_calls, opts.window
     );
-    let window = opts.window.max(1);
-    let t = Instant::now();
-    let mut submitted = 0usize;
-    let mut done = 0usize;
-    while submitted < opts.async_calls.min(window) {
-        client.call_async(&add, vec![Value::Int(submitted as i64)])?;
-        submitted += 1;
-    }
-    while done < opts.async_calls {
-        client.wait_any()?;
-        done += 1;
-        if submitted < opts.async_calls {
-            client.call_async(&add, vec![Value::Int(submitted as i64)])?;
-            submitted += 1;
-        }
-    }
-    let per_s = opts.async_calls as f64 / t.elapsed().as_secs_f64();
-    let echo = client.function_handle_default("echo")?;
-    let n = ARRAY_MIB * 1024 * 1024 / 8;
-    let x = Value::vector_f64(&(0..n).map(|i| i as f64).collect::<Vec<_>>());
-    let inputs = vec![Value::Int(n as i64), x.clone()];
-    client.call(&echo, inputs.clone())?;
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t = Instant::now();
-        let r = client.call(&echo, inputs.clone())?;
-        best = best.min(t.elapsed().as_secs_f64());
-        anyhow::ensure!(r.outputs == vec![x.clone()], "echo returned other data");
-    }
-    Ok(json!({
-        "sync_p50_us": (p50 * 10.0).round() / 10.0,
-        "sync_p99_us": (p99 * 10.0).round() / 10.0,
-        "async_calls_per_s": per_s.round(),
-        "array_mib": ARRAY_MIB,
-        "array_round_trip_mb_per_s": (2.0 * (n * 8) as f64 / best / 1e6 * 10.0).round() / 10.0,
-    }))
+    m.asynchronous(opts.async_calls, opts.window.max(1))?;
+    let array = m.array()?;
+    Ok(m.line(array))
 }
 
 /// The workspace this benchmark was built from (the C example and the C library are built

@@ -429,6 +429,10 @@ enum BenchCmd {
         /// the ratios (`rpc_tls`).
         #[arg(long)]
         tls: bool,
+        /// The Rust client on a plain grid, on one whose agent serves the dashboard with no page
+        /// open, and on one with this browser (e.g. chromium) showing it, with the ratios.
+        #[arg(long, value_name = "BROWSER")]
+        dashboard: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -710,10 +714,12 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 client,
                 python,
                 tls,
+                dashboard,
                 conn,
             } => {
                 let lines = bench::rpc::run_rpc(&bench::rpc::RpcBench {
                     tls: *tls,
+                    dashboard_browser: dashboard.clone(),
                     agent: conn.agent.clone(),
                     token: conn.token.clone(),
                     sync_calls: *calls,

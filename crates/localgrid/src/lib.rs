@@ -398,6 +398,15 @@ impl LocalGrid {
         self.dir.path()
     }
 
+    /// The address a daemon logged for `what` (e.g. `metrics at /metrics`, `dashboard at /`):
+    /// the `addr=` field of that line in its log file `log` (`agent.log`, `<server>.log`).
+    pub fn logged_addr(&self, log: &str, what: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.dir.path().join(log)).ok()?;
+        let line = text.lines().find(|l| l.contains(what))?;
+        let at = line.find("addr=")? + "addr=".len();
+        Some(line[at..].split_whitespace().next()?.to_string())
+    }
+
     /// Every daemon's log, for error messages.
     pub fn logs(&self) -> String {
         let mut out = String::new();
