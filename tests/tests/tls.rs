@@ -40,16 +40,18 @@ fn a_tls_grid_runs_calls_and_refuses_every_wrong_certificate() {
     assert_eq!(r.outputs, vec![Value::Int(42)]);
 
     // A plaintext client is told what to configure.
-    let err = client_with(&g, None).err().expect("plaintext refused");
+    let Err(err) = client_with(&g, None) else {
+        panic!("a plaintext client was accepted by a TLS grid")
+    };
     assert!(err.contains("TLS connections only"), "{err}");
 
     // A certificate from another CA fails the handshake.
     let other = tempfile::tempdir().unwrap();
     gridwise_certs::init(other.path(), "other", 30).unwrap();
     gridwise_certs::issue(other.path(), CertRole::Client, "mallory", &[], 30).unwrap();
-    let err = client_with(&g, Some(files(other.path(), "mallory")))
-        .err()
-        .expect("a foreign certificate refused");
+    let Err(err) = client_with(&g, Some(files(other.path(), "mallory"))) else {
+        panic!("a certificate from another CA was accepted")
+    };
     assert!(err.contains("TLS"), "{err}");
     assert!(
         gridwise_e2e::eventually(Duration::from_secs(5), || g
@@ -66,10 +68,9 @@ fn a_tls_grid_runs_calls_and_refuses_every_wrong_certificate() {
         tls: Some(client_tls),
         ..raw::dial(Role::Server, None, "x")
     };
-    let err = rt
-        .block_on(raw::agent(&g.agent.addr, &dial))
-        .err()
-        .expect("refused");
+    let Err(err) = rt.block_on(raw::agent(&g.agent.addr, &dial)) else {
+        panic!("a client certificate was accepted in the server role")
+    };
     assert!(
         err.to_string()
             .contains("client certificate and cannot act as a server"),
