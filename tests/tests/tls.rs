@@ -38,6 +38,30 @@ fn a_tls_grid_runs_calls_and_refuses_every_wrong_certificate() {
     let h = c.function_handle_default("add").unwrap();
     let r = c.call(&h, vec![Value::Int(41)]).unwrap();
     assert_eq!(r.outputs, vec![Value::Int(42)]);
+    // A graph over both servers: the second call's server pulls its input from the first's.
+    let x = Value::vector_f64(&[1.0, 2.0, 3.0]);
+    let mut graph = c.graph();
+    let first = graph.call_named(
+        "first",
+        "echo",
+        vec![Value::Int(3).into(), x.clone().into()],
+    );
+    let second = graph.call_named(
+        "second",
+        "echo",
+        vec![Value::Int(3).into(), first.output(0)],
+    );
+    graph.policy("round-robin");
+    let run = graph.run().unwrap();
+    assert_eq!(run.outputs(second).unwrap()[0], x);
+    let used: std::collections::HashSet<&str> =
+        run.calls.iter().map(|r| r.server.as_str()).collect();
+    assert_eq!(
+        used.len(),
+        2,
+        "the value moved between servers: {:?}",
+        run.calls
+    );
 
     // A plaintext client is told what to configure.
     let Err(err) = client_with(&g, None) else {

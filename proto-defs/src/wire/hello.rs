@@ -312,7 +312,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(code, ErrorCode::RpcRefused);
         assert!(
-            msg.contains("client certificate cannot act as a server"),
+            msg.contains("client certificate and cannot act as a server"),
             "{msg}"
         );
         let agent = CertIdentity {

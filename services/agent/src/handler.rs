@@ -181,9 +181,22 @@ impl AgentHandler {
     /// first size parameter as x) and links.
     pub fn dashboard_snapshot(&self) -> serde_json::Value {
         let now = self.now();
-        let (status, summaries, links) = {
+        let (status, summaries, links, forecasts) = {
             let core = self.core();
-            (core.status(now), core.models(), core.link_matrix(now))
+            let status = core.status(now);
+            // The forecast CPU availability the estimates use, with its expected error.
+            let forecasts: serde_json::Map<String, serde_json::Value> = status
+                .servers
+                .iter()
+                .filter_map(|s| {
+                    let a = core.server(s.id)?.host().sensed.availability()?;
+                    Some((
+                        s.name.clone(),
+                        serde_json::json!({"mean": a.mean, "sd": a.sd}),
+                    ))
+                })
+                .collect();
+            (status, core.models(), core.link_matrix(now), forecasts)
         };
         let models: Vec<serde_json::Value> = summaries
             .iter()
@@ -212,6 +225,7 @@ impl AgentHandler {
             "servers": status.servers,
             "models": models,
             "links": links,
+            "forecast_availability": forecasts,
         })
     }
 
