@@ -59,6 +59,32 @@ pub fn load<T: DeserializeOwned>(
         .map_err(invalid)
 }
 
+/// The `--tls-*` flags both daemons take: the `[tls]` table from the command line.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TlsFlags {
+    /// The grid CA for mutual TLS ([tls] ca; with --tls-cert and --tls-key).
+    #[arg(long)]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// This daemon's certificate ([tls] cert), from `gridwise certs issue`.
+    #[arg(long)]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// Its key ([tls] key).
+    #[arg(long)]
+    pub tls_key: Option<std::path::PathBuf>,
+}
+
+impl TlsFlags {
+    /// The settings these flags override, for [`flag_overrides`].
+    pub fn overrides(&self) -> [(&'static str, Option<String>); 3] {
+        let shown = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        [
+            ("tls.ca", shown(&self.tls_ca)),
+            ("tls.cert", shown(&self.tls_cert)),
+            ("tls.key", shown(&self.tls_key)),
+        ]
+    }
+}
+
 /// The flags a user actually gave, as `(key, value)` overrides for [`load`].
 pub fn flag_overrides<'a>(flags: &[(&'a str, Option<String>)]) -> Vec<(&'a str, String)> {
     flags

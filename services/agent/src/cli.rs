@@ -26,15 +26,8 @@ pub struct AgentArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100.
     #[arg(long)]
     pub metrics: Option<String>,
-    /// The grid CA for mutual TLS ([tls] ca; with --tls-cert and --tls-key).
-    #[arg(long)]
-    pub tls_ca: Option<PathBuf>,
-    /// This daemon's certificate ([tls] cert), from `gridwise certs issue`.
-    #[arg(long)]
-    pub tls_cert: Option<PathBuf>,
-    /// Its key ([tls] key).
-    #[arg(long)]
-    pub tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: gridwise_proto::settings::TlsFlags,
     /// Default ranking policy: mct, conservative, round-robin, constant-speed.
     #[arg(long)]
     pub policy: Option<String>,
@@ -52,24 +45,12 @@ pub struct AgentArgs {
 impl AgentArgs {
     /// The merged settings: defaults < file < GRIDWISE_AGENT_* < flags.
     pub fn load(&self) -> anyhow::Result<AgentConfig> {
-        let o = gridwise_proto::settings::flag_overrides(&[
+        let mut flags = vec![
             ("listen", self.listen.clone()),
             ("client_token", self.client_token.clone()),
             ("server_token", self.server_token.clone()),
             ("metrics", self.metrics.clone()),
             ("dashboard", self.dashboard.clone()),
-            (
-                "tls.ca",
-                self.tls_ca.as_ref().map(|p| p.display().to_string()),
-            ),
-            (
-                "tls.cert",
-                self.tls_cert.as_ref().map(|p| p.display().to_string()),
-            ),
-            (
-                "tls.key",
-                self.tls_key.as_ref().map(|p| p.display().to_string()),
-            ),
             ("policy", self.policy.clone()),
             (
                 "data_dir",
@@ -83,7 +64,9 @@ impl AgentArgs {
                 "heartbeat_timeout_ms",
                 self.heartbeat_timeout_ms.map(|v| v.to_string()),
             ),
-        ]);
+        ];
+        flags.extend(self.tls.overrides());
+        let o = gridwise_proto::settings::flag_overrides(&flags);
         Ok(gridwise_proto::settings::load(
             self.config.as_deref(),
             "GRIDWISE_AGENT",

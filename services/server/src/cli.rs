@@ -31,15 +31,8 @@ pub struct ServerArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9101.
     #[arg(long)]
     pub metrics: Option<String>,
-    /// The grid CA for mutual TLS ([tls] ca; with --tls-cert and --tls-key).
-    #[arg(long)]
-    pub tls_ca: Option<PathBuf>,
-    /// This daemon's certificate ([tls] cert), from `gridwise certs issue`.
-    #[arg(long)]
-    pub tls_cert: Option<PathBuf>,
-    /// Its key ([tls] key).
-    #[arg(long)]
-    pub tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: gridwise_proto::settings::TlsFlags,
     /// Calls run at once; the rest queue (default: number of cores).
     #[arg(long)]
     pub slots: Option<u32>,
@@ -54,7 +47,7 @@ pub struct ServerArgs {
 impl ServerArgs {
     /// The merged settings: defaults < file < GRIDWISE_SERVER_* < flags.
     pub fn load(&self) -> anyhow::Result<ServerConfig> {
-        let o = gridwise_proto::settings::flag_overrides(&[
+        let mut flags = vec![
             ("name", self.name.clone()),
             ("listen", self.listen.clone()),
             ("advertise", self.advertise.clone()),
@@ -62,21 +55,11 @@ impl ServerArgs {
             ("client_token", self.client_token.clone()),
             ("server_token", self.server_token.clone()),
             ("metrics", self.metrics.clone()),
-            (
-                "tls.ca",
-                self.tls_ca.as_ref().map(|p| p.display().to_string()),
-            ),
-            (
-                "tls.cert",
-                self.tls_cert.as_ref().map(|p| p.display().to_string()),
-            ),
-            (
-                "tls.key",
-                self.tls_key.as_ref().map(|p| p.display().to_string()),
-            ),
             ("slots", self.slots.map(|v| v.to_string())),
             ("calibrate", self.no_calibrate.then(|| "false".to_string())),
-        ]);
+        ];
+        flags.extend(self.tls.overrides());
+        let o = gridwise_proto::settings::flag_overrides(&flags);
         Ok(gridwise_proto::settings::load(
             self.config.as_deref(),
             "GRIDWISE_SERVER",
