@@ -278,6 +278,10 @@ struct Measure {
     client: Client,
     add: gridwise_client::FunctionHandle,
     lat_us: Vec<f64>,
+    /// The ranking half of each synchronous call (client → agent → client), µs.
+    rank_us: Vec<f64>,
+    /// The rest: the server's half (client → server → client), µs.
+    execute_us: Vec<f64>,
     async_calls: usize,
     async_s: f64,
 }
@@ -293,6 +297,8 @@ impl Measure {
             client,
             add,
             lat_us: Vec::new(),
+            rank_us: Vec::new(),
+            execute_us: Vec::new(),
             async_calls: 0,
             async_s: 0.0,
         })
@@ -304,6 +310,8 @@ impl Measure {
             let t = Instant::now();
             let r = self.client.call(&self.add, vec![Value::Int(i as i64)])?;
             self.lat_us.push(t.elapsed().as_secs_f64() * 1e6);
+            self.rank_us.push(r.rank_s * 1e6);
+            self.execute_us.push(r.round_trip_s * 1e6);
             anyhow::ensure!(
                 r.outputs == vec![Value::Int(i as i64 + 1)],
                 "add({i}) returned {:?}",
@@ -356,14 +364,53 @@ impl Measure {
     fn line(&self, array_mb_per_s: f64) -> serde_json::Value {
         let mut data = Data::new(self.lat_us.clone());
         let (p50, p99) = (data.percentile(50), data.percentile(99));
+        let median = |v: &[f64]| (Data::new(v.to_vec()).percentile(50) * 10.0).round() / 10.0;
         json!({
             "sync_p50_us": (p50 * 10.0).round() / 10.0,
             "sync_p99_us": (p99 * 10.0).round() / 10.0,
+            "rank_p50_us": median(&self.rank_us),
+            "execute_p50_us": median(&self.execute_us),
             "async_calls_per_s": (self.async_calls as f64 / self.async_s).round(),
             "array_mib": ARRAY_MIB,
             "array_round_trip_mb_per_s": (array_mb_per_s * 10.0).round() / 10.0,
         })
     }
+}
+
+/// p50 of a bare loopback TCP round trip of `add`'s size (two threads, TCP_NODELAY), µs: the
+/// floor a call's two round trips (agent, server) are judged against on this machine.
+fn loopback_rtt_p50_us() -> anyhow::Result<f64> {
+    use std::io::{Read, Write};
+    const ROUNDS: usize = 5000;
+    const SIZE: usize = 64;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = [0u8; SIZE];
+        for _ in 0..ROUNDS + 500 {
+            s.read_exact(&mut buf)?;
+            s.write_all(&buf)?;
+        }
+        Ok(())
+    });
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let mut buf = [7u8; SIZE];
+    let mut rtt = Vec::with_capacity(ROUNDS);
+    for i in 0..ROUNDS + 500 {
+        let t = Instant::now();
+        s.write_all(&buf)?;
+        s.read_exact(&mut buf)?;
+        // The first 500 warm the path up.
+        if i >= 500 {
+            rtt.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
+    Ok((Data::new(rtt).percentile(50) * 10.0).round() / 10.0)
 }
 
 fn rust_client(opts: &RpcBench, cfg: ClientConfig) -> anyhow::Result<serde_json::Value> {
@@ -377,7 +424,9 @@ fn rust_client(opts: &RpcBench, cfg: ClientConfig) -> anyhow::Result<serde_json:
     );
     m.asynchronous(opts.async_calls, opts.window.max(1))?;
     let array = m.array()?;
-    Ok(m.line(array))
+    let mut line = m.line(array);
+    line["loopback_rtt_p50_us"] = json!(loopback_rtt_p50_us()?);
+    Ok(line)
 }
 
 /// The workspace this benchmark was built from (the C example and the C library are built
