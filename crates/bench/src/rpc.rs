@@ -80,16 +80,21 @@ pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
             "c" => c_client(opts, &cfg)?,
             _ => python_client(opts, &agent, token.as_deref())?,
         };
-        line["bench"] = json!("rpc");
-        line["client"] = json!(c);
-        line["sync_calls"] = json!(opts.sync_calls);
-        line["async_calls"] = json!(opts.async_calls);
-        line["calls"] = json!(opts.sync_calls + opts.async_calls);
-        line["window"] = json!(opts.window.max(1));
+        label(&mut line, c, opts);
         out.push(line);
     }
     drop(grid);
     Ok(out)
+}
+
+/// What every `rpc` line says of itself: the client and how many calls of each kind.
+fn label(line: &mut serde_json::Value, client: &str, opts: &RpcBench) {
+    line["bench"] = json!("rpc");
+    line["client"] = json!(client);
+    line["sync_calls"] = json!(opts.sync_calls);
+    line["async_calls"] = json!(opts.async_calls);
+    line["calls"] = json!(opts.sync_calls + opts.async_calls);
+    line["window"] = json!(opts.window.max(1));
 }
 
 /// A grid of one server offering `add` and `echo`, every connection TLS if `tls`, the agent
@@ -245,13 +250,9 @@ fn compare(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
             b.pause(true);
         }
         let mut line = m.line(array);
-        line["bench"] = json!("rpc");
-        line["client"] = json!("rust");
+        label(&mut line, "rust", opts);
         line["grid"] = json!(v.name);
         line["tls"] = json!(v.tls);
-        line["sync_calls"] = json!(opts.sync_calls);
-        line["async_calls"] = json!(opts.async_calls);
-        line["window"] = json!(window);
         out.push(line);
     }
     let ratio = |i: usize, key: &str| {

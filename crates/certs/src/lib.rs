@@ -186,6 +186,15 @@ mod tests {
         .unwrap();
         assert_eq!(tls.identity.name, "s1");
         assert_eq!(tls.identity.role, CertRole::Server);
+        // A daemon started with another role's certificate is told which one to issue.
+        let as_agent = TlsFiles {
+            ca: ca.cert.clone(),
+            cert: s.cert.clone(),
+            key: s.key.clone(),
+        };
+        let err = Tls::load_as(&as_agent, CertRole::Agent).unwrap_err();
+        assert!(err.contains("--role agent"), "{err}");
+        assert!(Tls::load_as(&as_agent, CertRole::Server).is_ok());
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

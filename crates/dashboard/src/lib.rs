@@ -14,7 +14,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
 use futures::Stream;
-use gridwise_proto::{CallReport, GraphPlan, GraphRequest};
+use gridwise_proto::{AgentStatus, CallReport, GraphPlan, GraphRequest, LinkInfo, ModelExport};
 use serde::Serialize;
 use serde_json::{Value as Json, json};
 use std::collections::VecDeque;
@@ -164,8 +164,18 @@ impl Dashboard {
     }
 }
 
-/// Builds the part of a snapshot only the agent's core knows (servers, models, links).
-pub type Snapshot = Arc<dyn Fn() -> Json + Send + Sync>;
+/// What only the agent's core knows, as it stands.
+pub struct CoreView {
+    pub status: AgentStatus,
+    /// The models drawn, with their points.
+    pub models: Vec<ModelExport>,
+    pub links: Vec<LinkInfo>,
+    /// Per server: the forecast CPU availability its estimates use, and its expected error.
+    pub forecast_availability: Vec<(String, f64, f64)>,
+}
+
+/// Reads a [`CoreView`] from the agent.
+pub type Snapshot = Arc<dyn Fn() -> CoreView + Send + Sync>;
 
 #[derive(Clone)]
 struct App {
@@ -174,13 +184,45 @@ struct App {
 }
 
 impl App {
+    /// The page's snapshot: the core's view (each model's points by its first size, with the
+    /// band of measured speeds) and the recent calls and graphs.
     fn full(&self) -> Json {
-        let mut s = (self.snapshot)();
-        if let Json::Object(m) = &mut s {
-            m.insert("recent".into(), self.dash.recent());
-            m.insert("now_unix_s".into(), json!(unix_s()));
-        }
-        s
+        let v = (self.snapshot)();
+        let models: Vec<Json> = v
+            .models
+            .iter()
+            .map(|m| {
+                let points: Vec<Json> = m
+                    .points
+                    .iter()
+                    .filter(|(_, st)| st.count > 0)
+                    .map(|(x, st)| {
+                        json!({
+                            "x": x.first().copied().unwrap_or(0),
+                            "min": st.min, "mean": st.mean, "max": st.max,
+                        })
+                    })
+                    .collect();
+                json!({
+                    "server": m.server, "service": m.service, "params": m.params, "points": points,
+                })
+            })
+            .collect();
+        let forecasts: serde_json::Map<String, Json> = v
+            .forecast_availability
+            .iter()
+            .map(|(name, mean, sd)| (name.clone(), json!({"mean": mean, "sd": sd})))
+            .collect();
+        json!({
+            "policy": v.status.policy,
+            "ranked": v.status.ranked,
+            "servers": v.status.servers,
+            "models": models,
+            "links": v.links,
+            "forecast_availability": forecasts,
+            "recent": self.dash.recent(),
+            "now_unix_s": unix_s(),
+        })
     }
 }
 

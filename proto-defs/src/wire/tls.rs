@@ -141,6 +141,19 @@ impl Tls {
         })
     }
 
+    /// [`load`](Self::load), for a process that must hold a `role` certificate (a daemon
+    /// started with another's certificate is refused here, naming both).
+    pub fn load_as(files: &TlsFiles, role: CertRole) -> Result<Arc<Tls>, String> {
+        let tls = Self::load(files)?;
+        if tls.identity.role != role {
+            return Err(format!(
+                "[tls] cert is a {} certificate (`{}`), but this process runs as the {role}: issue one with `gridwise certs issue --role {role}`",
+                tls.identity.role, tls.identity.name
+            ));
+        }
+        Ok(tls)
+    }
+
     /// The same from PEM text.
     pub fn from_pem(ca: &[u8], cert: &[u8], key: &[u8]) -> Result<Arc<Tls>, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());

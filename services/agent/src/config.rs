@@ -174,14 +174,9 @@ impl AgentConfig {
         let Some(files) = &self.tls else {
             return Ok(None);
         };
-        let tls = Tls::load(files).map_err(anyhow::Error::msg)?;
-        anyhow::ensure!(
-            tls.identity.role == wire::CertRole::Agent,
-            "[tls] cert is a {} certificate (`{}`); the agent needs one issued with `gridwise certs issue --role agent`",
-            tls.identity.role,
-            tls.identity.name
-        );
-        Ok(Some(tls))
+        Tls::load_as(files, wire::CertRole::Agent)
+            .map(Some)
+            .map_err(anyhow::Error::msg)
     }
 
     /// How the agent accepts connections, checked.

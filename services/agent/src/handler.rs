@@ -4,7 +4,7 @@
 //! dialling the holder of a contested name to see whether it is still there.
 
 use crate::persist::ops_for;
-use gridwise_dashboard::Dashboard;
+use gridwise_dashboard::{CoreView, Dashboard};
 use gridwise_metrics::AgentMetrics;
 use gridwise_proto::clock::unix_s;
 use gridwise_proto::wire::{self, DialConfig, Peer, Role};
@@ -177,56 +177,32 @@ impl AgentHandler {
         lock(&self.shared.core)
     }
 
-    /// What the dashboard shows of the core: servers, policy, models with their points (the
-    /// first size parameter as x) and links.
-    pub fn dashboard_snapshot(&self) -> serde_json::Value {
+    /// What the dashboard shows of the core, read under one lock: servers, the forecast CPU
+    /// availability its estimates use, models (the first [`MODELS_SHOWN`]) and links.
+    pub fn dashboard_view(&self) -> CoreView {
         let now = self.now();
-        let (status, summaries, links, forecasts) = {
-            let core = self.core();
-            let status = core.status(now);
-            // The forecast CPU availability the estimates use, with its expected error.
-            let forecasts: serde_json::Map<String, serde_json::Value> = status
-                .servers
-                .iter()
-                .filter_map(|s| {
-                    let a = core.server(s.id)?.host().sensed.availability()?;
-                    Some((
-                        s.name.clone(),
-                        serde_json::json!({"mean": a.mean, "sd": a.sd}),
-                    ))
-                })
-                .collect();
-            (status, core.models(), core.link_matrix(now), forecasts)
-        };
-        let models: Vec<serde_json::Value> = summaries
+        let core = self.core();
+        let status = core.status(now);
+        let forecast_availability = status
+            .servers
             .iter()
-            .take(MODELS_SHOWN)
-            .filter_map(|s| self.core().model(&s.server, &s.service).ok())
-            .map(|m| {
-                let points: Vec<serde_json::Value> = m
-                    .points
-                    .iter()
-                    .filter(|(_, st)| st.count > 0)
-                    .map(|(x, st)| {
-                        serde_json::json!({
-                            "x": x.first().copied().unwrap_or(0),
-                            "min": st.min, "mean": st.mean, "max": st.max,
-                        })
-                    })
-                    .collect();
-                serde_json::json!({
-                    "server": m.server, "service": m.service, "params": m.params, "points": points,
-                })
+            .filter_map(|s| {
+                let a = core.server(s.id)?.host().sensed.availability()?;
+                Some((s.name.clone(), a.mean, a.sd))
             })
             .collect();
-        serde_json::json!({
-            "policy": status.policy,
-            "ranked": status.ranked,
-            "servers": status.servers,
-            "models": models,
-            "links": links,
-            "forecast_availability": forecasts,
-        })
+        let models = core
+            .models()
+            .iter()
+            .take(MODELS_SHOWN)
+            .filter_map(|s| core.model(&s.server, &s.service).ok())
+            .collect();
+        CoreView {
+            links: core.link_matrix(now),
+            status,
+            models,
+            forecast_availability,
+        }
     }
 
     /// Sets the gauges that describe the grid now (servers, queues, models): at each scrape,
@@ -236,13 +212,10 @@ impl AgentHandler {
             let core = self.core();
             (core.status(self.now()), core.models())
         };
-        let points = |name: &str| {
-            models
-                .iter()
-                .filter(|s| s.server == name)
-                .map(|s| s.points as usize)
-                .sum::<usize>()
-        };
+        let mut points: std::collections::HashMap<&str, usize> = Default::default();
+        for s in &models {
+            *points.entry(s.server.as_str()).or_default() += s.points as usize;
+        }
         let state = |s: &gridwise_proto::ServerStatus| match s.state {
             gridwise_proto::ServerState::Up => "up",
             gridwise_proto::ServerState::Down => "down",
@@ -252,7 +225,7 @@ impl AgentHandler {
                 s.name.as_str(),
                 state(s),
                 s.pending as usize,
-                points(&s.name),
+                points.get(s.name.as_str()).copied().unwrap_or(0),
                 s.load.cpu_available,
             )
         }));

@@ -65,7 +65,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     if let Some((listener, d)) = dashboard {
         let h = handler.clone();
         tokio::spawn(async move {
-            let snapshot = Arc::new(move || h.dashboard_snapshot());
+            let snapshot = Arc::new(move || h.dashboard_view());
             if let Err(e) = gridwise_dashboard::serve(listener, d, snapshot).await {
                 tracing::error!("the dashboard stopped: {e}");
             }

@@ -208,14 +208,9 @@ impl ServerConfig {
         let Some(files) = &self.tls else {
             return Ok(None);
         };
-        let tls = Tls::load(files).map_err(anyhow::Error::msg)?;
-        anyhow::ensure!(
-            tls.identity.role == CertRole::Server,
-            "[tls] cert is a {} certificate (`{}`); a server needs one issued with `gridwise certs issue --role server`",
-            tls.identity.role,
-            tls.identity.name
-        );
-        Ok(Some(tls))
+        Tls::load_as(files, CertRole::Server)
+            .map(Some)
+            .map_err(anyhow::Error::msg)
     }
 
     /// How this server dials the agent and its peers (without TLS: see [`ServerConfig::tls`]).
