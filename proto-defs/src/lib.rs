@@ -42,7 +42,8 @@ pub mod __reexport {
     pub use futures;
     pub use tarpc;
     pub use tokio_util::sync::CancellationToken;
+    pub use tracing;
 }
 
 /// The protocol version every connection's hello carries; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;

@@ -699,6 +699,10 @@ pub struct ExecuteRequest {
     /// The largest reply the client accepts (its frame limit), bytes; 0: the server's own
     /// limit. A call whose returned outputs would be larger is refused before it runs.
     pub reply_limit_bytes: u64,
+    /// Whether the client collects large outputs on a bulk connection: outputs of at least
+    /// [`crate::value::BULK_MIN_BYTES`] that are not kept then come back as a
+    /// [`Value::Ref`] staged for one read, outside the reply (and its frame limit).
+    pub bulk_outputs: bool,
 }
 
 /// A server's answer to a successful call.

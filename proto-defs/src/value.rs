@@ -6,6 +6,11 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+/// Values whose payload is at least this large travel on bulk connections (raw bytes, outside
+/// the RPC's frames); smaller ones stay in the RPC, where the extra round trip of a bulk
+/// transfer would cost more than the copies it saves.
+pub const BULK_MIN_BYTES: u64 = 1 << 20;
+
 /// The element type of a vector or matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ElemType {

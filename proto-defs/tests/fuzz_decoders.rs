@@ -92,6 +92,7 @@ fn execute() -> ExecuteRequest {
         sent_at_unix_ns: 1,
         keep_outputs: vec![0],
         reply_limit_bytes: 1 << 30,
+        bulk_outputs: true,
     }
 }
 

@@ -6,7 +6,8 @@
 //! against the built-in kernels; `predict` times calls on loaded servers against every
 //! predictor's estimate, then schedules on them; `kernels` sets the kinds of kernels (built-in,
 //! library, command, Python) side by side; `divide` cuts divisible jobs over 16 emulated servers
-//! and compares the cut with an offline oracle.
+//! and compares the cut with an offline oracle; `transfer` moves large arrays in each direction
+//! against a raw loopback copy, with both ends' peak memory.
 
 pub mod divide;
 pub mod faults;
@@ -16,3 +17,4 @@ pub mod models;
 pub mod predict;
 pub mod rpc;
 pub mod schedule;
+pub mod transfer;

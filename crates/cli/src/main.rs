@@ -342,6 +342,16 @@ enum BenchCmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Large arrays client → server, server → server and server → client (16, 64, 256 MiB)
+    /// against a raw loopback TCP copy in the same run, with both ends' peak RSS.
+    Transfer {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Sizes in MiB, comma-separated.
+        #[arg(long, value_delimiter = ',', default_values_t = bench::transfer::SIZES_MIB)]
+        sizes_mib: Vec<u64>,
+    },
     /// Model construction: cost and accuracy of GBBP, uniform-20 and naive builds.
     Models {
         /// One JSON object per line.
@@ -668,6 +678,12 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                     print_line(*json, &line)
                 })
             }
+            BenchCmd::Transfer { json, sizes_mib } => bench::transfer::run(
+                &bench::transfer::TransferBench {
+                    sizes_mib: sizes_mib.clone(),
+                },
+                &mut |line| print_line(*json, &line),
+            ),
             BenchCmd::Models { json, no_dgemm } => {
                 bench::models::run(!*no_dgemm, &mut |line| print_line(*json, &line))
             }

@@ -122,12 +122,66 @@ impl Inner {
 
     /// Sends the call to the server at `addr` and waits for it, watching that the server keeps
     /// answering; `cancel` stops it (on the server too).
+    /// `req` comes without inputs: `inputs` are borrowed, so that trying the next server
+    /// copies none of the large ones.
     pub(crate) async fn attempt(
         &self,
         addr: &str,
         who: &str,
         req: ExecuteRequest,
+        inputs: &[Value],
         cancel: Option<&CancelFlag>,
+    ) -> Attempt {
+        let mut req = req;
+        let sent_at = Instant::now();
+        // The transfer the server times starts with the first staged byte.
+        req.sent_at_unix_ns = unix_ns();
+        let staged = match unless_cancelled(cancel, self.stage_inputs(addr, who, inputs)).await {
+            None => Err(None),
+            Some(Ok((sent, staged))) => {
+                req.inputs = sent;
+                req.bulk_outputs = true;
+                Ok(staged)
+            }
+            Some(Err(a)) => Err(Some(a)),
+        };
+        let staged = match staged {
+            Ok(s) => s,
+            Err(outcome) => {
+                let service = req.service.clone();
+                return outcome.unwrap_or_else(|| {
+                    let e = GrpcError::cancelled(format!("the call to `{service}`"));
+                    Attempt::Failed(
+                        CallError::new(CallErrorKind::Cancelled, e.message.clone()),
+                        e,
+                    )
+                });
+            }
+        };
+        let keep = req.keep_outputs.clone();
+        let outcome = self.execute_on(addr, who, req, cancel, sent_at).await;
+        match outcome {
+            // The round trip runs from the first staged byte to the last collected one.
+            Attempt::Done(mut rep, _) => {
+                match self.collect_outputs(who, &mut rep.outputs, &keep).await {
+                    Ok(()) => Attempt::Done(rep, sent_at.elapsed().as_secs_f64()),
+                    Err(failed) => failed,
+                }
+            }
+            other => {
+                self.free_staged(addr, staged).await;
+                other
+            }
+        }
+    }
+
+    async fn execute_on(
+        &self,
+        addr: &str,
+        who: &str,
+        req: ExecuteRequest,
+        cancel: Option<&CancelFlag>,
+        sent_at: Instant,
     ) -> Attempt {
         let service = req.service.clone();
         let cancelled = || {
@@ -151,7 +205,6 @@ impl Inner {
         // While it is watched, the server is pinged; if it stops answering, its connections
         // are closed and `exec` fails below.
         let _watch = self.conn.liveness.watch(addr);
-        let sent_at = Instant::now();
         let ctx = wire::context(self.call_timeout);
         let mut exec = std::pin::pin!(conn.client.execute(ctx, req));
         let never = CancelFlag::default();
@@ -231,15 +284,16 @@ impl Inner {
                 ),
             )
         };
-        if profile.in_bytes > limit {
-            let advice =
-                "keep large values on a server and pass them as remote values, or split the call";
-            return Err(over("inputs", profile.in_bytes, advice).into());
-        }
-        if keep_outputs.is_empty() && profile.out_bytes > limit {
-            let advice =
-                "keep them on the server (call_keep) for later calls, or use smaller sizes";
-            return Err(over("outputs", profile.out_bytes, advice).into());
+        // Large values travel on bulk connections: only the rest must fit one frame. The
+        // server judges the outputs the same way before the call runs.
+        let inline_in: u64 = inputs
+            .iter()
+            .filter(|v| !wire::bulk::goes_bulk(v))
+            .map(Value::payload_bytes)
+            .sum();
+        if inline_in > limit {
+            let advice = "pass fewer small values in one call, or raise max_frame_bytes";
+            return Err(over("inputs", inline_in, advice).into());
         }
         let opts = RankOptions {
             load_model: self.cfg.load_model,
@@ -283,26 +337,20 @@ impl Inner {
         // Servers that did not answer lately go last (the agent may not know yet).
         let mut order: Vec<&Candidate> = ranking.candidates.iter().collect();
         order.sort_by_key(|c| self.conn.liveness.is_suspect(&c.addr));
-        let mut inputs = inputs;
         let mut failures: Vec<String> = Vec::new();
         for (i, cand) in order.iter().enumerate() {
             let who = format!("{} ({})", cand.name, cand.addr);
-            // Later candidates need the inputs too; the last attempt takes them.
-            let sent = if i + 1 < n {
-                inputs.clone()
-            } else {
-                std::mem::take(&mut inputs)
-            };
             let req = ExecuteRequest {
                 call_id: CallId::new_random(),
                 ticket: Some(ranking.ticket),
                 service: service.to_string(),
-                inputs: sent,
-                sent_at_unix_ns: unix_ns(),
+                inputs: Vec::new(),
+                sent_at_unix_ns: 0,
                 keep_outputs: keep_outputs.clone(),
                 reply_limit_bytes: limit,
+                bulk_outputs: true,
             };
-            match self.attempt(&cand.addr, &who, req, cancel).await {
+            match self.attempt(&cand.addr, &who, req, &inputs, cancel).await {
                 Attempt::Done(rep, round_trip_s) => {
                     return Ok(CallResult {
                         outputs: rep.outputs,
@@ -575,6 +623,14 @@ impl GridClient {
 
     /// A value kept on a server, brought back.
     pub async fn fetch(&self, r: &RemoteRef) -> Result<Value, GrpcError> {
+        if r.bytes >= wire::bulk::BULK_MIN_BYTES {
+            return match self.inner.conn.bulk.get(&r.holder, r.handle, None).await {
+                Ok(v) => Ok(v),
+                Err(wire::bulk::BulkError::Refused(e)) => Err(GrpcError::from(e)),
+                Err(wire::bulk::BulkError::Dial(e)) => Err(GrpcError::from(e)),
+                Err(e) => Err(GrpcError::communication(format!("{}: {e}", r.holder))),
+            };
+        }
         let conn = self.inner.conn.server(&r.holder).await?;
         match conn
             .client

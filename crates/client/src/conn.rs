@@ -181,6 +181,8 @@ pub(crate) struct Conn {
     agent_reconnect: tokio::sync::Mutex<()>,
     servers: Servers,
     descs: Mutex<HashMap<String, Arc<ServiceDesc>>>,
+    /// Large arguments go to servers, and large outputs come back, on bulk connections.
+    pub(crate) bulk: wire::bulk::BulkPool,
 }
 
 impl Conn {
@@ -201,6 +203,7 @@ impl Conn {
         Ok(Conn {
             rt,
             agent_addr: cfg.agent.clone(),
+            bulk: wire::bulk::BulkPool::new(wire_cfg.clone(), "client"),
             wire_cfg,
             agent_timeout: cfg.agent_timeout(),
             agent_retry: cfg.agent_retry(),

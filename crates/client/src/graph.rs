@@ -34,7 +34,6 @@
 use crate::client::{Attempt, GridClient};
 use crate::error::GrpcError;
 use crate::handle::Binding;
-use gridwise_proto::clock::unix_ns;
 use gridwise_proto::{
     CallErrorKind, CallId, CallInput, CallProfile, DataHandle, ErrorCode, ExecuteRequest,
     GraphPlan, GraphRequest, RecordedCall, RemoteRef, ServiceDesc, Ticket, Timing, Value,
@@ -811,12 +810,16 @@ impl Job {
                 call_id: CallId::new_random(),
                 ticket: Some(spec.ticket),
                 service: spec.service.clone(),
-                inputs: inputs.clone(),
-                sent_at_unix_ns: unix_ns(),
+                inputs: Vec::new(),
+                sent_at_unix_ns: 0,
                 keep_outputs: spec.keep.clone(),
                 reply_limit_bytes: inner.conn.max_frame_bytes() as u64,
+                bulk_outputs: true,
             };
-            match inner.attempt(&spec.server.addr, &who, req, None).await {
+            match inner
+                .attempt(&spec.server.addr, &who, req, &inputs, None)
+                .await
+            {
                 Attempt::Done(rep, _) => {
                     return Outcome::Ran(rep.outputs, rep.server, rep.timing, false);
                 }

@@ -36,6 +36,7 @@
 #![deny(missing_docs)]
 
 pub mod blocking;
+mod bulk;
 pub mod client;
 pub mod config;
 mod conn;

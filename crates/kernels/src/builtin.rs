@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 /// The names [`builtin`] knows, in a stable order for listings.
 pub const BUILTIN_NAMES: [&str; 6] = ["add", "echo", "sleep", "loop", "fail", "dgemm"];
 
-/// The built-in kernel called `name`, or `None` if there is no such built-in.
+/// The built-in kernel called `name` (one of [`BUILTIN_NAMES`], offered by default, or of
+/// [`crate::transfer::TRANSFER_NAMES`], offered when named), or `None`.
 pub fn builtin(name: &str) -> Option<Arc<dyn Kernel>> {
     Some(match name {
         "add" => Arc::new(AddKernel::new()),
@@ -22,18 +23,20 @@ pub fn builtin(name: &str) -> Option<Arc<dyn Kernel>> {
         "loop" => Arc::new(LoopKernel::new()),
         "fail" => Arc::new(FailKernel::new()),
         "dgemm" => Arc::new(DgemmKernel::new()),
+        "sink" => Arc::new(crate::transfer::SinkKernel::new()),
+        "source" => Arc::new(crate::transfer::SourceKernel::new()),
         _ => return None,
     })
 }
 
-fn arg(name: &str, mode: ArgMode, ty: &str, doc: &str) -> ArgDesc {
+pub(crate) fn arg(name: &str, mode: ArgMode, ty: &str, doc: &str) -> ArgDesc {
     ArgDesc {
         doc: doc.to_string(),
         ..ArgDesc::new(name, mode, ty)
     }
 }
 
-fn service(
+pub(crate) fn service(
     name: &str,
     doc: &str,
     args: Vec<ArgDesc>,

@@ -15,6 +15,7 @@ pub mod inputs;
 pub mod kernel;
 pub mod load;
 pub mod speed;
+pub mod transfer;
 
 pub use builtin::{
     AddKernel, BUILTIN_NAMES, DgemmKernel, FailKernel, LoopKernel, SleepKernel, builtin,
@@ -26,3 +27,4 @@ pub use inputs::inputs_for_sizes;
 pub use kernel::{Kernel, KernelCtx, KernelError};
 pub use load::{Generated, LoadSpec, LoadTrace};
 pub use speed::{SpeedError, SpeedFunction};
+pub use transfer::TRANSFER_NAMES;

@@ -39,6 +39,16 @@ impl fmt::Display for Role {
     }
 }
 
+/// What a connection carries after its hello.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Channel {
+    /// tarpc requests and replies, many at once.
+    #[default]
+    Rpc,
+    /// One large value at a time as raw bytes ([`super::bulk`]): servers only.
+    Bulk,
+}
+
 /// Who is on the other end of an accepted connection, as its hello proved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Peer {
@@ -54,6 +64,8 @@ pub struct Peer {
     pub principal: String,
     /// The name its TLS certificate proves, when the connection is TLS.
     pub certified: Option<String>,
+    /// What the connection carries.
+    pub channel: Channel,
 }
 
 impl Peer {
@@ -70,6 +82,7 @@ impl Peer {
             who: principal.to_string(),
             principal: principal.to_string(),
             certified: None,
+            channel: Channel::Rpc,
         }
     }
 }
@@ -90,6 +103,7 @@ pub(crate) struct Hello {
     pub credential: Option<String>,
     pub who: String,
     pub principal: String,
+    pub channel: Channel,
 }
 
 /// Kept byte-for-byte as in version 1, so an old peer can read why it was refused.
@@ -179,6 +193,7 @@ impl Credentials {
             who,
             principal,
             certified: cert.map(|c| clip(&c.name)),
+            channel: hello.channel,
         })
     }
 }
@@ -261,6 +276,7 @@ mod tests {
             credential: credential.map(str::to_string),
             who: "w".into(),
             principal: principal.into(),
+            channel: Channel::Rpc,
         }
     }
 

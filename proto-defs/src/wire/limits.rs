@@ -88,6 +88,11 @@ impl Activity {
         self.close.cancel();
     }
 
+    /// Resolves once it is asked to close.
+    pub async fn closed(&self) {
+        self.close.cancelled().await
+    }
+
     /// Whether it was asked to close.
     pub fn is_closed(&self) -> bool {
         self.close.is_cancelled()

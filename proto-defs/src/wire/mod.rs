@@ -9,6 +9,7 @@
 //! reason; the daemon goes on serving.
 
 pub mod budget;
+pub mod bulk;
 pub mod frame;
 pub mod hello;
 pub mod limits;
@@ -17,7 +18,7 @@ pub mod tls;
 
 pub use budget::{Charge, MemoryBudget, OverBudget};
 pub use frame::FrameCodec;
-pub use hello::{Credentials, Peer, Role};
+pub use hello::{Channel, Credentials, Peer, Role};
 pub use limits::{Activity, Admission, ConnLimits, ConnTable, Guarded, raise_fd_limit};
 pub use tls::{CertIdentity, CertRole, Tls, TlsFiles};
 
@@ -178,6 +179,16 @@ pub async fn connect(
     cfg: &DialConfig,
     who: &str,
 ) -> Result<(FramedTcp, String), WireError> {
+    connect_channel(addr, cfg, who, Channel::Rpc).await
+}
+
+/// Like [`connect`], for a connection carrying `channel`.
+pub async fn connect_channel(
+    addr: &str,
+    cfg: &DialConfig,
+    who: &str,
+    channel: Channel,
+) -> Result<(FramedTcp, String), WireError> {
     let stream = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr))
         .await
         .map_err(|_| WireError::Timeout {
@@ -199,7 +210,7 @@ pub async fn connect(
         addr: addr.to_string(),
         detail,
     };
-    let bytes = hello_body(cfg, who).map_err(|e| protocol(e.to_string()))?;
+    let bytes = hello_body(cfg, who, channel).map_err(|e| protocol(e.to_string()))?;
     let exchange = async {
         // The peer may refuse before reading our hello (a connection cap): its reply counts
         // even when sending ours failed.
@@ -255,7 +266,7 @@ async fn tls_connect(
     }
 }
 
-fn hello_body(cfg: &DialConfig, who: &str) -> bincode::Result<Vec<u8>> {
+fn hello_body(cfg: &DialConfig, who: &str, channel: Channel) -> bincode::Result<Vec<u8>> {
     bincode::serialize(&Hello {
         magic: MAGIC,
         version: PROTOCOL_VERSION,
@@ -263,13 +274,14 @@ fn hello_body(cfg: &DialConfig, who: &str) -> bincode::Result<Vec<u8>> {
         credential: cfg.credential.clone(),
         who: who.to_string(),
         principal: cfg.principal.clone(),
+        channel,
     })
 }
 
 /// The bytes of a hello as `connect` sends them (length header included): for tools and tests
 /// that speak to a daemon below the RPC layer.
 pub fn hello_frame(cfg: &DialConfig, who: &str) -> Vec<u8> {
-    let body = hello_body(cfg, who).unwrap_or_default();
+    let body = hello_body(cfg, who, Channel::Rpc).unwrap_or_default();
     let mut f = (body.len() as u32).to_be_bytes().to_vec();
     f.extend_from_slice(&body);
     f
@@ -299,6 +311,8 @@ pub struct Accepted {
     pub peer: Peer,
     admission: Admission,
     limits: ConnLimits,
+    /// What the daemon's data in flight may hold (bulk values are charged to it as they come).
+    budget: Arc<MemoryBudget>,
 }
 
 impl Accepted {
@@ -522,6 +536,7 @@ where
                         peer,
                         admission,
                         limits,
+                        budget: cfg.budget.clone(),
                     })
                     .await
                 }
@@ -539,20 +554,34 @@ where
 #[macro_export]
 macro_rules! serve_forever {
     ($listener:expr, $cfg:expr, $node:expr, $make:expr) => {{
+        $crate::serve_forever!($listener, $cfg, $node, $make, bulk: |conn: $crate::wire::Accepted| async move {
+            $crate::__reexport::tracing::warn!(peer = %conn.peer.addr, "closing a bulk connection: this daemon takes no bulk values");
+        })
+    }};
+    ($listener:expr, $cfg:expr, $node:expr, $make:expr, bulk: $bulk:expr) => {{
         use $crate::__reexport::futures::StreamExt as _;
         use $crate::__reexport::tarpc::server::{BaseChannel, Channel as _};
         let make = $make;
+        let bulk = ::std::sync::Arc::new($bulk);
         $crate::wire::accept_loop(
             $listener,
             $cfg,
             $node,
             move |conn: $crate::wire::Accepted| {
+                let bulk = if conn.peer.channel == $crate::wire::Channel::Bulk {
+                    Some(bulk.clone())
+                } else {
+                    None
+                };
                 let handler = make(&conn.peer);
                 let activity = conn.activity();
                 // Requests still running when the connection ends are dropped: nobody can
                 // read their answers, and dropping a call stops its kernel.
                 let gone = $crate::__reexport::CancellationToken::new();
                 async move {
+                    if let Some(bulk) = bulk {
+                        return bulk(conn).await;
+                    }
                     let _stop = gone.clone().drop_guard();
                     BaseChannel::with_defaults($crate::wire::server_transport(conn))
                         .execute(handler.serve())

@@ -15,10 +15,12 @@ use crate::sensors::Sensors;
 use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
 use gridwise_metrics::ServerMetrics;
 use gridwise_proto::clock::unix_ns;
+use gridwise_proto::value::BULK_MIN_BYTES;
 use gridwise_proto::wire::{Charge, MemoryBudget, Peer, Role};
 use gridwise_proto::{
     CallError, CallErrorKind, CallId, CallReport, DataHandle, ExecuteReply, ExecuteRequest,
-    LinkSample, LoadSample, ModelPoint, ModelProgress, Pong, ServerApi, ServerInfo, Timing, Value,
+    LinkSample, LoadSample, ModelPoint, ModelProgress, Pong, RemoteRef, ServerApi, ServerInfo,
+    Timing, Value,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -311,7 +313,7 @@ impl ServerHandler {
         let returned: u64 = outputs
             .iter()
             .enumerate()
-            .filter(|(i, _)| !keep.contains(&(*i as u32)))
+            .filter(|(i, b)| returned_inline(req, keep, *i, **b))
             .map(|(_, b)| *b)
             .sum();
         self.check_reply(&req.service, returned, req.reply_limit_bytes)?;
@@ -392,10 +394,44 @@ impl ServerHandler {
         }
     }
 
+    /// Stages `value` here for one read by `peer` (see [`DataStore::stage`]).
+    pub fn stage_for(&self, peer: &Peer, value: Value, charge: Option<Charge>) -> RemoteRef {
+        self.inner
+            .data
+            .stage(value, &self.inner.addr, &peer.principal, charge)
+    }
+
+    /// A value kept (or staged) here for `owner`, shared; a staged one is gone once read.
+    pub fn read_kept(&self, handle: DataHandle, owner: &str) -> Option<Arc<Value>> {
+        self.inner.data.read(handle, owner)
+    }
+
+    /// The address this server names itself by as a holder.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
     /// Frees kept values nobody has read for longer than `idle`; returns how many and their
     /// bytes.
     pub fn expire_idle_data(&self, idle: Duration) -> (u32, u64) {
         self.inner.data.expire_idle(Instant::now(), idle)
+    }
+
+    /// Stages the large outputs the client collects on a bulk connection, returning
+    /// references in their place. Not charged: the call's own memory held them until now, and
+    /// its client collects them at once (or the idle limit frees them).
+    fn stage_outputs(&self, mut outputs: Vec<Value>, req_keep: &[u32]) -> Vec<Value> {
+        for (i, slot) in outputs.iter_mut().enumerate() {
+            if req_keep.contains(&(i as u32))
+                || matches!(slot, Value::Ref(_))
+                || !gridwise_proto::wire::bulk::goes_bulk(slot)
+            {
+                continue;
+            }
+            let v = std::mem::replace(slot, Value::Int(0));
+            *slot = Value::Ref(self.stage_for(&self.peer, v, None));
+        }
+        outputs
     }
 
     /// Keeps the outputs at positions `keep` here, returning references in their place.
@@ -436,7 +472,7 @@ impl ServerHandler {
     async fn run_call(
         &self,
         kernel: Arc<dyn Kernel>,
-        req: ExecuteRequest,
+        mut req: ExecuteRequest,
         arrived: Instant,
         cancel: CancelFlag,
         keep: &[u32],
@@ -449,7 +485,7 @@ impl ServerHandler {
         self.inner.running.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let ctx = KernelCtx { cancel };
-        let inputs = req.inputs;
+        let inputs = std::mem::take(&mut req.inputs);
         let result = if kernel.is_instant() {
             kernel.run(&inputs, &ctx).map(|out| (out, inputs))
         } else {
@@ -486,7 +522,7 @@ impl ServerHandler {
         let returned: u64 = outputs
             .iter()
             .enumerate()
-            .filter(|(i, _)| !keep.contains(&(*i as u32)))
+            .filter(|(i, v)| returned_inline(&req, keep, *i, v.payload_bytes()))
             .map(|(_, v)| v.payload_bytes())
             .sum();
         self.check_reply(&req.service, returned, req.reply_limit_bytes)?;
@@ -496,6 +532,12 @@ impl ServerHandler {
 
 fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
+}
+
+/// Whether output `i` (of `bytes`) goes back inside the reply: not kept here, and not staged
+/// for the client to collect on a bulk connection.
+fn returned_inline(req: &ExecuteRequest, keep: &[u32], i: usize, bytes: u64) -> bool {
+    !keep.contains(&(i as u32)) && !(req.bulk_outputs && bytes >= BULK_MIN_BYTES)
 }
 
 /// Input bytes a waiting call holds, counted until it has its memory (or gives up).
@@ -594,8 +636,13 @@ impl ServerApi for ServerHandler {
             // graph's plan assumes.
             self.inner.queued.fetch_add(1, Ordering::Relaxed);
             let remote = req.inputs.iter().any(|v| matches!(v, Value::Ref(_)));
-            // A pull's time joins the transfer's: only calls without one time the client's link.
-            client_in_bytes = (!remote).then_some(held);
+            // A pull's time joins the transfer's: only calls whose inputs all came from the
+            // client (in the request, or staged here just before it) time the client's link.
+            let from_client = req.inputs.iter().all(|v| match v {
+                Value::Ref(r) => r.holder == self.inner.addr && self.inner.data.is_staged(r.handle),
+                _ => true,
+            });
+            client_in_bytes = from_client.then_some(held);
             // Pulling is rare and its future large: boxed, it does not weigh on every call.
             let pull = async {
                 if remote {
@@ -624,8 +671,15 @@ impl ServerApi for ServerHandler {
             };
             let _memory = self.take_memory(footprint).await?;
             drop(waiting);
+            let bulk_outputs = req.bulk_outputs;
             let (outputs, q, k, a) = self.run_call(kernel, req, arrived, cancel, &keep).await?;
-            Ok((self.keep(outputs, &keep)?, q, k, a))
+            let outputs = self.keep(outputs, &keep)?;
+            let outputs = if bulk_outputs {
+                self.stage_outputs(outputs, &keep)
+            } else {
+                outputs
+            };
+            Ok((outputs, q, k, a))
         }
         .await;
         let (ok, queue_wait_s, kernel_s, cpu_available) = match &result {

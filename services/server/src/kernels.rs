@@ -41,8 +41,9 @@ pub fn build(
     for name in &cfg.builtins {
         let k = builtin(name).ok_or_else(|| {
             anyhow::anyhow!(
-                "unknown built-in service `{name}` in `builtins`: choose from {}",
-                gridwise_kernels::BUILTIN_NAMES.join(", ")
+                "unknown built-in service `{name}` in `builtins`: choose from {}, {}",
+                gridwise_kernels::BUILTIN_NAMES.join(", "),
+                gridwise_kernels::TRANSFER_NAMES.join(", ")
             )
         })?;
         anyhow::ensure!(

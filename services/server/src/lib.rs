@@ -4,6 +4,7 @@
 pub mod agent_link;
 pub mod bench_gate;
 pub mod build_policy;
+pub mod bulk;
 pub mod cli;
 pub mod config;
 pub mod data;
@@ -154,9 +155,7 @@ pub async fn run_with(
         cfg.report_batch_max,
         (cfg.link_probe_s > 0.0).then(|| std::time::Duration::from_secs_f64(cfg.link_probe_s)),
     ));
-    if !idle_ttl.is_zero() {
-        tokio::spawn(expire_idle_data(handler.clone(), idle_ttl));
-    }
+    tokio::spawn(expire_idle_data(handler.clone(), idle_ttl));
     if let Some(at) = &cfg.metrics {
         let listener = gridwise_metrics::bind(at).await?;
         tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
@@ -174,17 +173,28 @@ pub async fn run_with(
             }
         });
     }
-    gridwise_proto::serve_forever!(listener, accept, name, move |peer: &wire::Peer| {
-        handler.for_peer(peer)
-    })
+    let bulk_handler = handler.clone();
+    gridwise_proto::serve_forever!(
+        listener,
+        accept,
+        name,
+        move |peer: &wire::Peer| handler.for_peer(peer),
+        bulk: move |conn: wire::Accepted| bulk::serve(bulk_handler.clone(), conn)
+    )
     .await;
     Ok(())
 }
 
-/// Frees kept values left idle for longer than `idle`, checking a few times per `idle` (at most
-/// a minute apart), so a value outlives its last use by at most about 1.25 × `idle`.
+/// Frees kept values left idle for longer than `idle` (zero: kept values never expire) and
+/// staged values nobody collected, checking a few times per limit (at most a minute apart), so
+/// a value outlives its last use by at most about 1.25 × its limit.
 async fn expire_idle_data(handler: ServerHandler, idle: Duration) {
-    let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(60));
+    let shortest = if idle.is_zero() {
+        data::STAGED_IDLE
+    } else {
+        idle.min(data::STAGED_IDLE)
+    };
+    let every = (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(60));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -195,7 +205,7 @@ async fn expire_idle_data(handler: ServerHandler, idle: Duration) {
                 values = n,
                 bytes,
                 idle_s = idle.as_secs_f64(),
-                "freed kept values nobody used for data_idle_ttl_s"
+                "freed kept values nobody used for data_idle_ttl_s (or staged values nobody collected)"
             );
         }
     }

@@ -13,6 +13,8 @@ pub struct Peers {
     wire: wire::DialConfig,
     me: String,
     conns: Mutex<HashMap<String, ServerApiClient>>,
+    /// Large values come over bulk connections, straight into their final buffer.
+    bulk: wire::bulk::BulkPool,
 }
 
 /// How long pulling one value may take.
@@ -24,6 +26,7 @@ impl Peers {
     /// A pool using the grid's connection settings; `me` names this server in hellos.
     pub fn new(wire: wire::DialConfig, me: String) -> Self {
         Self {
+            bulk: wire::bulk::BulkPool::new(wire.clone(), format!("server {me}")),
             wire,
             me,
             conns: Mutex::new(HashMap::new()),
@@ -85,6 +88,16 @@ impl Peers {
                 format!("remote input {} ({}) is lost: {why}", r.handle, r.kind),
             )
         };
+        if r.bytes >= wire::bulk::BULK_MIN_BYTES {
+            return match self.bulk.get(&r.holder, r.handle, Some(owner)).await {
+                Ok(v) => Ok(v),
+                Err(wire::bulk::BulkError::Refused(e)) if e.kind == CallErrorKind::InputLost => {
+                    Err(not_found(r.handle, &r.holder))
+                }
+                Err(wire::bulk::BulkError::Refused(e)) => Err(e),
+                Err(e) => Err(lost(format!("pulling it from {} failed: {e}", r.holder))),
+            };
+        }
         for attempt in 0..2 {
             let c = self
                 .client(&r.holder)
