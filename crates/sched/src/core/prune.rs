@@ -24,8 +24,8 @@ use gridwise_predict::{
     charges_default_transfers, default_client_transfers_s, lower_bound_behind_s,
 };
 use gridwise_proto::{CallProfile, Candidate, Etc};
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Ordering;
+use std::collections::HashMap;
 
 /// Size classes kept per service before the cache is emptied (each holds two numbers per
 /// provider).
@@ -203,12 +203,13 @@ impl AgentCore {
             .filter(|c| c.version == b.version && c.rate.len() == slots.len())?;
 
         let defaults = default_client_transfers_s(&self.config.transfers(), call.profile);
-        let mut top = TopK::new(limit.max(1));
-        // Bounds as (bits, position): for non-negative floats the bit pattern orders as the
-        // value does, so the heap pops the lowest bound, then the earliest name.
+        let k = limit.max(1);
+        let mut top = TopK::new(k);
+        // Every bounded server as (bound, position), and the k first of them in that order.
         let mut bounded = Vec::with_capacity(slots.len());
+        let mut lowest: Vec<(f64, usize)> = Vec::with_capacity(k + 1);
+        let before = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
         for (pos, (&slot, &rate)) in slots.iter().zip(&class.rate).enumerate() {
-            let client = class.default_transfers[pos].then_some(defaults);
             if rate.is_nan() {
                 let e = self.registry.entry(slot);
                 if self.eligible(e, call) {
@@ -216,24 +217,55 @@ impl AgentCore {
                 }
                 continue;
             }
+            let client = class.default_transfers[pos].then_some(defaults);
             let wait = self.reservations.queue(slot).wait_s(call.now, b.slots[pos]);
-            let bound = lower_bound_behind_s(wait, client, rate, work);
-            bounded.push(Reverse((bound.to_bits(), pos)));
+            let item = (lower_bound_behind_s(wait, client, rate, work), pos);
+            bounded.push(item);
+            if lowest.len() < k
+                || lowest
+                    .last()
+                    .is_some_and(|l| before(&item, l) == Ordering::Less)
+            {
+                let at = lowest.partition_point(|l| before(l, &item) == Ordering::Less);
+                lowest.insert(at, item);
+                lowest.truncate(k);
+            }
         }
-        let mut heap = BinaryHeap::from(bounded);
-        while let Some(Reverse((bits, pos))) = heap.pop() {
-            let bound = f64::from_bits(bits);
+        // Visits servers in bound order; false once no later one can enter the top k.
+        let visit = |top: &mut TopK, (bound, pos): (f64, usize)| {
             if let Some((kth_total, kth_pos)) = top.kth() {
                 match bound.total_cmp(&kth_total) {
                     // Every server after this one is bounded as high or higher.
-                    Ordering::Greater => break,
-                    Ordering::Equal if pos > kth_pos => continue,
+                    Ordering::Greater => return false,
+                    Ordering::Equal if pos > kth_pos => return true,
                     _ => {}
                 }
             }
             let e = self.registry.entry(slots[pos]);
             if self.eligible(e, call) {
                 top.offer(pos, self.estimate(slots[pos], call));
+            }
+            true
+        };
+        let mut stopped = false;
+        for &item in &lowest {
+            if !visit(&mut top, item) {
+                stopped = true;
+                break;
+            }
+        }
+        if !stopped && let Some(last) = lowest.last().copied() {
+            // The rest, in order: only those the k-th total found so far does not rule out.
+            let cut = top.kth().map_or(f64::INFINITY, |(t, _)| t);
+            let mut rest: Vec<(f64, usize)> = bounded
+                .into_iter()
+                .filter(|item| before(item, &last) == Ordering::Greater && item.0 <= cut)
+                .collect();
+            rest.sort_unstable_by(before);
+            for item in rest {
+                if !visit(&mut top, item) {
+                    break;
+                }
             }
         }
         let first = slots[top.items.first()?.1];
