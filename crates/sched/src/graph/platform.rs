@@ -501,6 +501,45 @@ mod tests {
     use crate::graph::dag::Task;
 
     #[test]
+    fn shared_rows_read_and_write_as_a_dense_matrix() {
+        // Tasks 0 and 2 share row 0, task 1 has row 1.
+        let rows = vec![1.0, 2.0, 3.0, 4.0];
+        let mut shared = EtcMatrix::from_shared_rows(2, rows, vec![0, 1, 0]).unwrap();
+        let mut dense = EtcMatrix::new(3, 2, vec![1.0, 2.0, 3.0, 4.0, 1.0, 2.0]).unwrap();
+        assert_eq!(shared, dense);
+        assert_eq!(shared.stored_values(), 4);
+        assert_eq!((shared.get(2, 1), shared.row(1)), (2.0, &[3.0, 4.0][..]));
+        // Writing one task's entry leaves the task it shared the row with alone.
+        shared.set(2, 0, 9.0);
+        dense.set(2, 0, 9.0);
+        assert_eq!(shared, dense);
+        assert_eq!(shared.get(0, 0), 1.0);
+        // Memory exclusion per task, whatever the sharing.
+        let mut g = TaskGraph::new();
+        for (i, mem) in [10u64, 0, 10].into_iter().enumerate() {
+            g.add_task(Task::new(format!("t{i}"), "s", 1.0).with_mem(mem));
+        }
+        let mut shared =
+            EtcMatrix::from_shared_rows(2, vec![1.0, 2.0, 3.0, 4.0], vec![0, 0, 1]).unwrap();
+        let mut dense = EtcMatrix::new(3, 2, vec![1.0, 2.0, 1.0, 2.0, 3.0, 4.0]).unwrap();
+        shared.exclude_by_memory(&g, &[100, 5]).unwrap();
+        dense.exclude_by_memory(&g, &[100, 5]).unwrap();
+        assert_eq!(shared, dense);
+        assert_eq!(shared.row(0), &[1.0, f64::INFINITY][..]);
+        assert_eq!(shared.row(1), &[1.0, 2.0][..]);
+        // Rows out of range and bad values are refused, naming a task that reads them.
+        assert!(EtcMatrix::from_shared_rows(2, vec![1.0; 2], vec![0, 1]).is_err());
+        assert!(matches!(
+            EtcMatrix::from_shared_rows(2, vec![1.0, -1.0], vec![0, 0]),
+            Err(PlatformError::EtcValue {
+                task: 0,
+                server: 1,
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn etc_rejects_bad_shapes_and_values() {
         assert!(matches!(
             EtcMatrix::new(2, 2, vec![1.0; 3]),
