@@ -445,15 +445,15 @@ impl Fpm {
         let mut lo_c: Vec<Vec<i64>> = Vec::with_capacity(d);
         let mut hi_c: Vec<Vec<i64>> = Vec::with_capacity(d);
         for (k, &qk) in q.iter().enumerate() {
-            let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
-            for v in keys {
-                *counts.entry(v[k]).or_default() += 1;
-            }
-            let cands: Vec<i64> = counts
-                .into_iter()
-                .filter(|(_, n)| *n >= 2)
-                .map(|(c, _)| c)
+            // Coordinates shared by two vertices or more, ascending.
+            let mut coords: Vec<i64> = keys.iter().map(|v| v[k]).collect();
+            coords.sort_unstable();
+            let mut cands: Vec<i64> = coords
+                .windows(2)
+                .filter(|w| w[0] == w[1])
+                .map(|w| w[0])
                 .collect();
+            cands.dedup();
             let lo: Vec<i64> = cands.iter().rev().copied().filter(|&c| c <= qk).collect();
             let hi: Vec<i64> = cands.iter().copied().filter(|&c| c >= qk).collect();
             if lo.is_empty() || hi.is_empty() {

@@ -67,6 +67,11 @@ impl ClientLink {
         self.fit = fit(self.recent.make_contiguous());
     }
 
+    /// Whether enough calls were seen to fit the link ([`transfer`](Self::transfer) answers).
+    pub fn is_fitted(&self) -> bool {
+        self.fit.is_some()
+    }
+
     /// Seconds to move `bytes` one way while the host gives `cpu_available` of a core (`None`:
     /// quiet), with the spread of the recent calls about the fit; `None` until enough calls
     /// were seen.

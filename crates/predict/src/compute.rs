@@ -78,6 +78,21 @@ pub trait ComputeModel: Send + Sync {
     fn rate_bound(&self, _server: ServerView<'_>, _service: &ServiceFacts) -> Option<f64> {
         None
     }
+
+    /// [`rate_bound`](Self::rate_bound) for calls at `profile`'s sizes only: a rate `r` such
+    /// that this model's compute term for any call of `service` at these sizes on `server` is
+    /// never below `work / r`, whatever the server's load. It may depend on nothing but the
+    /// sizes, the server's registration and what the server's offer of the service has learnt
+    /// (the agent caches it per size and asks again after a registration or whenever that
+    /// offer learns something). `None` when the model promises nothing.
+    fn rate_bound_at(
+        &self,
+        server: ServerView<'_>,
+        service: &ServiceFacts,
+        _profile: &CallProfile,
+    ) -> Option<f64> {
+        self.rate_bound(server, service)
+    }
 }
 
 /// Classic GridSolve's estimate: `work` operations at one benchmark rate, blind to the size
@@ -166,6 +181,31 @@ pub(crate) fn size_vector(profile: &CallProfile) -> Vec<i64> {
     profile.sizes.iter().map(|(_, v)| *v).collect()
 }
 
+/// Whether `family` asks the server's regression model before its FPM (`Auto`: when the
+/// regression has been the closer of the two lately).
+fn regression_first(server: ServerView<'_>, family: ModelFamily) -> bool {
+    match family {
+        ModelFamily::Fpm => false,
+        ModelFamily::Regression => true,
+        ModelFamily::Auto => server.offer.is_some_and(|o| {
+            match (o.regression_misfit.mean_abs(), o.misfit.mean_abs()) {
+                (Some(r), Some(f)) => r < f,
+                (Some(_), None) => true,
+                _ => false,
+            }
+        }),
+    }
+}
+
+/// Whether a regression model (the server's own, or one lent by another server) might
+/// answer for this server: then nothing bounds the quiet time but the regression itself.
+fn regression_may_answer(server: ServerView<'_>, service: &ServiceFacts) -> bool {
+    service.reference.is_some()
+        || server
+            .offer
+            .is_some_and(|o| o.regression.observations() > 0)
+}
+
 /// The quiet-host estimate of `family`, falling back to the other family, then to
 /// [`RateModel`].
 fn quiet(
@@ -178,19 +218,8 @@ fn quiet(
     if let Some(t) = service.declared(profile) {
         return Compute::point(t, ComputeSource::Declared);
     }
-    let regression_first = match family {
-        ModelFamily::Fpm => false,
-        ModelFamily::Regression => true,
-        ModelFamily::Auto => server.offer.is_some_and(|o| {
-            match (o.regression_misfit.mean_abs(), o.misfit.mean_abs()) {
-                (Some(r), Some(f)) => r < f,
-                (Some(_), None) => true,
-                _ => false,
-            }
-        }),
-    };
     let x = size_vector(profile);
-    let found = if regression_first {
+    let found = if regression_first(server, family) {
         regression(server, service, work, &x).or_else(|| fpm(server, work, &x))
     } else {
         fpm(server, work, &x).or_else(|| regression(server, service, work, &x))
@@ -364,10 +393,37 @@ impl ComputeModel for FpmModel {
     }
 
     fn rate_bound(&self, server: ServerView<'_>, service: &ServiceFacts) -> Option<f64> {
-        // With no model point, FPM is the rate model, and load only lengthens its time.
+        // With no model point and no regression to ask, FPM is the rate model, and load only
+        // lengthens its time.
         match server.model() {
-            None => RateModel.rate_bound(server, service),
-            Some(_) => None,
+            None if !regression_may_answer(server, service) => {
+                RateModel.rate_bound(server, service)
+            }
+            _ => None,
         }
+    }
+
+    fn rate_bound_at(
+        &self,
+        server: ServerView<'_>,
+        service: &ServiceFacts,
+        profile: &CallProfile,
+    ) -> Option<f64> {
+        let Some(m) = server.model() else {
+            return self.rate_bound(server, service);
+        };
+        let family = self.family.unwrap_or(service.family);
+        if service.duration.is_some() || regression_first(server, family) {
+            return None;
+        }
+        // What `fpm` answers with (load only lengthens it): work / S(x) where the model covers
+        // x (infinite where S is 0), else work / the calibrated rate; without a rate `fpm`
+        // has no answer and the regression may, which nothing here bounds.
+        let x = size_vector(profile);
+        if m.covers(&x) {
+            let s = m.speed(&x)?;
+            return Some(if s > 0.0 { s } else { 0.0 });
+        }
+        server.rate()
     }
 }

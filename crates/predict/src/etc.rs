@@ -101,12 +101,45 @@ pub fn estimate(
 }
 
 /// A total no server whose model's compute term is exactly `work / rate`
-/// ([`ComputeModel::exact_rate`]) can beat: its queue wait, transfers and overhead are each
+/// ([`ComputeModel::rate_bound`]) can beat: its queue wait, transfers and overhead are each
 /// ≥ 0 (client transfers are learnt per server, so no common value of them is a bound).
 /// Floating-point division is monotone, so the bound never exceeds the real [`estimate`]
 /// total, and it does not decrease as `rate` does.
 pub fn lower_bound_s(rate: f64, work: f64) -> f64 {
     term(work / rate)
+}
+
+/// Whether [`estimate`] charges `server` the configured client transfers
+/// ([`default_client_transfers_s`]): until it has learnt its client link. Once it has, they
+/// are the link's fit, which nothing cheaper bounds than 0.
+pub fn charges_default_transfers(server: ServerView<'_>) -> bool {
+    !server.host.client_link.is_fitted()
+}
+
+/// The configured client transfers of `profile`, in and out, s.
+pub fn default_client_transfers_s(transfers: &Transfers, profile: &CallProfile) -> (f64, f64) {
+    (
+        sent_in_s(transfers, profile),
+        sent_out_s(transfers, profile),
+    )
+}
+
+/// [`lower_bound_s`] behind a queue and the client's transfers: a total no server can beat
+/// whose queue wait (the mean given to [`estimate`]) is `queue_wait_s`, whose client transfers
+/// are `client` ([`default_client_transfers_s`] where it [`charges_default_transfers`], else
+/// `None`: 0) and whose compute term is no
+/// less than `work / rate` ([`ComputeModel::rate_bound_at`]). The estimate's total adds the
+/// same terms, in the same order, each no smaller (the transfer in also pulls remote inputs),
+/// and non-negative others (the overhead); floating-point addition is monotone, so the bound
+/// never exceeds it.
+pub fn lower_bound_behind_s(
+    queue_wait_s: f64,
+    client: Option<(f64, f64)>,
+    rate: f64,
+    work: f64,
+) -> f64 {
+    let (sent_in, sent_out) = client.unwrap_or((0.0, 0.0));
+    term(queue_wait_s) + term(sent_in) + lower_bound_s(rate, work) + term(sent_out)
 }
 
 #[cfg(test)]

@@ -47,8 +47,8 @@ pub struct AgentCore {
     // Reused by `rank` so that a decision allocates only its answer.
     scratch: Vec<Keyed>,
     links: Links,
-    // Per service, providers ordered by calibrated rate for exact MCT pruning (see `prune`).
-    rate_orders: Vec<prune::RateOrder>,
+    // Per service, rate bounds by size class for exact MCT pruning (see `prune`).
+    rate_orders: Vec<prune::Bounds>,
 }
 
 /// The servers a call may go to: a service's providers (name-sorted) or the one pinned server.
@@ -220,7 +220,19 @@ impl AgentCore {
         let Some(slot) = self.registry.slot_of(server) else {
             return Outcome::nothing(Ack::Reregister);
         };
-        let (mut changed, mut first_points) = (Vec::new(), Vec::new());
+        let mut changed = Vec::new();
+        // Whatever the calls teach (points, misfits, rates, the client link) may move the
+        // bounds pruning uses, for every service the server offers.
+        let taught: Vec<ServiceIdx> = match reports.is_empty() {
+            true => Vec::new(),
+            false => self
+                .registry
+                .entry(slot)
+                .all_offers()
+                .iter()
+                .map(|o| o.service)
+                .collect(),
+        };
         let mut references = Vec::new();
         let e = self.registry.entry_mut(slot);
         let (name, default_rate) = (e.name().to_string(), e.default_rate());
@@ -241,14 +253,10 @@ impl AgentCore {
             let (kernel_s, available) = (r.timing.kernel_s, r.cpu_available);
             learned.push((svc.idx, gridwise_predict::quiet_time(kernel_s, available)));
             let in_order = svc.sizes_match(&r.sizes);
-            let was_empty = o.known.model.is_empty();
             if let Some(x) = o
                 .known
                 .learn_call(&svc.facts, &r.sizes, in_order, kernel_s, available)
             {
-                if was_empty {
-                    first_points.push(svc.idx);
-                }
                 changed.push((svc.idx, x));
             }
             let runs = o.known.regression.observations();
@@ -276,9 +284,10 @@ impl AgentCore {
         }
         for (idx, r) in references {
             self.catalog.facts_mut(idx).reference = Some(r);
-        }
-        for idx in first_points {
             self.invalidate_rate_order(idx);
+        }
+        for idx in taught {
+            self.invalidate_bound(idx, slot);
         }
         let e = self.registry.entry_mut(slot);
         let ack = if e.is_up() {
@@ -356,7 +365,7 @@ impl AgentCore {
         if policy == Policy::Mct
             && let Some(svc) = self.catalog.get(&profile.service)
         {
-            self.ensure_rate_order(svc.idx);
+            self.ensure_rate_order(svc.idx, profile);
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = self.decide(profile, opts, policy, now, &mut scratch);

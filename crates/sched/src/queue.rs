@@ -95,12 +95,12 @@ impl ServerQueue {
         let now_s = now.as_secs_f64();
         let slots = slots.max(1) as usize;
         let n = self.by_finish.len();
-        let done = self.by_finish.partition_point(|a| a.finish_s <= now_s);
-        // The positive remaining times are the suffix after `done`, already sorted.
-        if n - done < slots {
-            return 0.0;
+        // The positive remaining times are a suffix, already sorted: there are `slots` or more
+        // exactly when the `slots`-th latest finish is still ahead.
+        match n.checked_sub(slots).map(|i| self.by_finish[i].finish_s) {
+            Some(f) if f > now_s => f - now_s,
+            _ => 0.0,
         }
-        self.by_finish[n - slots].finish_s - now_s
     }
 
     /// [`wait_s`](Self::wait_s) with the spread of the finish that frees the slot.

@@ -5,7 +5,7 @@ use crate::scenario::ScenarioError;
 use crate::workload::Workload;
 use gridwise_kernels::{LoadTrace, SpeedFunction};
 use gridwise_sched::{CommModel, EtcMatrix, TaskIdx};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A class of identical servers.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,19 +136,34 @@ impl Platform {
 
     /// The ETC matrix of `w` on these servers at full availability: C(x) ÷ S(x), infinite where
     /// a server cannot run a task, with the servers' slots. Built class by class, so a task costs
-    /// one speed evaluation per class, not per server.
+    /// one speed evaluation per class, not per server; tasks of the same service, work and size
+    /// have the same row and share it (a large workload has far fewer such triples than tasks).
     pub fn true_etc(&self, w: &Workload) -> EtcMatrix {
-        let (n, m) = (w.graph.len(), self.servers());
-        let mut values = Vec::with_capacity(n * m);
+        let m = self.servers();
+        let mut values = Vec::new();
+        let mut row_of = Vec::with_capacity(w.graph.len());
+        let mut seen: HashMap<(&str, u64, u64), u32> = HashMap::new();
         for (t, task) in w.graph.tasks().enumerate() {
-            for c in &self.classes {
-                let v = c.exec_s(&task.service, task.work, w.sizes[t]);
-                values.extend(std::iter::repeat_n(v, c.count));
-            }
+            let key = (
+                task.service.as_str(),
+                task.work.to_bits(),
+                w.sizes[t].to_bits(),
+            );
+            let next = (values.len() / m.max(1)) as u32;
+            let row = *seen.entry(key).or_insert_with(|| {
+                for c in &self.classes {
+                    let v = c.exec_s(&task.service, task.work, w.sizes[t]);
+                    values.extend(std::iter::repeat_n(v, c.count));
+                }
+                next
+            });
+            row_of.push(row);
         }
         // Work is finite and >= 0 (complexities are checked) and speeds > 0 where used, so
         // every value is >= 0 or infinite, and slots are >= 1 (checked in `new`).
-        match EtcMatrix::new(n, m, values).and_then(|e| e.with_slots(self.slots())) {
+        match EtcMatrix::from_shared_rows(m, values, row_of)
+            .and_then(|e| e.with_slots(self.slots()))
+        {
             Ok(e) => e,
             Err(e) => unreachable!("true ETC values are >= 0 or infinite: {e}"),
         }

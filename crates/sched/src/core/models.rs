@@ -35,11 +35,8 @@ impl AgentCore {
             let Some(o) = e.offer_mut(idx) else {
                 continue;
             };
-            let was_empty = o.known.model.is_empty();
             o.known.learn_point(&p.x, p.stats, p.source);
-            if was_empty {
-                self.invalidate_rate_order(idx);
-            }
+            self.invalidate_bound(idx, slot);
             changed.push((idx, p.x.clone()));
         }
         Outcome {
@@ -177,11 +174,8 @@ impl AgentCore {
         let Some(o) = self.registry.entry_mut(slot).offer_mut(idx) else {
             return false;
         };
-        let was_empty = o.known.model.is_empty();
         o.known.learn_point(x, stats, source);
-        if was_empty {
-            self.invalidate_rate_order(idx);
-        }
+        self.invalidate_bound(idx, slot);
         true
     }
 

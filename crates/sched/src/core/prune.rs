@@ -1,69 +1,66 @@
 //! Exact pruning of MCT ranking over a service's providers.
 //!
-//! A server on which the compute model promises a compute term of at least `work / r`
-//! ([`ComputeModel::rate_bound`](gridwise_predict::ComputeModel::rate_bound): for the FPM
-//! model, a server with no model point for the service and a usable rate `r`) has an ETC total
-//! no lower than [`lower_bound_s`]`(r)`, which does not decrease as `r` does. Visiting such
-//! servers fastest-rate first, the scan stops once the next bound is above the k-th best total
-//! found so far (or equal to it with a later name): no server after it can enter the top k,
-//! nor tie into it.
+//! A server whose compute model promises a compute term of at least `work / r` for calls at
+//! the call's sizes ([`ComputeModel::rate_bound_at`](gridwise_predict::ComputeModel::rate_bound_at):
+//! for the FPM model, its speed at those sizes, or the calibrated rate outside the model or
+//! before it has a point) and whose queue wait is `q` has an ETC total no lower than
+//! [`lower_bound_behind_s`]`(q, r, work)`, plus the client's transfers where the estimate
+//! charges the configured ones. Visiting servers in order of that bound, the scan
+//! stops once the next bound is above the k-th best total found so far (or equal to it with a
+//! later name): no server after it can enter the top k, nor tie into it. The totals themselves
+//! always come from the one estimate ([`AgentCore::estimate`]).
 //!
-//! Everything the bound does not cover is evaluated exactly every time: the servers on which
-//! the model promised no exact rate when the order was built. The promise can change only when
-//! a server registers (rates, offers, descriptions) or when its model of the service gets its
-//! first point, so the order is dropped then and rebuilt at the next decision; liveness and
-//! what a server can hold are checked on every decision.
+//! The rates are cached per service and size vector (a "size class"), one per provider. They
+//! can change only when a server registers or is forgotten (the class tables are dropped) or
+//! when a server learns something (a report: its model, misfits, client link; a model point;
+//! a lent regression): that server's entry is marked and recomputed at the next decision of
+//! each class. Queue waits are read afresh at every decision (a binary search per server);
+//! liveness, what a server can hold and feasibility are checked for the servers evaluated.
+//! Servers with no promise are evaluated exactly every time.
 
 use super::{AgentCore, Call, Source};
 use crate::catalog::ServiceIdx;
-use crate::registry::Registry;
-use gridwise_predict::{ComputeModel, ServiceFacts, lower_bound_s};
-use gridwise_proto::{Candidate, Etc};
+use gridwise_predict::{
+    charges_default_transfers, default_client_transfers_s, lower_bound_behind_s,
+};
+use gridwise_proto::{CallProfile, Candidate, Etc};
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
-/// One service's providers ordered for pruning.
+/// Size classes kept per service before the cache is emptied (each holds two numbers per
+/// provider).
+const MAX_CLASSES: usize = 4096;
+
+/// One service's cached rate bounds.
 #[derive(Clone, Debug, Default)]
-pub(super) struct RateOrder {
+pub(super) struct Bounds {
+    /// Whether `slots` and the class tables match the current providers.
     built: bool,
-    /// Providers with a usable rate, fastest first (ties by position).
-    by_rate: Vec<Rated>,
-    /// Positions of providers without a usable rate: always evaluated.
-    unrated: Vec<usize>,
+    /// Counts changes to what any provider's bound depends on.
+    version: u64,
+    /// Per registry slot: the `version` at which that server's knowledge last changed.
+    changed_at: Vec<u64>,
+    /// Per provider position: its slot count (for the queue wait).
+    slots: Vec<u32>,
+    /// Per size vector.
+    classes: HashMap<Vec<i64>, Class>,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Rated {
-    rate: f64,
-    pos: usize,
-    slot: usize,
+/// The rate bounds of one size class, per provider position.
+#[derive(Clone, Debug)]
+struct Class {
+    /// The service's `version` when the class was last brought up to date.
+    version: u64,
+    /// The rate bound; NaN where the model promises none.
+    rate: Vec<f64>,
+    /// Whether the estimate charges the server the configured client transfers.
+    default_transfers: Vec<bool>,
+    /// The service's `version` when each rate was computed.
+    seen: Vec<u64>,
 }
 
-impl RateOrder {
-    fn build(
-        registry: &Registry,
-        service: ServiceIdx,
-        facts: &ServiceFacts,
-        model: &dyn ComputeModel,
-    ) -> Self {
-        let mut by_rate = Vec::new();
-        let mut unrated = Vec::new();
-        for (pos, &slot) in registry.providers(service).iter().enumerate() {
-            let e = registry.entry(slot);
-            let exact = model.rate_bound(e.view(service), facts);
-            match (e.offers(service), exact) {
-                (true, Some(rate)) if e.rate(service) == Some(rate) => {
-                    by_rate.push(Rated { rate, pos, slot })
-                }
-                _ => unrated.push(pos),
-            }
-        }
-        by_rate.sort_by(|a, b| b.rate.total_cmp(&a.rate).then(a.pos.cmp(&b.pos)));
-        Self {
-            built: true,
-            by_rate,
-            unrated,
-        }
-    }
+fn size_key(profile: &CallProfile) -> Vec<i64> {
+    profile.sizes.iter().map(|(_, v)| *v).collect()
 }
 
 /// The best `limit` candidates so far, sorted by (total, position).
@@ -108,32 +105,81 @@ impl TopK {
 }
 
 impl AgentCore {
-    /// Drops every rate order (registrations change providers, offers and rates).
+    /// Drops every service's bounds (registrations change providers, offers and rates).
     pub(super) fn invalidate_rate_orders(&mut self) {
-        for o in &mut self.rate_orders {
-            o.built = false;
+        for b in &mut self.rate_orders {
+            b.built = false;
         }
     }
 
-    /// Drops `service`'s rate order: a server's model of it got its first point, which can
-    /// end the model's promise of an exact rate there.
+    /// Drops `service`'s bounds for every server (what all of them share changed: a lent
+    /// regression).
     pub(super) fn invalidate_rate_order(&mut self, service: ServiceIdx) {
-        if let Some(o) = self.rate_orders.get_mut(service.0) {
-            o.built = false;
+        if let Some(b) = self.rate_orders.get_mut(service.0) {
+            b.built = false;
         }
     }
 
-    /// Makes sure `service`'s rate order is current.
-    pub(super) fn ensure_rate_order(&mut self, service: ServiceIdx) {
+    /// The server in `slot` learnt something about `service`: its bounds are recomputed at
+    /// the next decision of each size class.
+    pub(super) fn invalidate_bound(&mut self, service: ServiceIdx, slot: usize) {
+        if let Some(b) = self.rate_orders.get_mut(service.0) {
+            b.version += 1;
+            if b.changed_at.len() <= slot {
+                b.changed_at.resize(slot + 1, 0);
+            }
+            b.changed_at[slot] = b.version;
+        }
+    }
+
+    /// Makes sure `service`'s bounds for `profile`'s size class are current.
+    pub(super) fn ensure_rate_order(&mut self, service: ServiceIdx, profile: &CallProfile) {
         if self.rate_orders.len() <= service.0 {
-            self.rate_orders
-                .resize_with(service.0 + 1, RateOrder::default);
+            self.rate_orders.resize_with(service.0 + 1, Bounds::default);
         }
-        if !self.rate_orders[service.0].built {
-            let facts = &self.catalog.entry(service).facts;
-            self.rate_orders[service.0] =
-                RateOrder::build(&self.registry, service, facts, self.model.as_ref());
+        let providers = self.registry.providers(service);
+        let b = &mut self.rate_orders[service.0];
+        if !b.built {
+            b.slots = providers
+                .iter()
+                .map(|&s| self.registry.entry(s).slots())
+                .collect();
+            b.classes.clear();
+            b.version += 1;
+            b.built = true;
         }
+        let key = size_key(profile);
+        if b.classes.len() >= MAX_CLASSES && !b.classes.contains_key(&key) {
+            b.classes.clear();
+        }
+        let n = providers.len();
+        let class = b.classes.entry(key).or_insert_with(|| Class {
+            version: 0,
+            rate: vec![f64::NAN; n],
+            default_transfers: vec![false; n],
+            seen: vec![0; n],
+        });
+        if class.version == b.version {
+            return;
+        }
+        let facts = &self.catalog.entry(service).facts;
+        for (pos, &slot) in providers.iter().enumerate() {
+            let changed = b.changed_at.get(slot).copied().unwrap_or(0);
+            if class.seen[pos] != 0 && changed <= class.seen[pos] {
+                continue;
+            }
+            let e = self.registry.entry(slot);
+            class.rate[pos] = if e.offers(service) {
+                self.model
+                    .rate_bound_at(e.view(service), facts, profile)
+                    .unwrap_or(f64::NAN)
+            } else {
+                f64::NAN
+            };
+            class.default_transfers[pos] = charges_default_transfers(e.view(service));
+            class.seen[pos] = b.version;
+        }
+        class.version = b.version;
     }
 
     /// MCT's best `limit` candidates, in order, found without estimating every server; `None`
@@ -150,37 +196,76 @@ impl AgentCore {
         };
         let work = call.work.filter(|w| w.is_finite() && *w > 0.0)?;
         let service = call.svc.idx;
-        let order = self.rate_orders.get(service.0).filter(|o| o.built)?;
-        let bound = |rate: f64| lower_bound_s(rate, work);
+        let b = self.rate_orders.get(service.0).filter(|b| b.built)?;
+        let class = b
+            .classes
+            .get(size_key(call.profile).as_slice())
+            .filter(|c| c.version == b.version && c.rate.len() == slots.len())?;
 
-        let mut top = TopK::new(limit.max(1));
-        let exact = |top: &mut TopK, pos: usize| {
+        let defaults = default_client_transfers_s(&self.config.transfers(), call.profile);
+        let k = limit.max(1);
+        let mut top = TopK::new(k);
+        // Every bounded server as (bound, position), and the k first of them in that order.
+        let mut bounded = Vec::with_capacity(slots.len());
+        let mut lowest: Vec<(f64, usize)> = Vec::with_capacity(k + 1);
+        let before = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+        for (pos, (&slot, &rate)) in slots.iter().zip(&class.rate).enumerate() {
+            if rate.is_nan() {
+                let e = self.registry.entry(slot);
+                if self.eligible(e, call) {
+                    top.offer(pos, self.estimate(slot, call));
+                }
+                continue;
+            }
+            let client = class.default_transfers[pos].then_some(defaults);
+            let wait = self.reservations.queue(slot).wait_s(call.now, b.slots[pos]);
+            let item = (lower_bound_behind_s(wait, client, rate, work), pos);
+            bounded.push(item);
+            if lowest.len() < k
+                || lowest
+                    .last()
+                    .is_some_and(|l| before(&item, l) == Ordering::Less)
+            {
+                let at = lowest.partition_point(|l| before(l, &item) == Ordering::Less);
+                lowest.insert(at, item);
+                lowest.truncate(k);
+            }
+        }
+        // Visits servers in bound order; false once no later one can enter the top k.
+        let visit = |top: &mut TopK, (bound, pos): (f64, usize)| {
+            if let Some((kth_total, kth_pos)) = top.kth() {
+                match bound.total_cmp(&kth_total) {
+                    // Every server after this one is bounded as high or higher.
+                    Ordering::Greater => return false,
+                    Ordering::Equal if pos > kth_pos => return true,
+                    _ => {}
+                }
+            }
             let e = self.registry.entry(slots[pos]);
             if self.eligible(e, call) {
                 top.offer(pos, self.estimate(slots[pos], call));
             }
+            true
         };
-        for &pos in &order.unrated {
-            exact(&mut top, pos);
+        let mut stopped = false;
+        for &item in &lowest {
+            if !visit(&mut top, item) {
+                stopped = true;
+                break;
+            }
         }
-        for r in &order.by_rate {
-            let e = self.registry.entry(r.slot);
-            if !e.is_up() || !call.fits(e) {
-                continue;
-            }
-            if let Some((kth_total, kth_pos)) = top.kth() {
-                match bound(r.rate).total_cmp(&kth_total) {
-                    // Every server after this one is bounded as high or higher.
-                    Ordering::Greater => break,
-                    Ordering::Equal if r.pos > kth_pos => continue,
-                    _ => {}
+        if !stopped && let Some(last) = lowest.last().copied() {
+            // The rest, in order: only those the k-th total found so far does not rule out.
+            let cut = top.kth().map_or(f64::INFINITY, |(t, _)| t);
+            let mut rest: Vec<(f64, usize)> = bounded
+                .into_iter()
+                .filter(|item| before(item, &last) == Ordering::Greater && item.0 <= cut)
+                .collect();
+            rest.sort_unstable_by(before);
+            for item in rest {
+                if !visit(&mut top, item) {
+                    break;
                 }
-            }
-            if self
-                .model
-                .feasible(e.view(service), &call.svc.facts, call.profile)
-            {
-                top.offer(r.pos, self.estimate(r.slot, call));
             }
         }
         let first = slots[top.items.first()?.1];

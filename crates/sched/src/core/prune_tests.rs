@@ -25,6 +25,11 @@ struct ServerPlan {
 }
 
 fn server_plan() -> impl Strategy<Value = ServerPlan> {
+    server_plan_with(false)
+}
+
+/// Servers of which most have a model (`models`) or most have none.
+fn server_plan_with(models: bool) -> impl Strategy<Value = ServerPlan> {
     (
         any::<u8>(),
         0..RATES.len(),
@@ -34,21 +39,24 @@ fn server_plan() -> impl Strategy<Value = ServerPlan> {
         prop::collection::vec((1i64..400, 1i64..400, 1i64..400, 0..SPEEDS.len()), 0..4),
         prop::option::weighted(0.2, 100i64..500),
     )
-        .prop_map(|(key, rate, own, down, load, mut points, assumed_zero)| {
-            // Most servers have no model: they are the ones pruning skips.
-            if key % 3 != 0 {
-                points.clear();
-            }
-            ServerPlan {
-                key,
-                rate,
-                own,
-                down,
-                load,
-                points,
-                assumed_zero,
-            }
-        })
+        .prop_map(
+            move |(key, rate, own, down, load, mut points, assumed_zero)| {
+                // Most servers have no model (their bound is the rate), or most have one (their
+                // bound is the model's speed at the call's sizes).
+                if (key % 3 != 0) != models {
+                    points.clear();
+                }
+                ServerPlan {
+                    key,
+                    rate,
+                    own,
+                    down,
+                    load,
+                    points,
+                    assumed_zero,
+                }
+            },
+        )
 }
 
 #[derive(Clone, Debug)]
@@ -82,6 +90,33 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0usize..40, 0usize..40, 0.0f64..1e-2, 1e6f64..1e10)
             .prop_map(|(a, b, l, w)| Step::Link(a, b, l, w)),
         1 => Just(Step::Echo),
+    ]
+}
+
+/// Sizes from a few classes, so that the cached bounds of a class are reused across reports,
+/// points and queued assignments.
+const CLASS_SIZES: [i64; 5] = [100, 150, 200, 300, 450];
+
+fn step_in_classes() -> impl Strategy<Value = Step> {
+    let size = || 0..CLASS_SIZES.len();
+    prop_oneof![
+        6 => (
+            size(),
+            size(),
+            prop_oneof![Just(0u64), 0u64..10_000_000],
+            prop::collection::vec((0usize..40, 0u64..50_000_000), 0..2),
+            prop::bool::weighted(0.3),
+        )
+            .prop_map(|(a, b, i, r, rel)| {
+                let (x, y) = (CLASS_SIZES[a], CLASS_SIZES[b]);
+                Step::Rank(x, y, x, i, i / 2, r, rel)
+            }),
+        2 => (0usize..40, size(), 0..SPEEDS.len())
+            .prop_map(|(s, n, v)| Step::Point(s, CLASS_SIZES[n], v)),
+        2 => (0usize..40, size(), 1e-4f64..1.0)
+            .prop_map(|(s, n, t)| Step::Report(s, CLASS_SIZES[n], t)),
+        1 => (0usize..40, 0usize..40, 0.0f64..1e-2, 1e6f64..1e10)
+            .prop_map(|(a, b, l, w)| Step::Link(a, b, l, w)),
     ]
 }
 
@@ -126,11 +161,25 @@ fn check(c: &mut AgentCore, profile: &CallProfile, now: Duration, release: bool)
 }
 
 fn run(servers: &[ServerPlan], steps: &[Step], k: usize, lat: f64, bw: f64) {
+    run_with(servers, steps, k, lat, bw, None)
+}
+
+fn run_with(
+    servers: &[ServerPlan],
+    steps: &[Step],
+    k: usize,
+    lat: f64,
+    bw: f64,
+    family: Option<gridwise_proto::ModelFamily>,
+) {
     let mut c = AgentCore::new(CoreConfig {
         max_candidates: k,
         load_sample: secs(1),
         default_latency_s: lat,
         default_bandwidth_bytes_per_s: bw,
+        families: family
+            .map(|f| [("dgemm".to_string(), f)].into_iter().collect())
+            .unwrap_or_default(),
         ..CoreConfig::default()
     });
     let mut ids = Vec::new();
@@ -243,6 +292,29 @@ proptest! {
         bw in prop_oneof![Just(1e6), Just(1e9)],
     ) {
         run(&servers, &steps, k, lat, bw);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// The grid the bound by model speed is for: most servers have models, calls come in a
+    /// few size classes, assignments queue up, and reports, points and links arrive between
+    /// decisions; under each model family.
+    #[test]
+    fn pruned_rank_with_models_and_queues_equals_the_full_scan(
+        servers in prop::collection::vec(server_plan_with(true), 1..40),
+        steps in prop::collection::vec(step_in_classes(), 1..60),
+        k in 0usize..10,
+        lat in prop_oneof![Just(0.0), Just(1e-4)],
+        bw in prop_oneof![Just(1e6), Just(1e9)],
+        family in prop_oneof![
+            Just(None),
+            Just(Some(gridwise_proto::ModelFamily::Fpm)),
+            Just(Some(gridwise_proto::ModelFamily::Regression)),
+            Just(Some(gridwise_proto::ModelFamily::Auto)),
+        ],
+    ) {
+        run_with(&servers, &steps, k, lat, bw, family);
     }
 }
 

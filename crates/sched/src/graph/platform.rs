@@ -95,46 +95,127 @@ pub enum PlatformError {
 /// Estimated time to compute every task on every server, in seconds; `f64::INFINITY` marks a
 /// server that cannot run the task (say its memory does not fit). Also how many tasks each server
 /// runs at once ("slots", 1 unless set), because the ETC is per task, not per server share.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Tasks with identical rows may share one stored row ([`from_shared_rows`](Self::from_shared_rows):
+/// a large workload has far fewer distinct (service, size) pairs than tasks); every accessor
+/// reads through the sharing, and [`set`](Self::set) copies a shared row before writing it.
+#[derive(Clone, Debug)]
 pub struct EtcMatrix {
     tasks: usize,
     servers: usize,
+    /// Distinct rows, row-major: `values[r * servers + server]`.
     values: Vec<f64>,
+    /// Per task, its row in `values`.
+    row_of: Vec<u32>,
+    /// Per stored row, how many tasks read it.
+    refs: Vec<u32>,
     slots: Vec<usize>,
     // Per server, per slot: when it frees from work already queued (s from the graph's
     // start); empty when every slot is free at once.
     busy: Vec<Vec<f64>>,
 }
 
+/// Equal when every task's row, the slots and the busy times are: however rows are shared.
+impl PartialEq for EtcMatrix {
+    fn eq(&self, other: &Self) -> bool {
+        self.tasks == other.tasks
+            && self.servers == other.servers
+            && self.slots == other.slots
+            && self.busy == other.busy
+            && (0..self.tasks).all(|t| self.row(t) == other.row(t))
+    }
+}
+
 impl EtcMatrix {
     /// A matrix from row-major values (`values[task * servers + server]`).
     pub fn new(tasks: usize, servers: usize, values: Vec<f64>) -> Result<Self, PlatformError> {
-        if values.len() != tasks * servers {
+        if values.len() != tasks * servers || u32::try_from(tasks).is_err() {
             return Err(PlatformError::EtcShape {
                 tasks,
                 servers,
                 got: values.len(),
             });
         }
-        if let Some(i) = values.iter().position(|v| v.is_nan() || *v < 0.0) {
-            return Err(PlatformError::EtcValue {
-                task: i / servers,
-                server: i % servers,
-                value: values[i],
-            });
+        Self::from_shared_rows(servers, values, (0..tasks as u32).collect())
+    }
+
+    /// A matrix whose task `t` has the row `row_of[t]` of `rows` (row-major, `servers` values
+    /// per row): tasks with identical times everywhere share one row, so the matrix takes
+    /// distinct rows × servers values rather than tasks × servers.
+    pub fn from_shared_rows(
+        servers: usize,
+        rows: Vec<f64>,
+        row_of: Vec<u32>,
+    ) -> Result<Self, PlatformError> {
+        let tasks = row_of.len();
+        // With no servers every row is empty: as many as the tasks name.
+        let stored = match servers {
+            0 => row_of.iter().max().map_or(0, |&r| r as usize + 1),
+            _ => rows.len() / servers,
+        };
+        let shape_error = || PlatformError::EtcShape {
+            tasks,
+            servers,
+            got: rows.len(),
+        };
+        if rows.len() != stored * servers
+            || u32::try_from(stored).is_err()
+            || row_of.iter().any(|&r| r as usize >= stored)
+        {
+            return Err(shape_error());
+        }
+        let mut refs = vec![0u32; stored];
+        for &r in &row_of {
+            if let Some(c) = refs.get_mut(r as usize) {
+                *c += 1;
+            }
+        }
+        if let Some(i) = rows.iter().position(|v| v.is_nan() || *v < 0.0) {
+            let row = (i / servers) as u32;
+            // A stored row no task reads is an error only for the values it would not show.
+            if let Some(task) = row_of.iter().position(|&r| r == row) {
+                return Err(PlatformError::EtcValue {
+                    task,
+                    server: i % servers,
+                    value: rows[i],
+                });
+            }
         }
         Ok(EtcMatrix {
             tasks,
             servers,
-            values,
+            values: rows,
+            row_of,
+            refs,
             slots: vec![1; servers],
             busy: Vec::new(),
         })
     }
 
+    /// The row `task` may write to: its own, copied out of a row other tasks share.
+    fn own_row(&mut self, task: TaskIdx) -> usize {
+        let r = self.row_of[task] as usize;
+        if self.refs[r] <= 1 {
+            return r;
+        }
+        self.refs[r] -= 1;
+        let new = self.refs.len();
+        self.values
+            .extend_from_within(r * self.servers..(r + 1) * self.servers);
+        self.refs.push(1);
+        self.row_of[task] = new as u32;
+        new
+    }
+
     /// Replaces one entry (the caller keeps it finite and ≥ 0, as [`new`](Self::new) checks).
     pub(crate) fn set(&mut self, task: TaskIdx, server: usize, value: f64) {
-        self.values[task * self.servers + server] = value;
+        let r = self.own_row(task);
+        self.values[r * self.servers + server] = value;
+    }
+
+    /// How many values the matrix stores (distinct rows × servers).
+    pub fn stored_values(&self) -> usize {
+        self.values.len()
     }
 
     /// A matrix whose entry (task, server) is `f(task, server)`.
@@ -234,12 +315,27 @@ impl EtcMatrix {
                 ),
             });
         }
+        // Tasks sharing a row and a footprint share the excluded row too.
+        let mut excluded: std::collections::HashMap<(u32, u64), u32> =
+            std::collections::HashMap::new();
         for (t, task) in graph.tasks().enumerate() {
+            if !mem_capacity.iter().any(|&cap| task.mem_bytes > cap) {
+                continue;
+            }
+            let key = (self.row_of[t], task.mem_bytes);
+            if let Some(&r) = excluded.get(&key) {
+                self.refs[key.0 as usize] -= 1;
+                self.refs[r as usize] += 1;
+                self.row_of[t] = r;
+                continue;
+            }
+            let r = self.own_row(t);
             for (s, &cap) in mem_capacity.iter().enumerate() {
                 if task.mem_bytes > cap {
-                    self.values[t * self.servers + s] = f64::INFINITY;
+                    self.values[r * self.servers + s] = f64::INFINITY;
                 }
             }
+            excluded.insert(key, r as u32);
         }
         Ok(())
     }
@@ -257,13 +353,14 @@ impl EtcMatrix {
     /// Seconds for `task` on `server` (infinite if it cannot run there).
     #[inline]
     pub fn get(&self, task: TaskIdx, server: usize) -> f64 {
-        self.values[task * self.servers + server]
+        self.values[self.row_of[task] as usize * self.servers + server]
     }
 
     /// All servers' times for `task`.
     #[inline]
     pub fn row(&self, task: TaskIdx) -> &[f64] {
-        &self.values[task * self.servers..(task + 1) * self.servers]
+        let r = self.row_of[task] as usize;
+        &self.values[r * self.servers..(r + 1) * self.servers]
     }
 
     /// Whether `server` can run `task`.
@@ -402,6 +499,45 @@ impl CommModel {
 mod tests {
     use super::*;
     use crate::graph::dag::Task;
+
+    #[test]
+    fn shared_rows_read_and_write_as_a_dense_matrix() {
+        // Tasks 0 and 2 share row 0, task 1 has row 1.
+        let rows = vec![1.0, 2.0, 3.0, 4.0];
+        let mut shared = EtcMatrix::from_shared_rows(2, rows, vec![0, 1, 0]).unwrap();
+        let mut dense = EtcMatrix::new(3, 2, vec![1.0, 2.0, 3.0, 4.0, 1.0, 2.0]).unwrap();
+        assert_eq!(shared, dense);
+        assert_eq!(shared.stored_values(), 4);
+        assert_eq!((shared.get(2, 1), shared.row(1)), (2.0, &[3.0, 4.0][..]));
+        // Writing one task's entry leaves the task it shared the row with alone.
+        shared.set(2, 0, 9.0);
+        dense.set(2, 0, 9.0);
+        assert_eq!(shared, dense);
+        assert_eq!(shared.get(0, 0), 1.0);
+        // Memory exclusion per task, whatever the sharing.
+        let mut g = TaskGraph::new();
+        for (i, mem) in [10u64, 0, 10].into_iter().enumerate() {
+            g.add_task(Task::new(format!("t{i}"), "s", 1.0).with_mem(mem));
+        }
+        let mut shared =
+            EtcMatrix::from_shared_rows(2, vec![1.0, 2.0, 3.0, 4.0], vec![0, 0, 1]).unwrap();
+        let mut dense = EtcMatrix::new(3, 2, vec![1.0, 2.0, 1.0, 2.0, 3.0, 4.0]).unwrap();
+        shared.exclude_by_memory(&g, &[100, 5]).unwrap();
+        dense.exclude_by_memory(&g, &[100, 5]).unwrap();
+        assert_eq!(shared, dense);
+        assert_eq!(shared.row(0), &[1.0, f64::INFINITY][..]);
+        assert_eq!(shared.row(1), &[1.0, 2.0][..]);
+        // Rows out of range and bad values are refused, naming a task that reads them.
+        assert!(EtcMatrix::from_shared_rows(2, vec![1.0; 2], vec![0, 1]).is_err());
+        assert!(matches!(
+            EtcMatrix::from_shared_rows(2, vec![1.0, -1.0], vec![0, 0]),
+            Err(PlatformError::EtcValue {
+                task: 0,
+                server: 1,
+                ..
+            })
+        ));
+    }
 
     #[test]
     fn etc_rejects_bad_shapes_and_values() {

@@ -1,7 +1,8 @@
 //! HEFT (Topcuoglu, Hariri & Wu 2002): tasks in decreasing upward rank, each to the server
 //! where it finishes earliest, allowed to slip into an idle gap left earlier on a server.
 //!
-//! Cost: ranks O(N·M + E); placement O(E·M) for input arrival plus, per (task, server), a binary
+//! Cost: ranks O(N·M + E); placement O(E·M) for input arrival plus, per (task, server) that
+//! could still beat the best finish found (its inputs' arrival plus its time there), a binary
 //! search and a short forward scan over that server's busy intervals. Intervals sit in sorted
 //! vectors per slot, so gaps are the spaces between neighbours and need no separate structure.
 
@@ -31,9 +32,16 @@ pub fn map(graph: &TaskGraph, etc: &EtcMatrix, comm: &CommModel) -> Result<Mappi
         plan.data_ready_all(&p, t, &mut ready);
         // (finish, start, server, lane, insert position)
         let mut best: Option<(f64, f64, usize, usize, usize)> = None;
+        let row = etc.row(t);
         for s in 0..m {
-            let d = etc.get(t, s);
+            let d = row[s];
             if !d.is_finite() {
+                continue;
+            }
+            // No slot here can start before the inputs are in, so none finishes before
+            // `ready + d` (floating-point addition is monotone): when that is no earlier than
+            // the best finish so far, this server cannot win (a tie keeps the earlier one).
+            if best.is_some_and(|b| ready[s] + d >= b.0) {
                 continue;
             }
             for (lane, intervals) in busy[s].iter().enumerate() {
