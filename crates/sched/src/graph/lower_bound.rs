@@ -230,4 +230,24 @@ mod tests {
         assert!((b.seconds - 3.0).abs() < 1e-9, "{b:?}");
         assert_eq!(b.kind, BoundKind::CriticalPath);
     }
+
+    #[test]
+    fn a_server_with_k_slots_is_k_machines_of_its_speed() {
+        // Six independent 1 s tasks, one server with 3 slots and one slow server (3 s each,
+        // 1 slot). Exhaustively: the best makespan is 2 (all on the fast server, 2 rounds of
+        // 3); the LP bound must not exceed it (a bound that took the server as one machine
+        // would say 6 / (1 + 1/3) = 4.5) and here equals it: 6 s of work over 3 slots plus
+        // a third of a slot = T·(3 + 1/3) ≥ 6 gives 1.8, and the single-task cut gives 1.
+        let mut g = TaskGraph::new();
+        for i in 0..6 {
+            g.add_task(Task::new(format!("t{i}"), "x", 1.0));
+        }
+        let etc = EtcMatrix::from_fn(6, 2, |_, s| if s == 0 { 1.0 } else { 3.0 })
+            .unwrap()
+            .with_slots(vec![3, 1])
+            .unwrap();
+        let b = best_lower_bound(&g, &etc, None).unwrap();
+        assert!((b.lp_s.unwrap() - 1.8).abs() < 1e-9, "{b:?}");
+        assert!(b.seconds <= 2.0);
+    }
 }
