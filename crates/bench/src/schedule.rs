@@ -678,3 +678,34 @@ pub fn summary(scenario: &str, lines: &[Json]) -> Json {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(policy: &str, makespan: f64, default: bool) -> Json {
+        json!({
+            "bench": "schedule", "scenario": "cholesky", "policy": policy,
+            "makespan_s": makespan, "predicted_makespan_s": makespan,
+            "oracle_makespan_s": 1.1, "oracle_default_makespan_s": 1.0,
+            "lower_bound_s": 0.8, "lower_bound_kind": "lp_window", "default": default,
+        })
+    }
+
+    #[test]
+    fn summary_sets_the_default_against_heft_and_the_named_bound() {
+        let lines = [
+            line("best-of", 1.0, true),
+            line("heft", 1.25, false),
+            line("round-robin", 4.0, false),
+        ];
+        let s = summary("cholesky", &lines);
+        assert_eq!(s["default_policy"], "best-of");
+        assert_eq!(s["heft_makespan_s"], 1.25);
+        assert_eq!(s["default_over_heft"], 0.8);
+        assert_eq!(s["default_over_bound"], 1.25);
+        assert_eq!(s["oracle_default_over_bound"], 1.25);
+        assert_eq!(s["oracle_default_over_oracle_heft"], round(1.0 / 1.1));
+        assert_eq!(s["lower_bound_kind"], "lp_window");
+    }
+}

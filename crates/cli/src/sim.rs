@@ -375,6 +375,7 @@ mod tests {
         );
         assert!(t.contains("\nlp *") && t.contains("\nmct "), "{t}");
         assert!(t.contains(", LP "), "{t}");
+        assert!(t.contains(" = lp (critical path"), "{t}");
     }
 
     #[test]
