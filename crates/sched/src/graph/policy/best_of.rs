@@ -11,10 +11,12 @@
 //! - HEFT with its upward ranks scaled by random factors in [1 − noise, 1 + noise]: other
 //!   orders of the same priorities (a fixed seed, so a graph maps the same on every run).
 //!
-//! Measured on examples/sim (see README): each candidate wins somewhere (the restarts on the
-//! small Cholesky, the waste penalty on the layered DAG); LP-guided HEFT (each task only on the
-//! servers the LP relaxation uses for its kind) and re-timing every move of the local search
-//! were tried and dropped: never shorter, and slower.
+//! Measured (README): the waste penalty wins on examples/sim small.json and layered.json, PEFT
+//! offline on `bench schedule`'s Cholesky (1.034 s against HEFT's 1.079 s), HEFT itself plus the
+//! local search on examples/sim cholesky.json. The 32 rank restarts won nowhere measured (200
+//! did, on small.json: 2.247 s against HEFT's 2.279 s, at 6× the mapping time): the first thing
+//! to cut if mapping time matters. LP-guided HEFT (each task only on the servers the LP
+//! relaxation uses for its kind) was tried and dropped: 20–35% longer plans.
 //!
 //! Effort scales down with size, counted in work, never in wall-clock time: the candidates cost
 //! about one HEFT each, so they run only up to [`CANDIDATE_CELLS`] cells (the restarts share
