@@ -122,8 +122,12 @@ pub struct GraphPlan {
     /// The 5th and 95th percentiles of those replays' makespans.
     #[serde(default)]
     pub makespan_interval90_s: Option<(f64, f64)>,
-    /// No mapping can finish sooner (max of critical path and work ÷ total slots).
+    /// No mapping can finish sooner: the best of critical path, work ÷ total slots, and the LP
+    /// bounds where the graph is small enough (`gridwise_sched::best_lower_bound`).
     pub lower_bound_s: f64,
+    /// Which bound `lower_bound_s` is: `critical_path`, `total_work`, `lp` or `lp_window`.
+    #[serde(default)]
+    pub lower_bound_kind: String,
     /// Longest chain with every call at its best time, free transfers.
     pub critical_path_s: f64,
     /// Best-case total work ÷ critical path.

@@ -426,7 +426,7 @@ class Graph:
             self._fetch.append(call.index)
 
     def policy(self, name: str) -> None:
-        """Maps with this policy (heft, min-min, mct, sufferage, lp, ...)."""
+        """Maps with this policy (best-of, heft, peft, min-min, mct, sufferage, lp, ...)."""
         self._policy = name
 
     def run(self) -> GraphResult:

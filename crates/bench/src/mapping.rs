@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 /// Runs the measurements and returns the JSON object.
 pub fn run() -> anyhow::Result<serde_json::Value> {
     eprintln!("bench mapping: HEFT, 10,000 tasks over 100 servers …");
-    let heft_ms = heft_10k_100()?;
+    let heft_ms = map_10k_100(GraphPolicy::Heft)?;
+    let dag_default = GraphPolicy::default_for(&generate::layered(10, 5, 0.5, 1));
+    eprintln!("bench mapping: {dag_default} (the DAG default), 10,000 tasks over 100 servers …");
+    let default_ms = map_10k_100(dag_default)?;
     eprintln!("bench mapping: MCT ranking over 1,000 servers with models and queues …");
     let per_s = rank_1000(true)?;
     eprintln!("bench mapping: MCT ranking over 1,000 idle servers without models …");
@@ -27,6 +30,8 @@ pub fn run() -> anyhow::Result<serde_json::Value> {
     Ok(json!({
         "bench": "mapping",
         "heft_10k_tasks_100_servers_ms": (heft_ms * 10.0).round() / 10.0,
+        "dag_default_policy": dag_default.name(),
+        "dag_default_10k_tasks_100_servers_ms": (default_ms * 10.0).round() / 10.0,
         "rank_decisions_per_s_1000_servers": per_s.round(),
         "rank_decisions_per_s_1000_idle_servers_without_models": idle_per_s.round(),
         "rank_p99_us_during_map": during.p99_us.round(),
@@ -164,20 +169,20 @@ fn profile(n: i64) -> CallProfile {
     }
 }
 
-/// Median of three HEFT mappings of a layered 10,000-task DAG (about 50,000 edges) onto 100
-/// servers with heterogeneous task times and uniform links.
-fn heft_10k_100() -> anyhow::Result<f64> {
+/// Median of three mappings by `policy` of a layered 10,000-task DAG (about 50,000 edges) onto
+/// 100 servers with heterogeneous task times and uniform links.
+fn map_10k_100(policy: GraphPolicy) -> anyhow::Result<f64> {
     let g = generate::layered(10_000, 100, 0.05, 7);
     let etc = generate::random_etc(&g, 100, 8.0, 7);
     let comm = CommModel::uniform(100, 0.05, 5e6)?;
     let mut times = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
-        let m = GraphPolicy::Heft.map(&g, &etc, &comm, None)?;
+        let m = policy.map(&g, &etc, &comm, None)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
         anyhow::ensure!(
             m.server_of.len() == g.len(),
-            "HEFT placed {} of {} tasks",
+            "{policy} placed {} of {} tasks",
             m.server_of.len(),
             g.len()
         );

@@ -4,10 +4,16 @@
 //! per policy through the client's graph API, and the measured makespan is set beside:
 //!
 //! - `oracle_makespan_s`: HEFT computed offline with the true speed functions (and the agent's
-//!   default links), replayed — what a scheduler that knew everything would predict;
-//! - `lower_bound_s`: the LP bound with the true speed functions for a bag of calls, else the
-//!   true critical path / total-work bound;
+//!   default links), replayed — what a scheduler that knew everything would predict with HEFT;
+//!   `oracle_default_makespan_s` the same for the default policy (`best-of` for DAGs);
+//! - `lower_bound_s`: the best lower bound with the true speed functions
+//!   (`gridwise_sched::best_lower_bound`, the same choice as `gridwise sim` and the agent's
+//!   plans), `lower_bound_kind` which one it is (`lp`, `lp_window`, `critical_path`,
+//!   `total_work`), `makespan_over_bound` the measured makespan ÷ it;
 //! - `predicted_makespan_s`: what the agent predicted for the mapping it chose.
+//!
+//! The summary line sets the default policy's measured makespan beside HEFT's
+//! (`heft_makespan_s`, `default_over_heft`) and beside the bound.
 //!
 //! Scenarios (seed 003 §5.3 and the issue): `hydropad` (two servers, one of which pages beyond
 //! a size and cannot run the largest; size swept), `crossing` (8 servers whose speed functions
@@ -21,8 +27,9 @@ use gridwise_localgrid::{Launcher, LocalGrid};
 use gridwise_localgrid::{wait_for_models, wait_for_servers};
 use gridwise_proto::Value;
 use gridwise_sched::graph::generate::SplitMix64;
-use gridwise_sched::graph::lp_lower_bound;
-use gridwise_sched::{Bounds, CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, replay};
+use gridwise_sched::{
+    CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, best_lower_bound, replay,
+};
 use serde_json::{Value as Json, json};
 use std::time::Duration;
 
@@ -447,14 +454,14 @@ pub fn run_scenario(
         let graph = task_graph(&calls)?;
         let etc = true_etc(&calls, &servers)?;
         let comm = CommModel::uniform(servers.len(), LATENCY_S, BANDWIDTH)?;
-        let oracle_mapping = GraphPolicy::Heft.map(&graph, &etc, &comm, None)?;
-        let oracle = replay(&graph, &etc, &comm, &oracle_mapping)?.makespan_s;
-        let lower = if graph.is_bag() {
-            lp_lower_bound(&etc)?
-        } else {
-            Bounds::of(&graph, &etc)?.lower_bound_s
+        let oracle_of = |policy: GraphPolicy| -> Result<f64> {
+            let m = policy.map(&graph, &etc, &comm, None)?;
+            Ok(replay(&graph, &etc, &comm, &m)?.makespan_s)
         };
+        let oracle = oracle_of(GraphPolicy::Heft)?;
         let default = GraphPolicy::default_for(&graph);
+        let oracle_default = oracle_of(default)?;
+        let lower = best_lower_bound(&graph, &etc, None)?;
         for policy in GraphPolicy::ALL {
             if policy == GraphPolicy::Lp && !graph.is_bag() {
                 continue;
@@ -475,7 +482,9 @@ pub fn run_scenario(
                 "tasks": calls.len(),
                 "servers": servers.len(),
                 "oracle_makespan_s": round(oracle),
-                "lower_bound_s": round(lower),
+                "oracle_default_makespan_s": round(oracle_default),
+                "lower_bound_s": round(lower.seconds),
+                "lower_bound_kind": lower.kind.name(),
                 "default": policy == default,
             });
             if s.sweeps {
@@ -484,6 +493,7 @@ pub fn run_scenario(
             match run_once(&client, &s, &calls, policy) {
                 Ok((actual, predicted)) => {
                     line["makespan_s"] = json!(round(actual));
+                    line["makespan_over_bound"] = json!(round(actual / lower.seconds));
                     line["predicted_makespan_s"] = json!(round(predicted));
                 }
                 Err(e) => {
@@ -623,6 +633,37 @@ pub fn summary(scenario: &str, lines: &[Json]) -> Json {
             .collect(),
     );
     out["prediction_error_max"] = json!(round(pred));
+    // The default against HEFT, both measured, and against the bound (worst size).
+    let heft = by("heft");
+    if d["policy"] != "heft" && !heft.is_empty() {
+        let ratios: Vec<f64> = default
+            .iter()
+            .zip(&heft)
+            .filter_map(|(d, h)| Some(f(d, "makespan_s")? / f(h, "makespan_s")?))
+            .collect();
+        out["heft_makespan_s"] = heft[0]["makespan_s"].clone();
+        out["default_makespan_s"] = d["makespan_s"].clone();
+        out["default_over_heft"] = json!(round(ratios.iter().copied().fold(f64::NAN, f64::max)));
+        out["oracle_default_over_oracle_heft"] = json!(round(worst(
+            default
+                .iter()
+                .map(|l| Some(f(l, "oracle_default_makespan_s")? / f(l, "oracle_makespan_s")?))
+                .collect()
+        )));
+    }
+    out["lower_bound_kind"] = d["lower_bound_kind"].clone();
+    out["default_over_bound"] = json!(round(worst(
+        default
+            .iter()
+            .map(|l| Some(f(l, "makespan_s")? / f(l, "lower_bound_s")?))
+            .collect()
+    )));
+    out["oracle_default_over_bound"] = json!(round(worst(
+        default
+            .iter()
+            .map(|l| Some(f(l, "oracle_default_makespan_s")? / f(l, "lower_bound_s")?))
+            .collect()
+    )));
     if scenario == "hydropad" {
         let heft = by("heft");
         let cs = by("constant-speed");
@@ -636,4 +677,35 @@ pub fn summary(scenario: &str, lines: &[Json]) -> Json {
         out["constant_speed_over_heft"] = json!(ratios);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(policy: &str, makespan: f64, default: bool) -> Json {
+        json!({
+            "bench": "schedule", "scenario": "cholesky", "policy": policy,
+            "makespan_s": makespan, "predicted_makespan_s": makespan,
+            "oracle_makespan_s": 1.1, "oracle_default_makespan_s": 1.0,
+            "lower_bound_s": 0.8, "lower_bound_kind": "lp_window", "default": default,
+        })
+    }
+
+    #[test]
+    fn summary_sets_the_default_against_heft_and_the_named_bound() {
+        let lines = [
+            line("best-of", 1.0, true),
+            line("heft", 1.25, false),
+            line("round-robin", 4.0, false),
+        ];
+        let s = summary("cholesky", &lines);
+        assert_eq!(s["default_policy"], "best-of");
+        assert_eq!(s["heft_makespan_s"], 1.25);
+        assert_eq!(s["default_over_heft"], 0.8);
+        assert_eq!(s["default_over_bound"], 1.25);
+        assert_eq!(s["oracle_default_over_bound"], 1.25);
+        assert_eq!(s["oracle_default_over_oracle_heft"], round(1.0 / 1.1));
+        assert_eq!(s["lower_bound_kind"], "lp_window");
+    }
 }

@@ -236,7 +236,7 @@ struct GraphRunArgs {
 struct GraphFileArgs {
     /// The graph file (JSON).
     file: PathBuf,
-    /// Mapping policy: heft, min-min, mct, sufferage, lp, round-robin, constant-speed
+    /// Mapping policy: best-of, heft, peft, min-min, mct, sufferage, lp, round-robin, constant-speed
     /// [default: the file's, else lp for independent calls and heft otherwise].
     #[arg(long)]
     policy: Option<String>,

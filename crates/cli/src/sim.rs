@@ -18,7 +18,7 @@ const PROGRESS_CELLS: usize = 1_000_000;
 pub struct SimArgs {
     /// Scenario file (JSON; the format is described in examples/sim/README.md).
     pub scenario: PathBuf,
-    /// Policy to run: heft, min-min, mct, sufferage, lp, round-robin, constant-speed (repeat
+    /// Policy to run: best-of, heft, peft, min-min, mct, sufferage, lp, round-robin, constant-speed (repeat
     /// the flag or separate by commas). Default: the best for the workload's shape (lp for a bag
     /// small enough for the LP, heft otherwise).
     #[arg(long = "policy", value_name = "POLICY", value_delimiter = ',')]
@@ -102,9 +102,12 @@ pub fn run(args: SimArgs) -> Result<()> {
         reports.push(out.report);
     }
     // The lp policy may find the LP bound after earlier policies were reported without it.
+    let lower = sim.lower();
     for r in &mut reports {
-        r.lp_bound_s = sim.lp_bound_s();
-        r.lower_bound_s = sim.lower_bound_s();
+        r.lp_bound_s = lower.lp_s;
+        r.lower_bound_s = lower.seconds;
+        r.lower_bound_kind = lower.kind.name();
+        r.makespan_over_bound = r.makespan_s / lower.seconds;
     }
 
     if args.json {
@@ -120,6 +123,8 @@ pub fn run(args: SimArgs) -> Result<()> {
                     "makespan_s": r.makespan_s,
                     "predicted_makespan_s": r.predicted_makespan_s,
                     "lower_bound_s": r.lower_bound_s,
+                    "lower_bound_kind": r.lower_bound_kind,
+                    "makespan_over_bound": r.makespan_over_bound,
                     "lp_bound_s": r.lp_bound_s,
                     "critical_path_s": r.critical_path_s,
                     "mapping_ms": r.mapping_ms,
@@ -249,9 +254,14 @@ fn table(
         format!("{} dependencies", graph.edge_count())
     };
     let b = sim.bounds();
-    let lp = match sim.lp_bound_s() {
+    let lower = sim.lower();
+    let lp = match lower.lp_s {
         Some(v) => format!("LP {}", secs(v)),
         None => "LP bound skipped".to_string(),
+    };
+    let window = match lower.window_s {
+        Some(v) => format!(", window LP {}", secs(v)),
+        None => String::new(),
     };
     let _ = writeln!(
         out,
@@ -261,8 +271,9 @@ fn table(
     );
     let _ = writeln!(
         out,
-        "lower bound {} (critical path {}, work / slots {}, {lp})\n",
-        secs(sim.lower_bound_s()),
+        "lower bound {} = {} (critical path {}, work / slots {}, {lp}{window})\n",
+        secs(lower.seconds),
+        lower.kind,
         secs(b.critical_path_s),
         secs(b.total_work_s / sim.etc().total_slots().max(1) as f64)
     );
@@ -364,6 +375,7 @@ mod tests {
         );
         assert!(t.contains("\nlp *") && t.contains("\nmct "), "{t}");
         assert!(t.contains(", LP "), "{t}");
+        assert!(t.contains(" = lp (critical path"), "{t}");
     }
 
     #[test]

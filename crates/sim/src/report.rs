@@ -9,10 +9,10 @@ use crate::engine::{EngineError, SimRun, simulate};
 use crate::platform::Platform;
 use crate::scenario::ScenarioError;
 use crate::workload::Workload;
-use gridwise_sched::graph::lp_lower_bound;
 use gridwise_sched::graph::policy::lp;
 use gridwise_sched::{
-    Bounds, EtcMatrix, GraphError, GraphPolicy, MapError, Mapping, Replay, ReplayError, replay,
+    Bounds, EtcMatrix, GraphError, GraphPolicy, LowerBound, MapError, Mapping, Replay, ReplayError,
+    best_lower_bound, replay,
 };
 use serde::Serialize;
 use std::cell::Cell;
@@ -30,7 +30,8 @@ pub const MAX_LP_CELLS: usize = 20_000_000;
 
 /// Tasks × servers above which the LP lower bound is skipped in reports ([`SimReport::lp_bound_s`]
 /// is `None`): every policy's report would pay for it, so only where it costs under a second.
-pub const MAX_LP_BOUND_CELLS: usize = 2_000_000;
+/// The same limit as the agent's and the benchmark's: the bound is chosen in one place.
+pub use gridwise_sched::graph::lower_bound::MAX_LP_BOUND_CELLS;
 
 /// Why a simulation could not run.
 #[derive(Debug, Error)]
@@ -90,9 +91,13 @@ pub struct SimReport {
     pub makespan_s: f64,
     /// The makespan the mapper's own plan predicts (replay at availability 1).
     pub predicted_makespan_s: f64,
-    /// The best lower bound known: `Bounds::of` (critical path, work ÷ slots) and the LP bound
-    /// when it was computed. No mapping beats it, loaded or not.
+    /// The best lower bound known ([`best_lower_bound`]: critical path, work ÷ slots, and the
+    /// LP and window LP bounds where they were computed). No mapping beats it, loaded or not.
     pub lower_bound_s: f64,
+    /// Which bound `lower_bound_s` is: `critical_path`, `total_work`, `lp` or `lp_window`.
+    pub lower_bound_kind: &'static str,
+    /// The makespan ÷ the lower bound.
+    pub makespan_over_bound: f64,
     /// The LP bound; `None` when skipped (more than [`MAX_LP_BOUND_CELLS`]) or the solver failed.
     pub lp_bound_s: Option<f64>,
     /// Critical path with every task at its best time and free transfers.
@@ -129,8 +134,10 @@ pub struct Simulation<'a> {
     etc: EtcMatrix,
     bounds: Bounds,
     rates: Vec<f64>,
-    /// `None` until computed; `Some(None)` when skipped or failed.
-    lp_bound: Cell<Option<Option<f64>>>,
+    /// The LP bound found by the `lp` policy, if it ran first (saves a second solve).
+    lp_from_policy: Cell<Option<f64>>,
+    /// `None` until computed.
+    lower: Cell<Option<LowerBound>>,
 }
 
 impl<'a> Simulation<'a> {
@@ -152,7 +159,8 @@ impl<'a> Simulation<'a> {
             etc,
             bounds,
             rates: platform.rates(None),
-            lp_bound: Cell::new(None),
+            lp_from_policy: Cell::new(None),
+            lower: Cell::new(None),
         })
     }
 
@@ -175,27 +183,28 @@ impl<'a> Simulation<'a> {
         self.cells() <= MAX_LP_CELLS
     }
 
-    /// The LP bound (it treats tasks as independent, so it holds for any graph), computed once;
-    /// `None` above [`MAX_LP_BOUND_CELLS`] (unless the `lp` policy ran and found it) or when the
-    /// solver fails.
-    pub fn lp_bound_s(&self) -> Option<f64> {
-        if let Some(known) = self.lp_bound.get() {
+    /// The best lower bound ([`best_lower_bound`]), computed once; the LP part only up to
+    /// [`MAX_LP_BOUND_CELLS`], unless the `lp` policy ran first and found it.
+    pub fn lower(&self) -> LowerBound {
+        if let Some(known) = self.lower.get() {
             return known;
         }
-        let bound = if self.cells() <= MAX_LP_BOUND_CELLS {
-            lp_lower_bound(&self.etc).ok()
-        } else {
-            None
-        };
-        self.lp_bound.set(Some(bound));
-        bound
+        let lower = best_lower_bound(&self.workload.graph, &self.etc, self.lp_from_policy.get())
+            // Simulation::new already walked the graph, so it has no cycle.
+            .unwrap_or_else(|_| LowerBound::from_parts(self.bounds, None, None));
+        self.lower.set(Some(lower));
+        lower
+    }
+
+    /// The LP bound (it treats tasks as independent, so it holds for any graph); `None` when
+    /// skipped or the solver failed.
+    pub fn lp_bound_s(&self) -> Option<f64> {
+        self.lower().lp_s
     }
 
     /// The best lower bound known (see [`SimReport::lower_bound_s`]).
     pub fn lower_bound_s(&self) -> f64 {
-        self.bounds
-            .lower_bound_s
-            .max(self.lp_bound_s().unwrap_or(0.0))
+        self.lower().seconds
     }
 
     /// The policy for this graph's shape: [`GraphPolicy::default_for`], except heft for a bag
@@ -230,7 +239,16 @@ impl<'a> Simulation<'a> {
         let mapped = if policy == GraphPolicy::Lp {
             // Straight to the LP so its bound comes with the mapping instead of a second solve.
             lp::solve(g, &self.etc, comm).map(|o| {
-                self.lp_bound.set(Some(Some(o.lower_bound_s)));
+                self.lp_from_policy.set(Some(o.lower_bound_s));
+                // A bound already reported without the LP (too large to solve for a report)
+                // gains it now.
+                if let Some(l) = self.lower.get()
+                    && l.lp_s.is_none()
+                {
+                    let with_lp =
+                        LowerBound::from_parts(l.bounds, Some(o.lower_bound_s), l.window_s);
+                    self.lower.set(Some(with_lp));
+                }
                 o.mapping
             })
         } else {
@@ -252,6 +270,7 @@ impl<'a> Simulation<'a> {
         let predicted = replay(g, &self.etc, self.platform.comm_model(), &mapping)?;
         let actual = simulate(self.platform, self.workload, &mapping)?;
         let makespan_s = actual.makespan_s;
+        let lower = self.lower();
         let utilisation = if makespan_s > 0.0 && !actual.busy_s.is_empty() {
             actual.busy_s.iter().sum::<f64>() / actual.busy_s.len() as f64 / makespan_s
         } else {
@@ -263,8 +282,14 @@ impl<'a> Simulation<'a> {
             servers: self.etc.servers(),
             makespan_s,
             predicted_makespan_s: predicted.makespan_s,
-            lower_bound_s: self.lower_bound_s(),
-            lp_bound_s: self.lp_bound_s(),
+            lower_bound_s: lower.seconds,
+            lower_bound_kind: lower.kind.name(),
+            makespan_over_bound: if lower.seconds > 0.0 {
+                makespan_s / lower.seconds
+            } else {
+                f64::NAN
+            },
+            lp_bound_s: lower.lp_s,
             critical_path_s: self.bounds.critical_path_s,
             mapping_ms,
             utilisation,

@@ -405,7 +405,7 @@ fn unlimited_servers_reach_the_critical_path() {
 }
 
 #[test]
-fn bags_default_to_lp_with_its_bound_and_dags_to_heft() {
+fn bags_default_to_lp_with_its_bound_and_dags_to_best_of() {
     let v = base(
         json!({ "kind": "bag", "tasks": 200, "services": ["x", "gemm"],
                         "sizes": { "one_of": [5, 40, 90] }, "seed": 9 }),
@@ -419,7 +419,7 @@ fn bags_default_to_lp_with_its_bound_and_dags_to_heft() {
     assert!(r.makespan_s <= 1.5 * lp, "{} vs {lp}", r.makespan_s);
     let (p, w) = built(&cholesky());
     let sim = Simulation::new(&p, &w).unwrap();
-    assert_eq!(sim.default_policy(), GraphPolicy::Heft);
+    assert_eq!(sim.default_policy(), GraphPolicy::BestOf);
     assert!(!sim.applies(GraphPolicy::Lp));
     let e = sim.run(GraphPolicy::Lp).unwrap_err().to_string();
     assert!(e.contains("use heft"), "{e}");

@@ -182,6 +182,8 @@ impl Prediction {
             "makespan_sd_s": p.makespan_sd_s,
             "makespan_interval90_s": p.makespan_interval90_s.map(|(lo, hi)| [lo, hi]),
             "lower_bound_s": p.lower_bound_s,
+            "lower_bound_kind": p.lower_bound_kind,
+            "makespan_over_bound": ratio(p.makespan_s, p.lower_bound_s),
             "critical_path_s": p.critical_path_s,
             "average_parallelism": p.average_parallelism,
             "total_work_s": p.total_work_s,
@@ -221,12 +223,12 @@ impl Prediction {
             "predicted makespan   {ms:.d$} s{}",
             interval_text(p, d)
         );
-        let ratio = if p.lower_bound_s > 0.0 {
-            format!(" (makespan = {:.2} x bound)", ms / p.lower_bound_s)
-        } else {
-            String::new()
-        };
-        let _ = writeln!(out, "lower bound          {:.d$} s{ratio}", p.lower_bound_s);
+        let _ = writeln!(
+            out,
+            "lower bound          {:.d$} s{}",
+            p.lower_bound_s,
+            bound_note(p, ms)
+        );
         let _ = writeln!(
             out,
             "critical path        {:.d$} s (every task at its best time, free transfers)",
@@ -353,6 +355,32 @@ fn interval_text(p: &gridwise_proto::GraphPlan, d: usize) -> String {
     }
 }
 
+/// `makespan ÷ bound`, or null when the bound is 0.
+pub fn ratio(makespan_s: f64, bound_s: f64) -> serde_json::Value {
+    if bound_s > 0.0 {
+        json!(makespan_s / bound_s)
+    } else {
+        serde_json::Value::Null
+    }
+}
+
+/// " (lp_window; makespan = 1.08 x bound)": which bound it is and how far `makespan_s` is.
+pub fn bound_note(p: &GraphPlan, makespan_s: f64) -> String {
+    let kind = if p.lower_bound_kind.is_empty() {
+        "critical path / work"
+    } else {
+        p.lower_bound_kind.as_str()
+    };
+    if p.lower_bound_s > 0.0 {
+        format!(
+            " ({kind}; makespan = {:.2} x bound)",
+            makespan_s / p.lower_bound_s
+        )
+    } else {
+        format!(" ({kind})")
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -393,6 +421,7 @@ pub(crate) mod tests {
             lane: vec![0, 0, 0],
             makespan_s: 5.0,
             lower_bound_s: 4.0,
+            lower_bound_kind: "critical_path".into(),
             critical_path_s: 4.0,
             average_parallelism: 1.25,
             total_work_s: 5.0,
@@ -410,6 +439,8 @@ pub(crate) mod tests {
         assert_eq!(j["policy_source"], "default");
         assert_eq!(j["makespan_s"], 5.0);
         assert_eq!(j["lower_bound_s"], 4.0);
+        assert_eq!(j["lower_bound_kind"], "critical_path");
+        assert_eq!(j["makespan_over_bound"], 1.25);
         assert_eq!(j["per_server"][0]["server"], "s1");
         let order: Vec<&str> = (0..3)
             .map(|k| j["per_server"][0]["tasks"][k]["task"].as_str().unwrap())

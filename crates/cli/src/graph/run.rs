@@ -156,6 +156,8 @@ pub fn run(
             "makespan_s": run.makespan_s,
             "prediction_error": err,
             "lower_bound_s": pred.plan.lower_bound_s,
+            "lower_bound_kind": pred.plan.lower_bound_kind,
+            "makespan_over_bound": super::predict::ratio(run.makespan_s, pred.plan.lower_bound_s),
             "freed": run.freed,
             "calls": calls,
             "outputs": outputs,
@@ -191,7 +193,12 @@ pub fn run(
         run.makespan_s,
         err * 100.0
     );
-    let _ = writeln!(out, "lower bound          {:.4} s", pred.plan.lower_bound_s);
+    let _ = writeln!(
+        out,
+        "lower bound          {:.4} s{}",
+        pred.plan.lower_bound_s,
+        super::predict::bound_note(&pred.plan, run.makespan_s)
+    );
     let fell_back = run.calls.iter().filter(|r| r.fell_back).count();
     if fell_back > 0 {
         let _ = writeln!(

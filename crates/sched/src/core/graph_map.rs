@@ -19,7 +19,7 @@
 use super::{AgentCore, Call, not_offered, sizes_mismatch};
 use crate::catalog::Catalog;
 use crate::graph::{
-    Bounds, CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, makespan_spread, replay,
+    CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, best_lower_bound, makespan_spread, replay,
 };
 use crate::registry::ServerEntry;
 use gridwise_predict::{ComputeModel, Links};
@@ -470,7 +470,8 @@ impl GraphSnapshot {
             .map_err(|e| invalid(format!("mapping the graph with {policy}: {e}")))?;
         let predicted = replay(&graph, &etc, &comm, &mapping)
             .map_err(|e| invalid(format!("replaying the {policy} mapping: {e}")))?;
-        let bounds = Bounds::of(&graph, &etc).map_err(|e| invalid(e.to_string()))?;
+        let lower = best_lower_bound(&graph, &etc, None).map_err(|e| invalid(e.to_string()))?;
+        let bounds = lower.bounds;
         // The makespan's spread, drawn around the estimates' means (not the conservative
         // times the mapping may have planned with).
         let spread = makespan_spread(&graph, &matrix(means)?, &spreads, &comm, &mapping, 1)
@@ -508,7 +509,8 @@ impl GraphSnapshot {
                 makespan_s: predicted.makespan_s,
                 makespan_sd_s: spread.as_ref().map_or(0.0, |s| s.sd_s),
                 makespan_interval90_s: spread.map(|s| s.interval90_s),
-                lower_bound_s: bounds.lower_bound_s,
+                lower_bound_s: lower.seconds,
+                lower_bound_kind: lower.kind.name().to_string(),
                 critical_path_s: bounds.critical_path_s,
                 average_parallelism: bounds.average_parallelism,
                 total_work_s: bounds.total_work_s,

@@ -45,11 +45,17 @@ fn diamond(policy: Option<&str>, reserve: bool) -> GraphRequest {
 fn one_server_runs_everything_in_total_work() {
     let mut c = grid(&[("solo", 1e9)]);
     let plan = c.map_graph(&diamond(None, false), Duration::ZERO).unwrap();
-    assert_eq!(plan.policy, "heft");
+    assert_eq!(plan.policy, "best-of");
     assert!(!plan.policy_requested);
     assert_eq!(plan.server_of, [0, 0, 0, 0]);
-    // Four 2-second calls, no transfers on one server.
+    // Four 2-second calls, no transfers on one server: the bound is their total work.
     assert!((plan.makespan_s - 8.0).abs() < 1e-9, "{}", plan.makespan_s);
+    assert!(
+        (plan.lower_bound_s - 8.0).abs() < 1e-9,
+        "{}",
+        plan.lower_bound_s
+    );
+    assert_eq!(plan.lower_bound_kind, "total_work");
     assert!(plan.tickets.is_empty());
     assert_eq!(c.pending(), 0);
 }

@@ -11,6 +11,7 @@
 pub mod bounds;
 pub mod dag;
 pub mod generate;
+pub mod lower_bound;
 pub mod platform;
 pub mod policy;
 pub mod replay;
@@ -21,6 +22,7 @@ mod tests;
 
 pub use bounds::{Bounds, average_parallelism, critical_path_s};
 pub use dag::{Adjacency, GraphError, Task, TaskGraph, TaskIdx};
+pub use lower_bound::{BoundKind, LowerBound, best_lower_bound};
 pub use platform::{CommModel, EtcMatrix, PlatformError, ShapeMismatch, check_shapes};
 pub use policy::lp::{LpOutcome, lp_lower_bound};
 pub use policy::{GraphPolicy, ParsePolicyError};

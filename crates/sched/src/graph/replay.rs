@@ -129,7 +129,6 @@ pub fn replay(
     comm: &CommModel,
     mapping: &Mapping,
 ) -> Result<Replay, ReplayError> {
-    let n = graph.len();
     let m = etc.servers();
     check_shapes(graph, etc, comm)?;
     validate_mapping(graph, mapping, m)?;
@@ -142,6 +141,21 @@ pub fn replay(
             });
         }
     }
+    replay_unchecked(graph, &adj, etc, comm, mapping)
+}
+
+/// [`replay`] without the input checks, for callers that replay many mappings of one graph
+/// (the local search): `adj` is `graph`'s adjacency, and `mapping` places every task once on a
+/// feasible server. Server orders that wait on each other are still a [`ReplayError::Deadlock`].
+pub(crate) fn replay_unchecked(
+    graph: &TaskGraph,
+    adj: &super::dag::Adjacency,
+    etc: &EtcMatrix,
+    comm: &CommModel,
+    mapping: &Mapping,
+) -> Result<Replay, ReplayError> {
+    let n = graph.len();
+    let m = etc.servers();
 
     // A task can start once its inputs are done and the task before it on its server started.
     let mut waiting: Vec<usize> = (0..n).map(|t| adj.preds(t).len()).collect();
@@ -199,7 +213,7 @@ pub fn replay(
         }
     }
     if done < n {
-        return Err(deadlock(graph, &adj, mapping, &per_server, &finish));
+        return Err(deadlock(graph, adj, mapping, &per_server, &finish));
     }
     let makespan_s = finish.iter().copied().fold(0.0, f64::max);
     Ok(Replay {

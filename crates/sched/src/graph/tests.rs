@@ -98,6 +98,46 @@ proptest! {
     }
 
     #[test]
+    fn best_of_is_never_worse_than_heft_and_maps_validly(
+        n in 1usize..60, width in 1usize..8, m in 1usize..6, p_edge in 0.0f64..0.6,
+        p_inf in 0.0f64..0.5, slots in 1usize..3, seed: u64,
+    ) {
+        let g = generate::layered(n, width, p_edge, seed);
+        let etc = etc_with_holes(&g, m, p_inf, seed).with_slots(vec![slots; m]).unwrap();
+        let c = comm(m);
+        let heft = replay(&g, &etc, &c, &GraphPolicy::Heft.map(&g, &etc, &c, None).unwrap())
+            .unwrap()
+            .makespan_s;
+        let out = policy::best_of::solve(&g, &etc, &c).unwrap();
+        // The full replay checks the mapping: every task once, feasible, no deadlock.
+        let r = replay(&g, &etc, &c, &out.mapping).unwrap();
+        prop_assert!((r.makespan_s - out.makespan_s).abs() <= 1e-9 * heft.max(1.0));
+        prop_assert!(r.makespan_s <= heft * (1.0 + 1e-12), "{} > heft {heft}", r.makespan_s);
+    }
+
+    #[test]
+    fn best_lower_bound_is_below_every_policy_with_multi_slot_servers(
+        n in 1usize..40, width in 1usize..8, m in 1usize..5, p_edge in 0.0f64..0.6,
+        p_inf in 0.0f64..0.5, max_slots in 1usize..4, seed: u64,
+    ) {
+        let g = generate::layered(n, width, p_edge, seed);
+        let mut rng = SplitMix64::new(seed ^ 0xb0);
+        let slots: Vec<usize> = (0..m).map(|_| 1 + rng.below(max_slots)).collect();
+        let etc = etc_with_holes(&g, m, p_inf, seed).with_slots(slots).unwrap();
+        let c = comm(m);
+        let lower = best_lower_bound(&g, &etc, None).unwrap();
+        prop_assert!(lower.lp_s.is_some());
+        prop_assert!(lower.seconds >= Bounds::of(&g, &etc).unwrap().lower_bound_s);
+        for (p, mapping) in all_policies(&g, &etc, &c) {
+            let r = replay(&g, &etc, &c, &mapping.unwrap()).unwrap();
+            prop_assert!(
+                r.makespan_s >= lower.seconds * (1.0 - 1e-7),
+                "{p}: {} < {} ({})", r.makespan_s, lower.seconds, lower.kind
+            );
+        }
+    }
+
+    #[test]
     fn lp_bound_is_below_every_policy_on_bags(
         n in 1usize..60, m in 1usize..6, p_inf in 0.0f64..0.5, seed: u64,
     ) {
@@ -142,8 +182,8 @@ fn default_policy_maps_the_generated_shapes() {
     let hydro = generate::hydropad(4, 64, 64);
     let bag = generate::bag(30, 1);
     for (g, want) in [
-        (&chol, GraphPolicy::Heft),
-        (&hydro, GraphPolicy::Heft),
+        (&chol, GraphPolicy::BestOf),
+        (&hydro, GraphPolicy::BestOf),
         (&bag, GraphPolicy::Lp),
     ] {
         assert_eq!(GraphPolicy::default_for(g), want);
@@ -204,6 +244,8 @@ fn timings() {
     );
     for p in [
         GraphPolicy::Heft,
+        GraphPolicy::BestOf,
+        GraphPolicy::Peft,
         GraphPolicy::Mct,
         GraphPolicy::MinMin,
         GraphPolicy::Sufferage,

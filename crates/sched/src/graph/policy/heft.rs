@@ -1,8 +1,7 @@
 //! HEFT (Topcuoglu, Hariri & Wu 2002): tasks in decreasing upward rank, each to the server
 //! where it finishes earliest, allowed to slip into an idle gap left earlier on a server.
 //!
-//! Cost: ranks O(N·M + E); placement O(E·M) for input arrival plus, per (task, server) that
-//! could still beat the best finish found (its inputs' arrival plus its time there), a binary
+//! Cost: ranks O(N·M + E); placement O(E·M) for input arrival plus, per (task, server), a binary
 //! search and a short forward scan over that server's busy intervals. Intervals sit in sorted
 //! vectors per slot, so gaps are the spaces between neighbours and need no separate structure.
 
@@ -14,57 +13,76 @@ use crate::graph::{MapError, Mapping};
 /// Maps `graph` by HEFT with insertion.
 pub fn map(graph: &TaskGraph, etc: &EtcMatrix, comm: &CommModel) -> Result<Mapping, MapError> {
     let p = Problem::new(graph, etc, comm)?;
-    let (n, m) = (p.tasks(), p.servers());
     let order = priority_order(&p);
+    Ok(place_with_insertion(&p, &order, None).into_mapping())
+}
 
-    // busy[s][lane] = sorted, disjoint (start, end) intervals, from the queued work on.
-    let mut busy: Vec<Vec<Vec<(f64, f64)>>> = (0..m)
-        .map(|s| {
-            etc.free_at(s)
-                .into_iter()
-                .map(|f| if f > 0.0 { vec![(0.0, f)] } else { Vec::new() })
-                .collect()
-        })
-        .collect();
+/// Places tasks in `order` (each after its predecessors) on the server that minimises
+/// finish time + `lookahead[t * servers + s]` (0 without one: HEFT; PEFT's optimistic cost
+/// table otherwise), each task allowed into an idle gap left earlier on a slot.
+pub(crate) fn place_with_insertion(
+    p: &Problem,
+    order: &[TaskIdx],
+    lookahead: Option<&[f64]>,
+) -> Plan {
+    let (n, m, etc) = (p.tasks(), p.servers(), p.etc);
+    let mut busy = timelines(etc);
     let mut plan = Plan::new(n, m);
     let mut ready = vec![0.0; m];
-    for t in order {
-        plan.data_ready_all(&p, t, &mut ready);
-        // (finish, start, server, lane, insert position)
-        let mut best: Option<(f64, f64, usize, usize, usize)> = None;
+    for &t in order {
+        plan.data_ready_all(p, t, &mut ready);
+        // (score, finish, start, server, lane, insert position)
+        let mut best: Option<(f64, f64, f64, usize, usize, usize)> = None;
         let row = etc.row(t);
         for s in 0..m {
             let d = row[s];
             if !d.is_finite() {
                 continue;
             }
-            // No slot here can start before the inputs are in, so none finishes before
-            // `ready + d` (floating-point addition is monotone): when that is no earlier than
-            // the best finish so far, this server cannot win (a tie keeps the earlier one).
-            if best.is_some_and(|b| ready[s] + d >= b.0) {
+            let ahead = lookahead.map_or(0.0, |o| o[t * m + s]);
+            // No slot here starts before the inputs are in, so none scores below
+            // `ready + d + ahead` nor finishes before `ready + d` (floating-point addition is
+            // monotone): a server that cannot beat the best so far is skipped (a tie keeps the
+            // earlier one).
+            let (floor_finish, floor_score) = (ready[s] + d, ready[s] + d + ahead);
+            if best.is_some_and(|b| floor_score > b.0 || (floor_score == b.0 && floor_finish >= b.1))
+            {
                 continue;
             }
             for (lane, intervals) in busy[s].iter().enumerate() {
                 let (start, at) = earliest_gap(intervals, ready[s], d);
                 let finish = start + d;
-                if best.is_none_or(|b| finish < b.0) {
-                    best = Some((finish, start, s, lane, at));
+                let score = finish + ahead;
+                if best.is_none_or(|b| score < b.0 || (score == b.0 && finish < b.1)) {
+                    best = Some((score, finish, start, s, lane, at));
                 }
             }
         }
         // Problem::new guarantees a feasible server for every task.
-        let Some((finish, start, s, lane, at)) = best else {
+        let Some((_, finish, start, s, lane, at)) = best else {
             unreachable!("task {t} has a feasible server")
         };
         busy[s][lane].insert(at, (start, finish));
         plan.place(t, s, start, finish);
     }
-    Ok(plan.into_mapping())
+    plan
+}
+
+/// busy[s][lane] = sorted, disjoint (start, end) intervals, from the queued work on.
+fn timelines(etc: &EtcMatrix) -> Vec<Vec<Vec<(f64, f64)>>> {
+    (0..etc.servers())
+        .map(|s| {
+            etc.free_at(s)
+                .into_iter()
+                .map(|f| if f > 0.0 { vec![(0.0, f)] } else { Vec::new() })
+                .collect()
+        })
+        .collect()
 }
 
 /// Tasks by decreasing upward rank; ties by topological position, so (ranks never increasing
 /// along an edge) every task comes after its predecessors.
-fn priority_order(p: &Problem) -> Vec<TaskIdx> {
+pub(crate) fn priority_order(p: &Problem) -> Vec<TaskIdx> {
     let rank = upward_ranks(p);
     let mut topo_pos = vec![0usize; p.tasks()];
     for (i, &t) in p.adj.topo.iter().enumerate() {

@@ -5,6 +5,8 @@
 use crate::graph::dag::{Adjacency, TaskGraph, TaskIdx};
 use crate::graph::platform::{CommModel, EtcMatrix, check_shapes};
 use crate::graph::{MapError, Mapping};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 /// Checked inputs of one mapping.
 pub(crate) struct Problem<'a> {
@@ -155,4 +157,62 @@ pub(crate) fn append_finish(
     }
     let start = data_ready.max(lanes.available(s));
     Some((start + d, start))
+}
+
+/// A ready task and its rank, ordered by rank then earliest topological position.
+#[derive(PartialEq)]
+struct Ready {
+    rank: f64,
+    topo: usize,
+    task: TaskIdx,
+}
+
+impl Eq for Ready {}
+
+impl Ord for Ready {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.rank
+            .total_cmp(&other.rank)
+            .then(other.topo.cmp(&self.topo))
+    }
+}
+
+impl PartialOrd for Ready {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Tasks by decreasing `rank`, each only once its predecessors are listed (a ready list; ties
+/// by topological position): an order list schedulers can place in, whatever the rank.
+pub(crate) fn ready_order(p: &Problem, rank: &[f64]) -> Vec<TaskIdx> {
+    let n = p.tasks();
+    let mut topo_pos = vec![0usize; n];
+    for (i, &t) in p.adj.topo.iter().enumerate() {
+        topo_pos[t] = i;
+    }
+    let mut waiting: Vec<usize> = (0..n).map(|t| p.adj.preds(t).len()).collect();
+    let mut heap: BinaryHeap<Ready> = (0..n)
+        .filter(|&t| waiting[t] == 0)
+        .map(|t| Ready {
+            rank: rank[t],
+            topo: topo_pos[t],
+            task: t,
+        })
+        .collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(Ready { task, .. }) = heap.pop() {
+        order.push(task);
+        for &(c, _) in p.adj.succs(task) {
+            waiting[c] -= 1;
+            if waiting[c] == 0 {
+                heap.push(Ready {
+                    rank: rank[c],
+                    topo: topo_pos[c],
+                    task: c,
+                });
+            }
+        }
+    }
+    order
 }

@@ -112,5 +112,11 @@ pub fn lp_lower_bound(etc: &EtcMatrix) -> Result<f64, MapError> {
     Ok(solve::solve(&classes, etc)?.t_star)
 }
 
+/// LP variables `etc` needs with its rows grouped exactly (one per class and feasible server):
+/// what an LP over these tasks costs, before any bucketing.
+pub(crate) fn exact_variables(etc: &EtcMatrix) -> usize {
+    group(etc, 0.0).variables()
+}
+
 #[cfg(test)]
 mod tests;
