@@ -57,7 +57,10 @@ fn predict_maps_every_task_and_replays_within_the_bounds() {
         "the agent never learnt from the calls"
     );
     let p = p.unwrap();
-    assert_eq!(p.plan.policy, "heft", "the default for a graph with edges");
+    assert_eq!(
+        p.plan.policy, "best-of",
+        "the default for a graph with edges"
+    );
     assert_eq!(p.plan.servers.len(), 2);
 
     // Every task placed exactly once, on the server the plan names.

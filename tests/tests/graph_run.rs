@@ -93,8 +93,8 @@ fn fetch_chooses_the_outputs_and_plan_runs_nothing() {
     graph.fetch(x);
     let plan = graph.plan().unwrap();
     assert_eq!(
-        plan.policy, "heft",
-        "a graph with a dependency defaults to heft"
+        plan.policy, "best-of",
+        "a graph with a dependency defaults to best-of"
     );
     assert!(plan.tickets.is_empty(), "planning reserves nothing");
     assert!(plan.makespan_s >= 0.0 && plan.end_s.len() == 2);
@@ -199,7 +199,7 @@ fn a_graph_file_runs_and_its_prediction_matches_the_plan() {
     assert!(run.outputs(refs[0]).is_none());
 
     let pred = Prediction::of(run.plan.clone(), PolicySource::Default, &file).unwrap();
-    assert_eq!(pred.plan.policy, "heft");
+    assert_eq!(pred.plan.policy, "best-of");
     let planned = pred.timeline();
     assert_eq!(planned.makespan_s, run.plan.makespan_s);
     let actual = actual_of(&pred, &run);

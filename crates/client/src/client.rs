@@ -284,11 +284,11 @@ impl Inner {
                 ),
             )
         };
-        // Large values travel on bulk connections: only the rest must fit one frame. The
-        // server judges the outputs the same way before the call runs.
+        // Large values travel on bulk connections and remote ones are pulled by the server:
+        // only the rest must fit one frame. The server judges the outputs the same way.
         let inline_in: u64 = inputs
             .iter()
-            .filter(|v| !wire::bulk::goes_bulk(v))
+            .filter(|v| !wire::bulk::goes_bulk(v) && !matches!(v, Value::Ref(_)))
             .map(Value::payload_bytes)
             .sum();
         if inline_in > limit {

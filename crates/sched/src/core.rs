@@ -71,7 +71,7 @@ struct Call<'a> {
 impl Call<'_> {
     /// Whether `e` can hold the call (memory budget, frame limit).
     fn fits(&self, e: &ServerEntry) -> bool {
-        e.can_hold(self.footprint, self.profile.in_bytes)
+        e.can_hold(self.footprint)
     }
 }
 
@@ -731,21 +731,12 @@ impl AgentCore {
 fn too_big_error(call: &Call<'_>, biggest: &ServerEntry) -> RpcError {
     let p = call.profile;
     let mb = |b: u64| b as f64 / 1e6;
-    let detail = if p.in_bytes > biggest.max_frame_bytes() {
-        format!(
-            "its inputs take {:.1} MB, more than the largest frame a server accepts ({:.1} MB at {}); send large inputs as remote values or split the call",
-            mb(p.in_bytes),
-            mb(biggest.max_frame_bytes()),
-            biggest.name()
-        )
-    } else {
-        format!(
-            "it needs {:.1} MB of memory (inputs and outputs, twice), and the largest memory budget is {:.1} MB ({}); use smaller sizes, or raise memory_budget_bytes where the memory exists",
-            mb(p.footprint_bytes()),
-            mb(biggest.memory_budget_bytes()),
-            biggest.name()
-        )
-    };
+    let detail = format!(
+        "it needs {:.1} MB of memory (inputs and outputs, twice), and the largest memory budget is {:.1} MB ({}); use smaller sizes, or raise memory_budget_bytes where the memory exists",
+        mb(p.footprint_bytes()),
+        mb(biggest.memory_budget_bytes()),
+        biggest.name()
+    );
     RpcError::new(
         ErrorCode::ServerNotFound,
         format!("no live server can take `{}`: {detail}", call.svc.name()),

@@ -253,12 +253,12 @@ impl ServerEntry {
     }
 
     /// Whether a call fits what the server accepts: its memory budget for the call's
-    /// `footprint` ([`CallProfile::footprint_bytes`]) and its frame limit for the `in_bytes`
-    /// sent.
+    /// `footprint` ([`CallProfile::footprint_bytes`]). Its frame limit is no bar: large
+    /// values travel on bulk connections, and the client keeps the rest within its own frames.
     ///
     /// [`CallProfile::footprint_bytes`]: gridwise_proto::CallProfile::footprint_bytes
-    pub fn can_hold(&self, footprint: u64, in_bytes: u64) -> bool {
-        footprint <= self.memory_budget_bytes && in_bytes <= self.max_frame_bytes
+    pub fn can_hold(&self, footprint: u64) -> bool {
+        footprint <= self.memory_budget_bytes
     }
 
     /// Its data for `service`, if it offers it.
