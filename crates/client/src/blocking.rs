@@ -115,6 +115,23 @@ impl Client {
         self.rt.block_on(fut)
     }
 
+    /// Runs `fut` as a task on the client's runtime thread and waits for it here. A call
+    /// makes two round trips (agent, server): polled on the caller's thread, each would cross
+    /// to the runtime thread and back; as one task it crosses once each way.
+    fn run_on_runtime<T, F>(&self, fut: F) -> Result<T, GrpcError>
+    where
+        F: Future<Output = Result<T, GrpcError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        if Handle::try_current().is_ok() {
+            return Err(inside_runtime());
+        }
+        let task = self.rt.spawn(fut);
+        self.rt
+            .block_on(task)
+            .map_err(|e| GrpcError::communication(format!("the call's task did not finish: {e}")))?
+    }
+
     /// A new, empty task graph (see [`crate::graph`]); [`BlockingGraph::run`] blocks.
     pub fn graph(&self) -> BlockingGraph<'_> {
         BlockingGraph {
@@ -149,7 +166,8 @@ impl Client {
 
     /// See [`GridClient::call`].
     pub fn call(&self, h: &FunctionHandle, inputs: Vec<Value>) -> Result<CallResult, GrpcError> {
-        self.run(self.inner.call(h, inputs))
+        let (inner, h) = (self.inner.clone(), h.clone());
+        self.run_on_runtime(async move { inner.call(&h, inputs).await })
     }
 
     /// See [`GridClient::call_async`].
@@ -267,7 +285,8 @@ impl Client {
         inputs: Vec<Value>,
         keep: &[usize],
     ) -> Result<CallResult, GrpcError> {
-        self.run(self.inner.call_keep(h, inputs, keep))
+        let (inner, h, keep) = (self.inner.clone(), h.clone(), keep.to_vec());
+        self.run_on_runtime(async move { inner.call_keep(&h, inputs, &keep).await })
     }
 
     /// See [`GridClient::fetch`].

@@ -583,20 +583,32 @@ macro_rules! serve_forever {
                         return bulk(conn).await;
                     }
                     let _stop = gone.clone().drop_guard();
-                    BaseChannel::with_defaults($crate::wire::server_transport(conn))
+                    // A connection's requests run concurrently inside its own task rather than
+                    // one spawned task each: a reply then leaves from the thread that read the
+                    // request, without a hop to another worker and back (handlers never block:
+                    // kernels and graph mappings go to blocking threads). When the peer goes,
+                    // the marker after its last request stops those still running.
+                    let ended = gone.clone();
+                    let requests = BaseChannel::with_defaults($crate::wire::server_transport(conn))
                         .execute(handler.serve())
-                        .for_each(|call| {
-                            let busy = activity.start_request();
+                        .map(Some)
+                        .chain($crate::__reexport::futures::stream::once(async move {
+                            ended.cancel();
+                            None
+                        }));
+                    requests
+                        .for_each_concurrent(None, |call| {
+                            let busy = call.as_ref().map(|_| activity.start_request());
                             let gone = gone.clone();
                             async move {
-                                ::tokio::spawn(async move {
+                                if let Some(call) = call {
                                     ::tokio::select! {
                                         biased;
                                         _ = call => {}
                                         _ = gone.cancelled() => {}
                                     }
-                                    drop(busy);
-                                });
+                                }
+                                drop(busy);
                             }
                         })
                         .await;
