@@ -364,8 +364,17 @@ impl Native {
     ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
         let h = self.handle(py, service, server)?;
         let inputs = inputs_of(&h.desc, args)?;
+        // One task on the client's runtime: a call's two round trips then cross threads once
+        // each way, not once per round trip.
+        let client = self.client.clone();
+        let task = self.rt.spawn(async move { client.call(&h, inputs).await });
         let r = py
-            .detach(|| self.rt.block_on(self.client.call(&h, inputs)))
+            .detach(|| self.rt.block_on(task))
+            .map_err(|e| {
+                to_py(GrpcError::communication(format!(
+                    "the call's task did not finish: {e}"
+                )))
+            })?
             .map_err(to_py)?;
         Ok((outputs_py(py, &r.outputs)?, timing_dict(py, &r)?))
     }

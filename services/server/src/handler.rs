@@ -482,7 +482,9 @@ impl ServerHandler {
             return Err(KernelError::Cancelled.into_call_error());
         }
 
-        self.inner.running.fetch_add(1, Ordering::Relaxed);
+        // Counted down however the call ends: a client that goes away (or cancels) drops
+        // this future while its kernel is still on a blocking thread.
+        let running = Running::start(&self.inner);
         let started = Instant::now();
         let ctx = KernelCtx { cancel };
         let inputs = std::mem::take(&mut req.inputs);
@@ -502,8 +504,7 @@ impl ServerHandler {
             .inner
             .sensors
             .availability_over(started, Instant::now());
-        self.inner.running.fetch_sub(1, Ordering::Relaxed);
-        self.inner.executed.fetch_add(1, Ordering::Relaxed);
+        drop(running);
 
         let (outputs, inputs) = result.map_err(KernelError::into_call_error)?;
         kernel
@@ -537,7 +538,26 @@ fn mb(bytes: u64) -> f64 {
 /// Whether output `i` (of `bytes`) goes back inside the reply: not kept here, and not staged
 /// for the client to collect on a bulk connection.
 fn returned_inline(req: &ExecuteRequest, keep: &[u32], i: usize, bytes: u64) -> bool {
-    !keep.contains(&(i as u32)) && !(req.bulk_outputs && bytes >= BULK_MIN_BYTES)
+    let kept = keep.contains(&(i as u32));
+    let staged = req.bulk_outputs && bytes >= BULK_MIN_BYTES;
+    !kept && !staged
+}
+
+/// A call running its kernel: counted in `running` while it lives, then in `executed`.
+struct Running<'a>(&'a Inner);
+
+impl<'a> Running<'a> {
+    fn start(inner: &'a Inner) -> Self {
+        inner.running.fetch_add(1, Ordering::Relaxed);
+        Running(inner)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::Relaxed);
+        self.0.executed.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Input bytes a waiting call holds, counted until it has its memory (or gives up).
