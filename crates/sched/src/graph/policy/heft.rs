@@ -45,7 +45,8 @@ pub(crate) fn place_with_insertion(
             // monotone): a server that cannot beat the best so far is skipped (a tie keeps the
             // earlier one).
             let (floor_finish, floor_score) = (ready[s] + d, ready[s] + d + ahead);
-            if best.is_some_and(|b| floor_score > b.0 || (floor_score == b.0 && floor_finish >= b.1))
+            if best
+                .is_some_and(|b| floor_score > b.0 || (floor_score == b.0 && floor_finish >= b.1))
             {
                 continue;
             }
