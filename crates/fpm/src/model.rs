@@ -440,28 +440,31 @@ impl Fpm {
         if let Some(v) = self.vertex_value(&q, f) {
             return Some(v);
         }
-        let keys = self.vertex_keys();
-        // Each vertex's value, as `vertex_value` gives it, in `keys`' order.
+        // Each vertex's value as `vertex_value` gives it: the measured points, then the active
+        // assumed zero.
         let verts: Vec<(&[i64], f64)> = self
             .points
             .iter()
             .map(|(k, s)| (k.as_slice(), f(s)))
             .chain(zero.map(|z| (z, self.points.get(z).map_or(0.0, f))))
             .collect();
-        if let Some(cell) = self.find_cell(&q, &keys) {
+        if let Some(cell) = self.find_cell(&q, zero) {
             return Some(cell.value(&q, &verts).max(0.0));
         }
         Some(idw(&q, &verts, &bb).max(0.0))
     }
 
     /// The smallest box around `q` whose corners are all vertices (see the module doc).
-    fn find_cell(&self, q: &[i64], keys: &[&[i64]]) -> Option<Cell> {
+    fn find_cell(&self, q: &[i64], zero: Option<&[i64]>) -> Option<Cell> {
         let d = q.len();
-        let mut lo_c: Vec<Vec<i64>> = Vec::with_capacity(d);
-        let mut hi_c: Vec<Vec<i64>> = Vec::with_capacity(d);
+        // Filled only once every axis has shared coordinates on both sides of `q`.
+        let mut lo_c: Vec<Vec<i64>> = Vec::new();
+        let mut hi_c: Vec<Vec<i64>> = Vec::new();
+        let mut coords: Vec<i64> = Vec::with_capacity(self.points.len() + 1);
         for (k, &qk) in q.iter().enumerate() {
             // Coordinates shared by two vertices or more, ascending.
-            let mut coords: Vec<i64> = keys.iter().map(|v| v[k]).collect();
+            coords.clear();
+            coords.extend(self.points.keys().map(|v| v[k]).chain(zero.map(|z| z[k])));
             coords.sort_unstable();
             let mut cands: Vec<i64> = coords
                 .windows(2)
