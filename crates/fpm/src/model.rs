@@ -258,15 +258,27 @@ impl Fpm {
         if x.len() != self.params.len() {
             return false;
         }
-        let verts = self.vertex_keys();
-        if verts.is_empty() {
+        let zero = self.active_zero();
+        if self.points.is_empty() && zero.is_none() {
             return false;
         }
         (0..x.len()).all(|k| {
-            let lo = verts.iter().map(|v| v[k]).min();
-            let hi = verts.iter().map(|v| v[k]).max();
-            matches!((lo, hi), (Some(lo), Some(hi)) if lo <= x[k] && x[k] <= hi)
+            self.span(zero, k)
+                .is_some_and(|(lo, hi)| lo <= x[k] && x[k] <= hi)
         })
+    }
+
+    /// The least and greatest coordinate on axis `k` over the vertices (the measured points
+    /// and `zero`, the active assumed zero); `None` without a vertex.
+    fn span(&self, zero: Option<&[i64]>, k: usize) -> Option<(i64, i64)> {
+        self.points
+            .keys()
+            .map(|v| v[k])
+            .chain(zero.map(|z| z[k]))
+            .fold(None, |acc, c| match acc {
+                None => Some((c, c)),
+                Some((lo, hi)) => Some((c.min(lo), c.max(hi))),
+            })
     }
 
     /// The model with some parameters fixed (`pmm_view -s`): a model over the remaining
@@ -412,8 +424,8 @@ impl Fpm {
     }
 
     fn interp_nd(&self, x: &[i64], f: &dyn Fn(&SpeedStats) -> f64) -> Option<f64> {
-        let keys = self.vertex_keys();
-        if keys.is_empty() {
+        let zero = self.active_zero();
+        if self.points.is_empty() && zero.is_none() {
             return None;
         }
         let d = x.len();
@@ -421,32 +433,38 @@ impl Fpm {
         let mut q = x.to_vec();
         let mut bb = Vec::with_capacity(d);
         for (k, qk) in q.iter_mut().enumerate() {
-            let lo = keys.iter().map(|v| v[k]).min().unwrap_or(*qk);
-            let hi = keys.iter().map(|v| v[k]).max().unwrap_or(*qk);
+            let (lo, hi) = self.span(zero, k).unwrap_or((*qk, *qk));
             *qk = (*qk).clamp(lo, hi);
             bb.push((lo, hi));
         }
         if let Some(v) = self.vertex_value(&q, f) {
             return Some(v);
         }
-        let verts: Vec<(&[i64], f64)> = keys
+        // Each vertex's value as `vertex_value` gives it: the measured points, then the active
+        // assumed zero.
+        let verts: Vec<(&[i64], f64)> = self
+            .points
             .iter()
-            .filter_map(|k| self.vertex_value(k, f).map(|v| (*k, v)))
+            .map(|(k, s)| (k.as_slice(), f(s)))
+            .chain(zero.map(|z| (z, self.points.get(z).map_or(0.0, f))))
             .collect();
-        if let Some(cell) = self.find_cell(&q, &keys) {
+        if let Some(cell) = self.find_cell(&q, zero) {
             return Some(cell.value(&q, &verts).max(0.0));
         }
         Some(idw(&q, &verts, &bb).max(0.0))
     }
 
     /// The smallest box around `q` whose corners are all vertices (see the module doc).
-    fn find_cell(&self, q: &[i64], keys: &[&[i64]]) -> Option<Cell> {
+    fn find_cell(&self, q: &[i64], zero: Option<&[i64]>) -> Option<Cell> {
         let d = q.len();
-        let mut lo_c: Vec<Vec<i64>> = Vec::with_capacity(d);
-        let mut hi_c: Vec<Vec<i64>> = Vec::with_capacity(d);
+        // Filled only once every axis has shared coordinates on both sides of `q`.
+        let mut lo_c: Vec<Vec<i64>> = Vec::new();
+        let mut hi_c: Vec<Vec<i64>> = Vec::new();
+        let mut coords: Vec<i64> = Vec::with_capacity(self.points.len() + 1);
         for (k, &qk) in q.iter().enumerate() {
             // Coordinates shared by two vertices or more, ascending.
-            let mut coords: Vec<i64> = keys.iter().map(|v| v[k]).collect();
+            coords.clear();
+            coords.extend(self.points.keys().map(|v| v[k]).chain(zero.map(|z| z[k])));
             coords.sort_unstable();
             let mut cands: Vec<i64> = coords
                 .windows(2)

@@ -59,8 +59,32 @@ pub trait ComputeModel: Send + Sync {
         profile: &CallProfile,
     ) -> Compute;
 
-    /// Whether the server can run the call at all (a model may know a size does not fit).
+    /// Whether the server can run the call at all (a model may know a size does not fit):
+    /// [`feasible_at`](Self::feasible_at) and [`feasible_now`](Self::feasible_now) both.
     fn feasible(
+        &self,
+        server: ServerView<'_>,
+        service: &ServiceFacts,
+        profile: &CallProfile,
+    ) -> bool {
+        self.feasible_now(server, service, profile) && self.feasible_at(server, service, profile)
+    }
+
+    /// The part of [`feasible`](Self::feasible) that may depend on nothing but the sizes, the
+    /// server's registration and what its offer of the service has learnt (the agent caches
+    /// it per size with [`rate_bound_at`](Self::rate_bound_at)).
+    fn feasible_at(
+        &self,
+        _server: ServerView<'_>,
+        _service: &ServiceFacts,
+        _profile: &CallProfile,
+    ) -> bool {
+        true
+    }
+
+    /// The rest of [`feasible`](Self::feasible): what the server's current state (what it
+    /// senses) rules out; asked afresh at every decision.
+    fn feasible_now(
         &self,
         _server: ServerView<'_>,
         _service: &ServiceFacts,
@@ -370,7 +394,7 @@ impl ComputeModel for FpmModel {
         }
     }
 
-    fn feasible(
+    fn feasible_now(
         &self,
         server: ServerView<'_>,
         service: &ServiceFacts,
@@ -378,12 +402,20 @@ impl ComputeModel for FpmModel {
     ) -> bool {
         // Memory the forecast says is free bounds what the call may use there; a server that
         // does not measure it is judged by its budget alone (the agent checks that).
-        if self.load == LoadModel::Forecast
-            && let Some(free) = server.host.sensed.free_memory()
-            && service.footprint_bytes(profile) > free.mean
-        {
-            return false;
-        }
+        !(self.load == LoadModel::Forecast
+            && server
+                .host
+                .sensed
+                .free_memory()
+                .is_some_and(|free| service.footprint_bytes(profile) > free.mean))
+    }
+
+    fn feasible_at(
+        &self,
+        server: ServerView<'_>,
+        _service: &ServiceFacts,
+        profile: &CallProfile,
+    ) -> bool {
         let Some(m) = server.model() else {
             return true;
         };

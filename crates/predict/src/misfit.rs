@@ -26,6 +26,9 @@ pub(crate) fn sd_of_errors(errors: impl Iterator<Item = f64>) -> f64 {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Misfit {
     recent: VecDeque<f64>,
+    /// [`relative_sd`](Self::relative_sd) of `recent`, kept as it changes (estimates read it
+    /// far more often than calls are scored).
+    sd: Option<f64>,
 }
 
 impl Misfit {
@@ -40,6 +43,8 @@ impl Misfit {
             self.recent.pop_front();
         }
         self.recent.push_back(actual_s / predicted_s - 1.0);
+        self.sd =
+            (self.recent.len() >= MIN_SCORED).then(|| sd_of_errors(self.recent.iter().copied()));
     }
 
     /// The relative standard deviation whose normal 90% interval holds 90% of the recent
@@ -48,10 +53,7 @@ impl Misfit {
     /// interval (they covered 96–98% of dedicated calls with it); the percentile keeps the
     /// stated 90% honest whatever the tails.
     pub fn relative_sd(&self) -> Option<f64> {
-        if self.recent.len() < MIN_SCORED {
-            return None;
-        }
-        Some(sd_of_errors(self.recent.iter().copied()))
+        self.sd
     }
 
     /// The mean absolute relative error of the recent calls (what `auto` compares models by).

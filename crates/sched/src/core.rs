@@ -530,7 +530,7 @@ impl AgentCore {
         let limit = self.config.max_candidates;
         if policy == Policy::Mct
             && call.predictor.is_none()
-            && let Some((candidates, first)) = self.pruned_mct(&call, &source, limit)
+            && let Some((candidates, first)) = self.pruned_mct(&call, &source, limit, keyed)
         {
             return Ok((
                 candidates,

@@ -14,12 +14,16 @@
 //! can change only when a server registers or is forgotten (the class tables are dropped) or
 //! when a server learns something (a report: its model, misfits, client link; a model point;
 //! a lent regression): that server's entry is marked and recomputed at the next decision of
-//! each class. Queue waits are read afresh at every decision (a binary search per server);
-//! liveness, what a server can hold and feasibility are checked for the servers evaluated.
+//! each class, with what the model rules out at those sizes
+//! ([`feasible_at`](gridwise_predict::ComputeModel::feasible_at)). Queue waits are read afresh
+//! at every decision; liveness, what a server can hold and what its current state rules out
+//! ([`feasible_now`](gridwise_predict::ComputeModel::feasible_now)) are checked for the
+//! servers evaluated.
 //! Servers with no promise are evaluated exactly every time.
 
 use super::{AgentCore, Call, Source};
 use crate::catalog::ServiceIdx;
+use crate::policy::Keyed;
 use gridwise_predict::{
     charges_default_transfers, default_client_transfers_s, lower_bound_behind_s,
 };
@@ -55,12 +59,27 @@ struct Class {
     rate: Vec<f64>,
     /// Whether the estimate charges the server the configured client transfers.
     default_transfers: Vec<bool>,
+    /// What the model's [`feasible_at`](gridwise_predict::ComputeModel::feasible_at) says.
+    feasible_at: Vec<bool>,
     /// The service's `version` when each rate was computed.
     seen: Vec<u64>,
 }
 
 fn size_key(profile: &CallProfile) -> Vec<i64> {
     profile.sizes.iter().map(|(_, v)| *v).collect()
+}
+
+/// `f` of the size vector, built on the stack when it is short (a look-up needs no owned key).
+fn with_size_key<R>(profile: &CallProfile, f: impl FnOnce(&[i64]) -> R) -> R {
+    let mut buf = [0i64; 8];
+    let n = profile.sizes.len();
+    if n > buf.len() {
+        return f(&size_key(profile));
+    }
+    for (b, (_, v)) in buf.iter_mut().zip(&profile.sizes) {
+        *b = *v;
+    }
+    f(&buf[..n])
 }
 
 /// The best `limit` candidates so far, sorted by (total, position).
@@ -148,6 +167,11 @@ impl AgentCore {
             b.version += 1;
             b.built = true;
         }
+        if with_size_key(profile, |k| {
+            b.classes.get(k).is_some_and(|c| c.version == b.version)
+        }) {
+            return;
+        }
         let key = size_key(profile);
         if b.classes.len() >= MAX_CLASSES && !b.classes.contains_key(&key) {
             b.classes.clear();
@@ -157,6 +181,7 @@ impl AgentCore {
             version: 0,
             rate: vec![f64::NAN; n],
             default_transfers: vec![false; n],
+            feasible_at: vec![true; n],
             seen: vec![0; n],
         });
         if class.version == b.version {
@@ -177,6 +202,7 @@ impl AgentCore {
                 f64::NAN
             };
             class.default_transfers[pos] = charges_default_transfers(e.view(service));
+            class.feasible_at[pos] = self.model.feasible_at(e.view(service), facts, profile);
             class.seen[pos] = b.version;
         }
         class.version = b.version;
@@ -190,6 +216,7 @@ impl AgentCore {
         call: &Call<'_>,
         source: &Source<'_>,
         limit: usize,
+        bounded: &mut Vec<Keyed>,
     ) -> Option<(Vec<Candidate>, usize)> {
         let Source::Providers(slots) = source else {
             return None;
@@ -197,22 +224,30 @@ impl AgentCore {
         let work = call.work.filter(|w| w.is_finite() && *w > 0.0)?;
         let service = call.svc.idx;
         let b = self.rate_orders.get(service.0).filter(|b| b.built)?;
-        let class = b
-            .classes
-            .get(size_key(call.profile).as_slice())
+        let class = with_size_key(call.profile, |k| b.classes.get(k))
             .filter(|c| c.version == b.version && c.rate.len() == slots.len())?;
 
+        // Whether the server may get the call at all: up, able to hold it, and not ruled out by
+        // its model (what `collect` checks; the model's size-only part read from the class).
+        let eligible = |pos: usize| {
+            let e = self.registry.entry(slots[pos]);
+            e.is_up()
+                && call.fits(e)
+                && class.feasible_at[pos]
+                && self
+                    .model
+                    .feasible_now(e.view(service), &call.svc.facts, call.profile)
+        };
         let defaults = default_client_transfers_s(&self.config.transfers(), call.profile);
         let k = limit.max(1);
         let mut top = TopK::new(k);
         // Every bounded server as (bound, position), and the k first of them in that order.
-        let mut bounded = Vec::with_capacity(slots.len());
+        bounded.clear();
         let mut lowest: Vec<(f64, usize)> = Vec::with_capacity(k + 1);
         let before = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
         for (pos, (&slot, &rate)) in slots.iter().zip(&class.rate).enumerate() {
             if rate.is_nan() {
-                let e = self.registry.entry(slot);
-                if self.eligible(e, call) {
+                if eligible(pos) {
                     top.offer(pos, self.estimate(slot, call));
                 }
                 continue;
@@ -220,7 +255,10 @@ impl AgentCore {
             let client = class.default_transfers[pos].then_some(defaults);
             let wait = self.reservations.queue(slot).wait_s(call.now, b.slots[pos]);
             let item = (lower_bound_behind_s(wait, client, rate, work), pos);
-            bounded.push(item);
+            bounded.push(Keyed {
+                key: item.0,
+                pos: item.1,
+            });
             if lowest.len() < k
                 || lowest
                     .last()
@@ -241,8 +279,7 @@ impl AgentCore {
                     _ => {}
                 }
             }
-            let e = self.registry.entry(slots[pos]);
-            if self.eligible(e, call) {
+            if eligible(pos) {
                 top.offer(pos, self.estimate(slots[pos], call));
             }
             true
@@ -257,13 +294,10 @@ impl AgentCore {
         if !stopped && let Some(last) = lowest.last().copied() {
             // The rest, in order: only those the k-th total found so far does not rule out.
             let cut = top.kth().map_or(f64::INFINITY, |(t, _)| t);
-            let mut rest: Vec<(f64, usize)> = bounded
-                .into_iter()
-                .filter(|item| before(item, &last) == Ordering::Greater && item.0 <= cut)
-                .collect();
-            rest.sort_unstable_by(before);
-            for item in rest {
-                if !visit(&mut top, item) {
+            bounded.retain(|b| before(&(b.key, b.pos), &last) == Ordering::Greater && b.key <= cut);
+            bounded.sort_unstable_by(|a, b| before(&(a.key, a.pos), &(b.key, b.pos)));
+            for b in bounded.iter() {
+                if !visit(&mut top, (b.key, b.pos)) {
                     break;
                 }
             }
