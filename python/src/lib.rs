@@ -223,6 +223,46 @@ fn py_of<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
+/// Like [`py_of`], taking the value: an array's buffer becomes the numpy array's own, with no
+/// copy (a `uint8` array over the bytes, viewed as the element type and shaped).
+fn py_of_owned<'py>(py: Python<'py>, v: Value) -> PyResult<Bound<'py, PyAny>> {
+    let (a, matrix) = match v {
+        Value::Vector(a) => (a, false),
+        Value::Matrix(a) => (a, true),
+        other => return py_of(py, &other),
+    };
+    if !a.is_well_formed() || a.data.as_ptr().align_offset(a.elem.size()) != 0 {
+        let v = if matrix {
+            Value::Matrix(a)
+        } else {
+            Value::Vector(a)
+        };
+        return py_of(py, &v);
+    }
+    let dtype = match a.elem {
+        ElemType::F64 => "<f8",
+        ElemType::F32 => "<f4",
+        ElemType::I32 => "<i4",
+        ElemType::I64 => "<i8",
+    };
+    let shape: Vec<usize> = if matrix {
+        vec![a.rows as usize, a.cols as usize]
+    } else {
+        vec![a.rows as usize]
+    };
+    let bytes = PyArray1::<u8>::from_vec(py, a.data);
+    let typed = bytes.call_method1("view", (dtype,))?;
+    typed.call_method1("reshape", (shape,))
+}
+
+fn outputs_py_owned<'py>(py: Python<'py>, outs: Vec<Value>) -> PyResult<Bound<'py, PyList>> {
+    let items = outs
+        .into_iter()
+        .map(|v| py_of_owned(py, v))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, items)
+}
+
 fn outputs_py<'py>(py: Python<'py>, outs: &[Value]) -> PyResult<Bound<'py, PyList>> {
     let items = outs
         .iter()
@@ -376,7 +416,8 @@ impl Native {
                 )))
             })?
             .map_err(to_py)?;
-        Ok((outputs_py(py, &r.outputs)?, timing_dict(py, &r)?))
+        let timing = timing_dict(py, &r)?;
+        Ok((outputs_py_owned(py, r.outputs)?, timing))
     }
 
     /// Starts a call; `done(outputs, details)` or `failed(exception)` is called from the
