@@ -82,54 +82,81 @@ impl ClientLink {
     }
 }
 
-/// Least squares over the terms in `use_terms`, the others held at 0; `None` when the normal
-/// equations are singular (the calls do not tell those terms apart).
-fn solve(calls: &[(f64, f64, f64)], use_terms: &[usize]) -> Option<[f64; 3]> {
-    let k = use_terms.len();
-    // Columns scaled to unit RMS, so bytes (1e7) and the constant (1) condition alike.
-    let mut scale = [0.0; 3];
-    for &j in use_terms {
-        let ms = calls
-            .iter()
-            .map(|(b, a, _)| features(*b, *a)[j].powi(2))
-            .sum::<f64>()
-            / calls.len() as f64;
-        scale[j] = if ms > 0.0 { ms.sqrt() } else { return None };
+/// The normal equations of the three terms over the recent calls, built once per refit: every
+/// subset's system is a part of them.
+struct Normal {
+    n: f64,
+    /// XᵀX.
+    gram: [[f64; 3]; 3],
+    /// Xᵀt.
+    xt: [f64; 3],
+}
+
+impl Normal {
+    fn of(calls: &[([f64; 3], f64)]) -> Normal {
+        let mut nm = Normal {
+            n: calls.len() as f64,
+            gram: [[0.0; 3]; 3],
+            xt: [0.0; 3],
+        };
+        for (x, t) in calls {
+            for i in 0..3 {
+                for j in i..3 {
+                    nm.gram[i][j] += x[i] * x[j];
+                }
+                nm.xt[i] += x[i] * t;
+            }
+        }
+        for i in 0..3 {
+            for j in 0..i {
+                nm.gram[i][j] = nm.gram[j][i];
+            }
+        }
+        nm
     }
-    let mut m = [[0.0f64; 4]; 3];
-    for (b, a, t) in calls {
-        let x = features(*b, *a);
+
+    /// Least squares over the terms in `use_terms`, the others held at 0; `None` when the
+    /// normal equations are singular (the calls do not tell those terms apart).
+    fn solve(&self, use_terms: &[usize]) -> Option<[f64; 3]> {
+        let k = use_terms.len();
+        // Columns scaled to unit RMS, so bytes (1e7) and the constant (1) condition alike.
+        let mut scale = [0.0; 3];
+        for &j in use_terms {
+            let ms = self.gram[j][j] / self.n;
+            scale[j] = if ms > 0.0 { ms.sqrt() } else { return None };
+        }
+        let mut m = [[0.0f64; 4]; 3];
         for (r, &i) in use_terms.iter().enumerate() {
             for (c, &j) in use_terms.iter().enumerate() {
-                m[r][c] += x[i] / scale[i] * x[j] / scale[j];
+                m[r][c] = self.gram[i][j] / (scale[i] * scale[j]);
             }
-            m[r][3] += x[i] / scale[i] * t;
+            m[r][3] = self.xt[i] / scale[i];
         }
-    }
-    // Gaussian elimination with partial pivoting on the k×k system.
-    for col in 0..k {
-        let piv = (col..k).max_by(|&x, &y| m[x][col].abs().total_cmp(&m[y][col].abs()))?;
-        if m[piv][col].abs() < 1e-9 * calls.len() as f64 {
-            return None;
-        }
-        m.swap(col, piv);
-        let pivot = m[col];
-        // Entries past the k used columns are zero in every row and stay so; the last is the
-        // right-hand side.
-        for (r, row) in m.iter_mut().enumerate().take(k) {
-            if r != col {
-                let f = row[col] / pivot[col];
-                for (v, p) in row.iter_mut().zip(pivot.iter()).skip(col) {
-                    *v -= f * p;
+        // Gaussian elimination with partial pivoting on the k×k system.
+        for col in 0..k {
+            let piv = (col..k).max_by(|&x, &y| m[x][col].abs().total_cmp(&m[y][col].abs()))?;
+            if m[piv][col].abs() < 1e-9 * self.n {
+                return None;
+            }
+            m.swap(col, piv);
+            let pivot = m[col];
+            // Entries past the k used columns are zero in every row and stay so; the last is
+            // the right-hand side.
+            for (r, row) in m.iter_mut().enumerate().take(k) {
+                if r != col {
+                    let f = row[col] / pivot[col];
+                    for (v, p) in row.iter_mut().zip(pivot.iter()).skip(col) {
+                        *v -= f * p;
+                    }
                 }
             }
         }
+        let mut c = [0.0; 3];
+        for (r, &j) in use_terms.iter().enumerate() {
+            c[j] = m[r][3] / m[r][r] / scale[j];
+        }
+        Some(c)
     }
-    let mut c = [0.0; 3];
-    for (r, &j) in use_terms.iter().enumerate() {
-        c[j] = m[r][3] / m[r][r] / scale[j];
-    }
-    Some(c)
 }
 
 /// The non-negative fit with the smallest residual: every subset of the terms is tried (there
@@ -140,26 +167,29 @@ fn fit(calls: &[(f64, f64, f64)]) -> Option<Fit> {
         return None;
     }
     const SUBSETS: [&[usize]; 7] = [&[0, 1, 2], &[0, 1], &[0, 2], &[1, 2], &[1], &[2], &[0]];
+    let rows: Vec<([f64; 3], f64)> = calls
+        .iter()
+        .map(|(b, a, t)| (features(*b, *a), *t))
+        .collect();
+    let normal = Normal::of(&rows);
     let rss = |c: &[f64; 3]| -> f64 {
-        calls
-            .iter()
-            .map(|(b, a, t)| {
-                let x = features(*b, *a);
-                (t - (0..3).map(|i| c[i] * x[i]).sum::<f64>()).powi(2)
-            })
+        rows.iter()
+            .map(|(x, t)| (t - (0..3).map(|i| c[i] * x[i]).sum::<f64>()).powi(2))
             .sum()
     };
     let best = SUBSETS
         .iter()
-        .filter_map(|s| solve(calls, s))
+        .filter_map(|s| normal.solve(s))
         .filter(|c| c.iter().all(|v| *v >= 0.0 && v.is_finite()))
-        .min_by(|x, y| rss(x).total_cmp(&rss(y)))?;
+        .map(|c| (rss(&c), c))
+        .min_by(|x, y| x.0.total_cmp(&y.0))?
+        .1;
     let f = Fit {
         c: best,
         relative_sd: 0.0,
     };
-    let relative_sd = crate::misfit::sd_of_errors(calls.iter().filter_map(|(b, a, t)| {
-        let p = f.at(*b, *a);
+    let relative_sd = crate::misfit::sd_of_errors(rows.iter().filter_map(|(x, t)| {
+        let p: f64 = (0..3).map(|i| f.c[i] * x[i]).sum();
         (p > 0.0).then(|| (t - p) / p)
     }));
     Some(Fit { relative_sd, ..f })

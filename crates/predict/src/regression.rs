@@ -6,15 +6,23 @@
 //! follow that without anyone choosing a formula.
 //!
 //! Times come in already divided by CPU availability (seed 001 takes f_cpu as the identity), so
-//! the fits describe the host when quiet and the load enters at prediction time. Fits are a
-//! Householder QR of at most four scaled columns: a refit over the 512 kept runs costs tens of
-//! microseconds, cheap enough to run on every completed call.
+//! the fits describe the host when quiet and the load enters at prediction time.
+//!
+//! The agent refits on every completed call, on the thread that ranks calls, so a refit must
+//! not cost a least-squares pass over every kept run (tens of microseconds per candidate, once
+//! most of the agent's time per call). The runs are kept in blocks of 64, each holding the
+//! triangular factor of its own QR, updated by a Givens rotation per arriving run; a refit is a
+//! Householder QR of the blocks' stacked factors (at most nine blocks of at most four rows):
+//! the same solution and residual as a QR of the runs themselves, in a few hundred flops.
 
 use crate::stoch::Stoch;
 use std::collections::VecDeque;
 
-/// Runs kept, the newest: the fit follows the host as it is now, and refits stay cheap.
+/// Runs kept, the newest (`KEPT` to `KEPT + BLOCK - 1` of them: the oldest block goes
+/// whole): the fit follows the host as it is now.
 const KEPT: usize = 512;
+/// Runs per block of the incremental fit.
+const BLOCK: usize = 64;
 /// Fewest runs a prediction is made from.
 const MIN_RUNS: usize = 3;
 /// Candidates rank by SE·(1 + k·p/(N−p)). Seed 001 ranks by the plain SE (k = 0), which admits
@@ -88,6 +96,58 @@ pub struct RegressionFit {
     scales: Vec<f64>,
     r: Vec<f64>,
     strikes: u32,
+    // The factors of the kept runs, oldest block first.
+    blocks: VecDeque<Block>,
+}
+
+/// The least-squares state of consecutive runs in one family's basis: the upper-triangular R
+/// (row-major, p×p within 4×4) and Qᵀy of their QR, the residual sum of squares that QR
+/// leaves, each column's largest magnitude (for the scaling of the combined fit), the runs.
+#[derive(Clone, Debug, PartialEq)]
+struct Block {
+    r: [f64; 16],
+    qty: [f64; 4],
+    rss: f64,
+    max: [f64; 4],
+    rows: usize,
+}
+
+impl Block {
+    fn new() -> Self {
+        Block {
+            r: [0.0; 16],
+            qty: [0.0; 4],
+            rss: 0.0,
+            max: [0.0; 4],
+            rows: 0,
+        }
+    }
+
+    /// Rotates the row (f, y) into the factor: R and Qᵀy absorb it, and what the rotations
+    /// leave of y is its residual.
+    fn add(&mut self, (mut f, p): ([f64; 4], usize), mut y: f64) {
+        self.rows += 1;
+        for (m, v) in self.max.iter_mut().zip(&f).take(p) {
+            *m = m.max(v.abs());
+        }
+        for k in 0..p {
+            if f[k] == 0.0 {
+                continue;
+            }
+            let rkk = self.r[k * 4 + k];
+            let rho = rkk.hypot(f[k]);
+            let (c, s) = (rkk / rho, f[k] / rho);
+            for j in k..p {
+                let (a, b) = (self.r[k * 4 + j], f[j]);
+                self.r[k * 4 + j] = c * a + s * b;
+                f[j] = c * b - s * a;
+            }
+            let q = self.qty[k];
+            self.qty[k] = c * q + s * y;
+            y = c * y - s * q;
+        }
+        self.rss += y * y;
+    }
 }
 
 impl RegressionFit {
@@ -101,6 +161,34 @@ impl RegressionFit {
             scales: Vec::new(),
             r: Vec::new(),
             strikes: 0,
+            blocks: VecDeque::new(),
+        }
+    }
+
+    /// A candidate fitted to `runs`, cut into blocks as `rows` says (the model's partition, so
+    /// that every candidate drops the same runs).
+    fn over(family: usize, runs: &VecDeque<(f64, f64)>, rows: &VecDeque<usize>) -> Self {
+        let mut fit = RegressionFit::new(family);
+        let mut at = runs.iter();
+        for &n in rows {
+            let mut b = Block::new();
+            for &(x, y) in at.by_ref().take(n) {
+                b.add(fit.terms(x), y);
+            }
+            fit.blocks.push_back(b);
+        }
+        fit.solve();
+        fit
+    }
+
+    /// Adds a run, opening a new block first if `new_block`.
+    fn add(&mut self, (x, y): (f64, f64), new_block: bool) {
+        if new_block || self.blocks.is_empty() {
+            self.blocks.push_back(Block::new());
+        }
+        let terms = self.terms(x);
+        if let Some(b) = self.blocks.back_mut() {
+            b.add(terms, y);
         }
     }
 
@@ -120,38 +208,52 @@ impl RegressionFit {
         self.standard_error * (1.0 + PARSIMONY * p / (n - p))
     }
 
-    /// Least squares by Householder QR. Columns are scaled to a largest value of 1 first, so a
-    /// 1e12-operation work sits next to the constant column without wrecking the conditioning.
-    fn fit(&mut self, runs: &VecDeque<(f64, f64)>) {
-        let (n, p) = (runs.len(), self.terms(1.0).1);
+    /// Least squares over the kept runs by Householder QR of the blocks' stacked factors.
+    /// Columns are scaled to a largest value of 1 first, so a 1e12-operation work sits next to
+    /// the constant column without wrecking the conditioning (scaling a column of the runs
+    /// scales the same column of every factor).
+    fn solve(&mut self) {
+        let p = self.terms(1.0).1;
+        let blocks = std::mem::take(&mut self.blocks);
+        let n: usize = blocks.iter().map(|b| b.rows).sum();
         *self = RegressionFit {
             observations: n,
             strikes: self.strikes,
             ..RegressionFit::new(self.family)
         };
+        self.fit_factors(&blocks, n, p);
+        self.blocks = blocks;
+    }
+
+    fn fit_factors(&mut self, blocks: &VecDeque<Block>, n: usize, p: usize) {
         if n <= p {
             return;
         }
-        let mut a = vec![0.0; n * p]; // column-major
-        let mut y: Vec<f64> = runs.iter().map(|r| r.1).collect();
         let mut scales = vec![0.0f64; p];
-        for (i, &(x, _)) in runs.iter().enumerate() {
-            let (f, _) = self.terms(x);
-            for j in 0..p {
-                a[j * n + i] = f[j];
-                scales[j] = scales[j].max(f[j].abs());
+        for b in blocks {
+            for (s, m) in scales.iter_mut().zip(&b.max) {
+                *s = s.max(*m);
             }
         }
         if scales.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
             return;
         }
-        for (j, col) in a.chunks_mut(n).enumerate() {
-            col.iter_mut().for_each(|c| *c /= scales[j]);
+        // The stacked factors: one row per (block, row of its R), column-major.
+        let m = blocks.len() * p;
+        let mut a = vec![0.0; m * p];
+        let mut y = Vec::with_capacity(m);
+        for (bi, b) in blocks.iter().enumerate() {
+            for i in 0..p {
+                for j in 0..p {
+                    a[j * m + bi * p + i] = b.r[i * 4 + j] / scales[j];
+                }
+                y.push(b.qty[i]);
+            }
         }
         let mut r = vec![0.0; p * p];
-        let mut v = Vec::with_capacity(n);
+        let mut v = Vec::with_capacity(m);
         for k in 0..p {
-            let col = &mut a[k * n..(k + 1) * n];
+            let col = &mut a[k * m..(k + 1) * m];
             // Reflections keep the whole column's norm: this is the scaled column's own.
             let norm = col.iter().map(|c| c * c).sum::<f64>().sqrt();
             let rest = col[k..].iter().map(|c| c * c).sum::<f64>().sqrt();
@@ -170,8 +272,8 @@ impl RegressionFit {
                 c.iter_mut().zip(&v).for_each(|(c, e)| *c -= s * e);
             };
             for j in k + 1..p {
-                reflect(&mut a[j * n + k..(j + 1) * n]);
-                r[k * p + j] = a[j * n + k];
+                reflect(&mut a[j * m + k..(j + 1) * m]);
+                r[k * p + j] = a[j * m + k];
             }
             reflect(&mut y[k..]);
             r[k * p + k] = alpha;
@@ -181,7 +283,8 @@ impl RegressionFit {
             let s: f64 = (i + 1..p).map(|j| r[i * p + j] * c[j]).sum();
             c[i] = (y[i] - s) / r[i * p + i];
         }
-        let rss: f64 = y[p..].iter().map(|e| e * e).sum();
+        let rss: f64 =
+            blocks.iter().map(|b| b.rss).sum::<f64>() + y[p..].iter().map(|e| e * e).sum::<f64>();
         self.coefficients = c.iter().zip(&scales).map(|(c, s)| c / s).collect();
         self.standard_error = (rss / (n - p) as f64).sqrt();
         self.scales = scales;
@@ -212,6 +315,10 @@ pub struct RegressionModel {
     // Fixed by the first run: a service either has a complexity formula or it does not.
     basis: Option<Basis>,
     runs: VecDeque<(f64, f64)>,
+    // Runs per block, oldest first: the same partition for every candidate.
+    rows: VecDeque<usize>,
+    // Sum of the kept runs' times.
+    time_sum: f64,
     live: Vec<RegressionFit>,
     refits: u64,
     // Another server's model and the ratio of dedicated times, used until this one's own runs
@@ -241,15 +348,35 @@ impl RegressionModel {
             self.basis = Some(basis);
             self.live = families(basis).map(RegressionFit::new).collect();
         }
-        if self.runs.len() == KEPT {
-            self.runs.pop_front();
+        let new_block = self.rows.back().is_none_or(|&n| n == BLOCK);
+        if new_block {
+            self.rows.push_back(0);
+        }
+        if let Some(n) = self.rows.back_mut() {
+            *n += 1;
         }
         self.runs.push_back((x, quiet_s));
+        self.time_sum += quiet_s;
+        for f in &mut self.live {
+            f.add((x, quiet_s), new_block);
+        }
+        if let Some(&oldest) = self.rows.front()
+            && self.runs.len() - oldest >= KEPT
+        {
+            self.rows.pop_front();
+            for (_, t) in self.runs.drain(..oldest) {
+                self.time_sum -= t;
+            }
+            for f in &mut self.live {
+                f.blocks.pop_front();
+            }
+        }
         self.refits += 1;
         if self.refits % REVISIT_EVERY == 0 {
             for f in families(basis) {
                 if !self.live.iter().any(|l| l.family == f) {
-                    self.live.push(RegressionFit::new(f));
+                    self.live
+                        .push(RegressionFit::over(f, &self.runs, &self.rows));
                 }
             }
         }
@@ -261,7 +388,7 @@ impl RegressionModel {
 
     fn refit(&mut self) {
         for f in &mut self.live {
-            f.fit(&self.runs);
+            f.solve();
         }
         // Stable: on a tie (e.g. nothing fitted yet) the simpler family stays first.
         self.live.sort_by(|a, b| a.score().total_cmp(&b.score()));
@@ -271,7 +398,7 @@ impl RegressionModel {
         if self.runs.len() < MIN_JUDGED {
             return;
         }
-        let mean = self.runs.iter().map(|r| r.1).sum::<f64>() / self.runs.len() as f64;
+        let mean = self.time_sum / self.runs.len() as f64;
         let bar = DROP_FACTOR * best.standard_error.max(NEGLIGIBLE * mean);
         for f in &mut self.live[1..] {
             // An unfitted candidate is undetermined, not bad: it keeps its strikes.
@@ -486,8 +613,46 @@ mod tests {
             let w = 1e6 * (1 + i % 7) as f64;
             m.observe(Some(w), &[], 1e-12 * w);
         }
-        assert_eq!(m.observations(), KEPT);
+        assert!((KEPT..KEPT + BLOCK).contains(&m.observations()));
         assert_eq!(m.predict(Some(f64::NAN), &[]), None);
+    }
+
+    #[test]
+    fn the_kept_runs_fit_as_if_they_were_the_only_ones() {
+        // A window that slid over 1,000 runs, against a model that saw only the runs it kept
+        // (cut into other blocks): the same fits, to rounding.
+        let (mut r, mut slid, mut fresh) = (
+            rng(6),
+            RegressionModel::default(),
+            RegressionModel::default(),
+        );
+        let runs: Vec<(f64, f64)> = (0..1000)
+            .map(|_| {
+                let ((u, _), (_, g)) = (r(), r());
+                let w = 1e6 + u * 1e9;
+                (
+                    w,
+                    (0.02 + 3e-9 * w + 1e-6 * w.cbrt().powi(2)) * (1.0 + 0.03 * g),
+                )
+            })
+            .collect();
+        for &(w, t) in &runs {
+            slid.observe(Some(w), &[], t);
+        }
+        for &(w, t) in &runs[runs.len() - slid.observations()..] {
+            fresh.observe(Some(w), &[], t);
+        }
+        for f in slid.fits() {
+            let g = fresh.fits().iter().find(|g| g.name == f.name).unwrap();
+            assert_eq!(f.observations, g.observations);
+            assert!(
+                within(f.standard_error, g.standard_error, 1e-9),
+                "{f:?} {g:?}"
+            );
+            for (a, b) in f.coefficients.iter().zip(&g.coefficients) {
+                assert!(within(*a, *b, 1e-6), "{f:?} {g:?}");
+            }
+        }
     }
 
     #[test]
