@@ -23,13 +23,15 @@ impl Inner {
                 sent.push(v.clone());
                 continue;
             }
-            match self.conn.bulk.put(addr, v).await {
+            // Boxed, as every large-value path here: the futures of the calls that carry no
+            // large value stay small (a spawned call's future is copied as it starts and ends).
+            match Box::pin(self.conn.bulk.put(addr, v)).await {
                 Ok(r) => {
                     staged.push(r.handle);
                     sent.push(Value::Ref(r));
                 }
                 Err(e) => {
-                    self.free_staged(addr, staged).await;
+                    Box::pin(self.free_staged(addr, staged)).await;
                     return Err(bulk_failure(who, "sending an argument", e));
                 }
             }
@@ -50,10 +52,7 @@ impl Inner {
             if keep.contains(&(i as u32)) {
                 continue;
             }
-            *slot = self
-                .conn
-                .bulk
-                .get(&r.holder, r.handle, None)
+            *slot = Box::pin(self.conn.bulk.get(&r.holder, r.handle, None))
                 .await
                 .map_err(|e| collect_failure(who, i, r, e))?;
         }

@@ -169,7 +169,7 @@ impl Inner {
                 }
             }
             other => {
-                self.free_staged(addr, staged).await;
+                Box::pin(self.free_staged(addr, staged)).await;
                 other
             }
         }
@@ -206,7 +206,9 @@ impl Inner {
         // are closed and `exec` fails below.
         let _watch = self.conn.liveness.watch(addr);
         let ctx = wire::context(self.call_timeout);
-        let mut exec = std::pin::pin!(conn.client.execute(ctx, req));
+        // Boxed: tarpc's request future is kilobytes, and a spawned call's future is copied
+        // as its task starts and again as it ends.
+        let mut exec = Box::pin(conn.client.execute(ctx, req));
         let never = CancelFlag::default();
         let cancel_flag = cancel.unwrap_or(&never);
         let reply = tokio::select! {
@@ -214,7 +216,7 @@ impl Inner {
             r = &mut exec => r,
             _ = cancel_flag.cancelled() => {
                 // Tell the server first; dropping `exec` afterwards stops waiting.
-                self.cancel_on_server(&conn.client, call_id, who).await;
+                Box::pin(self.cancel_on_server(&conn.client, call_id, who)).await;
                 return cancelled();
             }
         };
@@ -706,7 +708,7 @@ impl GridClient {
         let guard = CompletionGuard::new(self.inner.sessions.clone(), id);
         let inner = self.inner.clone();
         let (service, binding) = (h.service.clone(), h.binding.clone());
-        self.inner.rt.spawn(async move {
+        let fut = async move {
             let r = inner
                 .run_call(
                     &service,
@@ -720,7 +722,8 @@ impl GridClient {
                 .await
                 .map_err(|f| f.error);
             guard.complete(r);
-        });
+        };
+        self.inner.rt.spawn(fut);
         Ok(id)
     }
 

@@ -293,10 +293,11 @@ impl Conn {
             let attempt = if alive {
                 Ok(client)
             } else {
-                self.reconnect_agent(epoch).await
+                Box::pin(self.reconnect_agent(epoch)).await
             };
             let outcome = match attempt {
-                Ok(client) => match f(client, self.agent_ctx()).await {
+                // Boxed: tarpc's request future is kilobytes (see `execute_on`).
+                Ok(client) => match Box::pin(f(client, self.agent_ctx())).await {
                     Ok(v) => return Ok(v),
                     Err(e) if connection_lost(&e) => {
                         // Drop it, so the next attempt reconnects.
@@ -455,6 +456,23 @@ impl Conn {
 
     /// A connection to the server at `addr`: the pooled one, or a new one.
     pub(crate) async fn server(&self, addr: &str) -> Result<ServerConn, GrpcError> {
+        if let Some(c) = self.pooled_server(addr) {
+            return Ok(c);
+        }
+        // Boxed: connecting is rare, and its future would weigh on every call's.
+        Box::pin(self.connect_server(addr)).await
+    }
+
+    /// The pooled connection to `addr`, if it is usable.
+    fn pooled_server(&self, addr: &str) -> Option<ServerConn> {
+        let slot = lock(&self.servers).get(addr)?.clone();
+        let cur = lock(&slot.current);
+        let c = cur.as_ref().filter(|c| c.is_usable())?;
+        c.touch();
+        Some(c.clone())
+    }
+
+    async fn connect_server(&self, addr: &str) -> Result<ServerConn, GrpcError> {
         let slot = {
             let mut pool = lock(&self.servers);
             match pool.get(addr) {
