@@ -1,6 +1,7 @@
 /* The cost of a GridRPC call from C (what `gridwise bench rpc --client c` runs): synchronous
  * `add` calls timed one by one, then asynchronous ones kept WINDOW in flight with
- * grpc_wait_any. Prints one JSON object. */
+ * grpc_wait_any. Prints one JSON object; with SAMPLES_FILE, also writes every synchronous
+ * call's time there (µs, one a line), so that runs in turns can be pooled. */
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -19,7 +20,7 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    USAGE(argc, argv, 5, "CLIENT_CONFIG SYNC_CALLS ASYNC_CALLS WINDOW");
+    USAGE(argc, argv, 5, "CLIENT_CONFIG SYNC_CALLS ASYNC_CALLS WINDOW [SAMPLES_FILE]");
     int sync_calls = atoi(argv[2]), async_calls = atoi(argv[3]), window = atoi(argv[4]);
     if (sync_calls < 1 || async_calls < 1 || window < 1) {
         fprintf(stderr, "counts must be positive\n");
@@ -40,6 +41,15 @@ int main(int argc, char **argv) {
             fprintf(stderr, "add(%d) returned %d\n", i, y);
             return 1;
         }
+    }
+    if (argc > 5) {
+        FILE *f = fopen(argv[5], "w");
+        if (!f) {
+            perror(argv[5]);
+            return 1;
+        }
+        for (int i = 0; i < sync_calls; i++) fprintf(f, "%.3f\n", lat[i]);
+        fclose(f);
     }
     qsort(lat, (size_t)sync_calls, sizeof(double), cmp);
     double p50 = lat[sync_calls / 2], p99 = lat[(size_t)((sync_calls - 1) * 0.99)];

@@ -91,8 +91,7 @@ fn buffer_of<T: Element>(
         ))
     })?;
     let len = std::mem::size_of_val(slice);
-    let mut data = Vec::new();
-    data.try_reserve_exact(len)
+    let mut data = gridwise_proto::value::array_bytes(len)
         .map_err(|_| PyValueError::new_err(format!("{what}: cannot allocate {len} bytes")))?;
     // SAFETY: `slice` is `len` bytes of plain numbers, readable as bytes.
     data.extend_from_slice(unsafe { std::slice::from_raw_parts(slice.as_ptr().cast::<u8>(), len) });

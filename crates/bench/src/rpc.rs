@@ -74,7 +74,15 @@ pub fn run_rpc(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut cfg = ClientConfig::with_agent(agent.clone());
     cfg.token = token.clone();
     let mut out = Vec::new();
+    let has = |c: &str| opts.clients.iter().any(|x| x == c);
+    if has("rust") && has("c") {
+        // The goal compares the two: measured in turns, so that drift falls on both alike.
+        out.extend(rust_and_c_in_turns(opts, &cfg)?);
+    }
     for c in &opts.clients {
+        if has("rust") && has("c") && (c == "rust" || c == "c") {
+            continue;
+        }
         let mut line = match c.as_str() {
             "rust" => rust_client(opts, cfg.clone())?,
             "c" => c_client(opts, &cfg)?,
@@ -460,7 +468,111 @@ fn last_json(text: &str, what: &str) -> anyhow::Result<serde_json::Value> {
         .ok_or_else(|| anyhow::anyhow!("{what} printed no JSON object:\n{text}"))
 }
 
+/// The C benchmark, built against a release `libgridwise.a`, with the client config it reads.
+struct CBench {
+    dir: tempfile::TempDir,
+}
+
+impl CBench {
+    fn exe(&self) -> std::path::PathBuf {
+        self.dir.path().join("rpc_bench")
+    }
+
+    fn config(&self) -> std::path::PathBuf {
+        self.dir.path().join("client.toml")
+    }
+
+    /// Runs it: `sync` timed calls, `asynchronous` ones `window` in flight; its JSON line and,
+    /// with `samples`, every synchronous call's time in µs.
+    fn run(
+        &self,
+        sync: usize,
+        asynchronous: usize,
+        window: usize,
+        samples: bool,
+    ) -> anyhow::Result<(serde_json::Value, Vec<f64>)> {
+        let file = self.dir.path().join("samples.txt");
+        let mut cmd = Command::new(self.exe());
+        cmd.arg(self.config())
+            .arg(sync.to_string())
+            .arg(asynchronous.max(1).to_string())
+            .arg(window.max(1).to_string());
+        if samples {
+            cmd.arg(&file);
+        }
+        let line = last_json(&output_of(&mut cmd, "the C benchmark")?, "the C benchmark")?;
+        let lat = if samples {
+            std::fs::read_to_string(&file)?
+                .lines()
+                .map(|l| l.trim().parse::<f64>())
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
+        };
+        Ok((line, lat))
+    }
+}
+
+/// The Rust and the C client on one grid in alternating turns, a slice of the calls each (the
+/// C program started afresh each turn, its warm-up untimed); then one line each, the C line
+/// with its sync p50 over Rust's.
+fn rust_and_c_in_turns(
+    opts: &RpcBench,
+    cfg: &ClientConfig,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let c = build_c_bench(cfg)?;
+    eprintln!("bench rpc: warming up …");
+    let mut m = Measure::new(cfg.clone())?;
+    let window = opts.window.max(1);
+    let (sync, asynchronous) = (
+        (opts.sync_calls / TURNS).max(1),
+        (opts.async_calls / TURNS).max(1),
+    );
+    let (mut c_lat, mut c_calls, mut c_s) = (Vec::new(), 0usize, 0.0f64);
+    for round in 0..TURNS {
+        eprintln!("bench rpc: turn {} of {TURNS} (Rust and C) …", round + 1);
+        for k in 0..2 {
+            if (k + round) % 2 == 0 {
+                m.sync(sync)?;
+                m.asynchronous(asynchronous, window)?;
+            } else {
+                let (line, lat) = c.run(sync, asynchronous, window, true)?;
+                c_lat.extend(lat);
+                let per_s = line["async_calls_per_s"].as_f64().unwrap_or(f64::NAN);
+                c_calls += asynchronous;
+                c_s += asynchronous as f64 / per_s;
+            }
+        }
+    }
+    let array = m.array()?;
+    let mut rust = m.line(array);
+    rust["loopback_rtt_p50_us"] = json!(loopback_rtt_p50_us()?);
+    label(&mut rust, "rust", opts);
+    let mut data = Data::new(c_lat);
+    let c_p50 = (data.percentile(50) * 10.0).round() / 10.0;
+    let mut cl = json!({
+        "sync_p50_us": c_p50,
+        "sync_p99_us": (data.percentile(99) * 10.0).round() / 10.0,
+        "async_calls_per_s": (c_calls as f64 / c_s).round(),
+        "in_turns_with": "rust",
+    });
+    if let Some(r) = rust["sync_p50_us"].as_f64() {
+        cl["sync_p50_over_rust"] = json!((c_p50 / r * 1000.0).round() / 1000.0);
+    }
+    label(&mut cl, "c", opts);
+    Ok(vec![rust, cl])
+}
+
 fn c_client(opts: &RpcBench, cfg: &ClientConfig) -> anyhow::Result<serde_json::Value> {
+    let c = build_c_bench(cfg)?;
+    eprintln!("bench rpc: the C client …");
+    Ok(
+        c.run(opts.sync_calls, opts.async_calls, opts.window, false)?
+            .0,
+    )
+}
+
+fn build_c_bench(cfg: &ClientConfig) -> anyhow::Result<CBench> {
     let root = workspace();
     eprintln!("bench rpc: building libgridwise (release) and the C benchmark …");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -491,22 +603,13 @@ fn c_client(opts: &RpcBench, cfg: &ClientConfig) -> anyhow::Result<serde_json::V
             .arg(dir.path().join("rpc_bench")),
         "make (a C compiler and make are needed)",
     )?;
-    let config = dir.path().join("client.toml");
     let mut toml = format!("agent = {:?}\n", cfg.agent);
     if let Some(t) = &cfg.token {
         toml.push_str(&format!("token = {t:?}\n"));
     }
-    std::fs::write(&config, toml)?;
-    eprintln!("bench rpc: the C client …");
-    let text = output_of(
-        Command::new(dir.path().join("rpc_bench"))
-            .arg(&config)
-            .arg(opts.sync_calls.to_string())
-            .arg(opts.async_calls.to_string())
-            .arg(opts.window.max(1).to_string()),
-        "the C benchmark",
-    )?;
-    last_json(&text, "the C benchmark")
+    let c = CBench { dir };
+    std::fs::write(c.config(), toml)?;
+    Ok(c)
 }
 
 fn python_client(

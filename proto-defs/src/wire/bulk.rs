@@ -189,8 +189,7 @@ async fn read_payload(
 ) -> io::Result<Vec<u8>> {
     let len = usize::try_from(bytes)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a payload too large to hold"))?;
-    let mut data = Vec::new();
-    data.try_reserve_exact(len).map_err(|_| {
+    let mut data = crate::value::array_bytes(len).map_err(|_| {
         io::Error::new(
             io::ErrorKind::OutOfMemory,
             format!("cannot allocate {len} bytes for a bulk value"),
