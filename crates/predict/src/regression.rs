@@ -137,10 +137,9 @@ impl Block {
             let rkk = self.r[k * 4 + k];
             let rho = rkk.hypot(f[k]);
             let (c, s) = (rkk / rho, f[k] / rho);
-            for j in k..p {
-                let (a, b) = (self.r[k * 4 + j], f[j]);
-                self.r[k * 4 + j] = c * a + s * b;
-                f[j] = c * b - s * a;
+            let row = &mut self.r[k * 4 + k..k * 4 + p];
+            for (a, b) in row.iter_mut().zip(&mut f[k..p]) {
+                (*a, *b) = (c * *a + s * *b, c * *b - s * *a);
             }
             let q = self.qty[k];
             self.qty[k] = c * q + s * y;
