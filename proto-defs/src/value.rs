@@ -389,6 +389,20 @@ mod tests {
     }
 
     #[test]
+    fn a_large_array_is_copied_whole_into_an_exact_buffer() {
+        // 9 MiB and a bit: huge pages are advised over the aligned middle only.
+        let n = (9 << 20) / 8 + 3;
+        let v: Vec<f64> = (0..n).map(|i| i as f64 * 0.5).collect();
+        let a = Array::from_f64(n as u64, 1, &v);
+        let b = a.clone();
+        assert_eq!(b, a);
+        assert_eq!(b.data.capacity(), a.data.len());
+        assert_eq!(b.to_f64().unwrap()[n - 1], (n - 1) as f64 * 0.5);
+        let small = array_bytes(100).unwrap();
+        assert!(small.is_empty() && small.capacity() == 100);
+    }
+
+    #[test]
     fn wrong_element_type_is_refused() {
         let a = Array::from_f64(2, 1, &[1.0, 2.0]);
         assert!(a.to_i64().is_none());

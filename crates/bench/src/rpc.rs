@@ -386,40 +386,114 @@ impl Measure {
     }
 }
 
-/// p50 of a bare loopback TCP round trip of `add`'s size (two threads, TCP_NODELAY), µs: the
-/// floor a call's two round trips (agent, server) are judged against on this machine.
-fn loopback_rtt_p50_us() -> anyhow::Result<f64> {
+/// Round trips timed by the floors below, after 500 that warm the path up.
+const ROUNDS: usize = 5000;
+const WARM: usize = 500;
+/// The size of `add`'s messages.
+const SIZE: usize = 64;
+
+/// A thread echoing `ROUNDS + WARM` messages of `SIZE` bytes on one loopback connection.
+fn echo_peer() -> anyhow::Result<(
+    std::net::SocketAddr,
+    std::thread::JoinHandle<std::io::Result<()>>,
+)> {
     use std::io::{Read, Write};
-    const ROUNDS: usize = 5000;
-    const SIZE: usize = 64;
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
         let (mut s, _) = listener.accept()?;
         s.set_nodelay(true)?;
         let mut buf = [0u8; SIZE];
-        for _ in 0..ROUNDS + 500 {
+        for _ in 0..ROUNDS + WARM {
             s.read_exact(&mut buf)?;
             s.write_all(&buf)?;
         }
         Ok(())
     });
+    Ok((addr, echo))
+}
+
+/// p50 of the timed rounds, µs, to a tenth.
+fn p50_us(rtt: Vec<f64>) -> f64 {
+    (Data::new(rtt).percentile(50) * 10.0).round() / 10.0
+}
+
+/// p50 of the same round trip issued the way the blocking client issues its requests: from
+/// the calling thread, as a task on a current-thread tokio runtime of its own thread, which
+/// does the I/O and hands the answer back; µs. Beside `loopback_rtt_p50_us` it shows what the
+/// hop into the runtime and back costs on this machine (a call pays it once, for both round
+/// trips): a client with a runtime thread cannot go below two round trips plus that.
+fn runtime_rtt_p50_us() -> anyhow::Result<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (addr, echo) = echo_peer()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let handle = rt.handle().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let driver = std::thread::spawn(move || {
+        rt.block_on(async {
+            let _ = stopped.await;
+        })
+    });
+    let stream = handle.block_on(async {
+        let s = tokio::net::TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        Ok::<_, std::io::Error>(s)
+    })?;
+    let stream = std::sync::Arc::new(tokio::sync::Mutex::new(stream));
+    let mut rtt = Vec::with_capacity(ROUNDS);
+    for i in 0..ROUNDS + WARM {
+        let t = Instant::now();
+        let s = stream.clone();
+        let task = handle.spawn(async move {
+            let mut s = s.lock().await;
+            let mut buf = [7u8; SIZE];
+            s.write_all(&buf).await?;
+            s.read_exact(&mut buf).await?;
+            Ok::<_, std::io::Error>(())
+        });
+        handle.block_on(task)??;
+        if i >= WARM {
+            rtt.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    let _ = stop.send(());
+    driver
+        .join()
+        .map_err(|_| anyhow::anyhow!("the runtime thread panicked"))?;
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
+    Ok(p50_us(rtt))
+}
+
+/// p50 of a bare loopback TCP round trip of `add`'s size (two threads, TCP_NODELAY), µs: the
+/// floor a call's two round trips (agent, server) are judged against on this machine.
+fn loopback_rtt_p50_us() -> anyhow::Result<f64> {
+    use std::io::{Read, Write};
+    let (addr, echo) = echo_peer()?;
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     let mut buf = [7u8; SIZE];
     let mut rtt = Vec::with_capacity(ROUNDS);
-    for i in 0..ROUNDS + 500 {
+    for i in 0..ROUNDS + WARM {
         let t = Instant::now();
         s.write_all(&buf)?;
         s.read_exact(&mut buf)?;
-        // The first 500 warm the path up.
-        if i >= 500 {
+        if i >= WARM {
             rtt.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
     echo.join()
         .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
-    Ok((Data::new(rtt).percentile(50) * 10.0).round() / 10.0)
+    Ok(p50_us(rtt))
+}
+
+/// Both floors on the Rust client's line.
+fn add_floors(line: &mut serde_json::Value) -> anyhow::Result<()> {
+    line["loopback_rtt_p50_us"] = json!(loopback_rtt_p50_us()?);
+    line["runtime_rtt_p50_us"] = json!(runtime_rtt_p50_us()?);
+    Ok(())
 }
 
 fn rust_client(opts: &RpcBench, cfg: ClientConfig) -> anyhow::Result<serde_json::Value> {
@@ -434,7 +508,7 @@ fn rust_client(opts: &RpcBench, cfg: ClientConfig) -> anyhow::Result<serde_json:
     m.asynchronous(opts.async_calls, opts.window.max(1))?;
     let array = m.array()?;
     let mut line = m.line(array);
-    line["loopback_rtt_p50_us"] = json!(loopback_rtt_p50_us()?);
+    add_floors(&mut line)?;
     Ok(line)
 }
 
@@ -546,7 +620,7 @@ fn rust_and_c_in_turns(
     }
     let array = m.array()?;
     let mut rust = m.line(array);
-    rust["loopback_rtt_p50_us"] = json!(loopback_rtt_p50_us()?);
+    add_floors(&mut rust)?;
     label(&mut rust, "rust", opts);
     let mut data = Data::new(c_lat);
     let c_p50 = (data.percentile(50) * 10.0).round() / 10.0;
