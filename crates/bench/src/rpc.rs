@@ -556,40 +556,116 @@ impl CBench {
         self.dir.path().join("client.toml")
     }
 
-    /// Runs it: `sync` timed calls, `asynchronous` ones `window` in flight; its JSON line and,
-    /// with `samples`, every synchronous call's time in µs.
+    /// Runs it once: `sync` timed calls, then `asynchronous` ones `window` in flight; its JSON
+    /// line.
     fn run(
         &self,
         sync: usize,
         asynchronous: usize,
         window: usize,
-        samples: bool,
-    ) -> anyhow::Result<(serde_json::Value, Vec<f64>)> {
-        let file = self.dir.path().join("samples.txt");
+    ) -> anyhow::Result<serde_json::Value> {
         let mut cmd = Command::new(self.exe());
         cmd.arg(self.config())
-            .arg(sync.to_string())
+            .arg(sync.max(1).to_string())
             .arg(asynchronous.max(1).to_string())
             .arg(window.max(1).to_string());
-        if samples {
-            cmd.arg(&file);
-        }
-        let line = last_json(&output_of(&mut cmd, "the C benchmark")?, "the C benchmark")?;
-        let lat = if samples {
-            std::fs::read_to_string(&file)?
-                .lines()
-                .map(|l| l.trim().parse::<f64>())
-                .collect::<Result<Vec<_>, _>>()?
-        } else {
-            Vec::new()
+        last_json(&output_of(&mut cmd, "the C benchmark")?, "the C benchmark")
+    }
+
+    /// Starts it in command mode: connected and warmed up, waiting for turns.
+    fn start(&self) -> anyhow::Result<CSession> {
+        use std::process::Stdio;
+        let mut child = Command::new(self.exe())
+            .arg(self.config())
+            .arg("-")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot start the C benchmark: {e}"))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().map(std::io::BufReader::new);
+        let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("the C benchmark's pipes could not be opened");
         };
-        Ok((line, lat))
+        let mut s = CSession {
+            child,
+            stdin,
+            stdout,
+            samples: self.dir.path().join("samples.txt"),
+        };
+        s.answer()?;
+        Ok(s)
+    }
+}
+
+/// The C benchmark in command mode (stopped, or else killed, with the handle).
+struct CSession {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    samples: std::path::PathBuf,
+}
+
+impl CSession {
+    /// Its next JSON line.
+    fn answer(&mut self) -> anyhow::Result<serde_json::Value> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line)?;
+        serde_json::from_str(&line).map_err(|_| {
+            anyhow::anyhow!("the C benchmark answered {line:?} (it says why on stderr)")
+        })
+    }
+
+    fn command(&mut self, text: &str) -> anyhow::Result<serde_json::Value> {
+        use std::io::Write;
+        writeln!(self.stdin, "{text}")?;
+        self.stdin.flush()?;
+        self.answer()
+    }
+
+    /// `n` timed synchronous calls, µs each.
+    fn sync(&mut self, n: usize) -> anyhow::Result<Vec<f64>> {
+        let file = self.samples.display().to_string();
+        self.command(&format!("sync {} {file}", n.max(1)))?;
+        Ok(std::fs::read_to_string(&self.samples)?
+            .lines()
+            .map(|l| l.trim().parse::<f64>())
+            .collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// `n` asynchronous calls, `window` in flight: calls per second.
+    fn asynchronous(&mut self, n: usize, window: usize) -> anyhow::Result<f64> {
+        let line = self.command(&format!("async {} {}", n.max(1), window.max(1)))?;
+        line["async_calls_per_s"]
+            .as_f64()
+            .ok_or_else(|| anyhow::anyhow!("the C benchmark answered {line} to async"))
+    }
+}
+
+impl Drop for CSession {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
 /// The Rust and the C client on one grid in alternating turns, a slice of the calls each (the
-/// C program started afresh each turn, its warm-up untimed); then one line each, the C line
-/// with its sync p50 over Rust's.
+/// C program started once, warmed up like the Rust client, and given its turns on standard
+/// input); then one line each, the C line with its sync p50 over Rust's.
 fn rust_and_c_in_turns(
     opts: &RpcBench,
     cfg: &ClientConfig,
@@ -597,6 +673,7 @@ fn rust_and_c_in_turns(
     let c = build_c_bench(cfg)?;
     eprintln!("bench rpc: warming up …");
     let mut m = Measure::new(cfg.clone())?;
+    let mut c = c.start()?;
     let window = opts.window.max(1);
     let (sync, asynchronous) = (
         (opts.sync_calls / TURNS).max(1),
@@ -610,9 +687,8 @@ fn rust_and_c_in_turns(
                 m.sync(sync)?;
                 m.asynchronous(asynchronous, window)?;
             } else {
-                let (line, lat) = c.run(sync, asynchronous, window, true)?;
-                c_lat.extend(lat);
-                let per_s = line["async_calls_per_s"].as_f64().unwrap_or(f64::NAN);
+                c_lat.extend(c.sync(sync)?);
+                let per_s = c.asynchronous(asynchronous, window)?;
                 c_calls += asynchronous;
                 c_s += asynchronous as f64 / per_s;
             }
@@ -640,10 +716,7 @@ fn rust_and_c_in_turns(
 fn c_client(opts: &RpcBench, cfg: &ClientConfig) -> anyhow::Result<serde_json::Value> {
     let c = build_c_bench(cfg)?;
     eprintln!("bench rpc: the C client …");
-    Ok(
-        c.run(opts.sync_calls, opts.async_calls, opts.window, false)?
-            .0,
-    )
+    c.run(opts.sync_calls, opts.async_calls, opts.window)
 }
 
 fn build_c_bench(cfg: &ClientConfig) -> anyhow::Result<CBench> {
