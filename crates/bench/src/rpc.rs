@@ -802,7 +802,7 @@ fn raw_tcp_mb_per_s(mib: usize) -> anyhow::Result<f64> {
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
         let (mut s, _) = listener.accept()?;
         s.set_nodelay(true)?;
-        let mut buf = vec![0u8; n];
+        let mut buf = crate::transfer::raw_buffer(n, 1)?;
         for _ in 0..3 {
             s.read_exact(&mut buf)?;
             s.write_all(&buf)?;
@@ -811,8 +811,10 @@ fn raw_tcp_mb_per_s(mib: usize) -> anyhow::Result<f64> {
     });
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
-    let data: Vec<u8> = (0..n).map(|i| i as u8).collect();
-    let mut back = vec![0u8; n];
+    let mut data = crate::transfer::raw_buffer(n, 0)?;
+    data.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+    let data = std::sync::Arc::new(data);
+    let mut back = crate::transfer::raw_buffer(n, 1)?;
     let mut best = f64::INFINITY;
     for _ in 0..3 {
         let t = Instant::now();
@@ -830,6 +832,6 @@ fn raw_tcp_mb_per_s(mib: usize) -> anyhow::Result<f64> {
     }
     echo.join()
         .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
-    anyhow::ensure!(back == data, "the loopback copy came back different");
+    anyhow::ensure!(back == *data, "the loopback copy came back different");
     Ok(2.0 * n as f64 / best / 1e6)
 }
