@@ -132,7 +132,9 @@ macro_rules! typed_array {
     ($from:ident, $try_from:ident, $to:ident, $t:ty, $elem:expr) => {
         /// Builds an array from native values (row-major).
         pub fn $from(rows: u64, cols: u64, values: &[$t]) -> Array {
-            let mut data = Vec::with_capacity(values.len() * std::mem::size_of::<$t>());
+            // Out of memory, the extension below fails as an allocation would.
+            let mut data =
+                array_bytes(values.len() * std::mem::size_of::<$t>()).unwrap_or_default();
             for v in values {
                 data.extend_from_slice(&v.to_le_bytes());
             }
@@ -147,9 +149,8 @@ macro_rules! typed_array {
         /// Like the infallible builder, but `None` instead of aborting when the buffer cannot be
         /// allocated: for arrays whose size a request chose.
         pub fn $try_from(rows: u64, cols: u64, values: &[$t]) -> Option<Array> {
-            let mut data = Vec::new();
-            data.try_reserve_exact(values.len().checked_mul(std::mem::size_of::<$t>())?)
-                .ok()?;
+            let mut data =
+                array_bytes(values.len().checked_mul(std::mem::size_of::<$t>())?).ok()?;
             for v in values {
                 data.extend_from_slice(&v.to_le_bytes());
             }

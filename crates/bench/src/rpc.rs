@@ -371,14 +371,11 @@ impl Measure {
     }
 
     fn line(&self, array_mb_per_s: f64) -> serde_json::Value {
-        let mut data = Data::new(self.lat_us.clone());
-        let (p50, p99) = (data.percentile(50), data.percentile(99));
-        let median = |v: &[f64]| (Data::new(v.to_vec()).percentile(50) * 10.0).round() / 10.0;
         json!({
-            "sync_p50_us": (p50 * 10.0).round() / 10.0,
-            "sync_p99_us": (p99 * 10.0).round() / 10.0,
-            "rank_p50_us": median(&self.rank_us),
-            "execute_p50_us": median(&self.execute_us),
+            "sync_p50_us": percentile_us(&self.lat_us, 50),
+            "sync_p99_us": percentile_us(&self.lat_us, 99),
+            "rank_p50_us": percentile_us(&self.rank_us, 50),
+            "execute_p50_us": percentile_us(&self.execute_us, 50),
             "async_calls_per_s": (self.async_calls as f64 / self.async_s).round(),
             "array_mib": ARRAY_MIB,
             "array_round_trip_mb_per_s": (array_mb_per_s * 10.0).round() / 10.0,
@@ -413,9 +410,9 @@ fn echo_peer() -> anyhow::Result<(
     Ok((addr, echo))
 }
 
-/// p50 of the timed rounds, µs, to a tenth.
-fn p50_us(rtt: Vec<f64>) -> f64 {
-    (Data::new(rtt).percentile(50) * 10.0).round() / 10.0
+/// The `p`-th percentile of times in µs, to a tenth.
+fn percentile_us(samples: &[f64], p: usize) -> f64 {
+    (Data::new(samples.to_vec()).percentile(p) * 10.0).round() / 10.0
 }
 
 /// p50 of the same round trip issued the way the blocking client issues its requests: from
@@ -464,7 +461,7 @@ fn runtime_rtt_p50_us() -> anyhow::Result<f64> {
         .map_err(|_| anyhow::anyhow!("the runtime thread panicked"))?;
     echo.join()
         .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
-    Ok(p50_us(rtt))
+    Ok(percentile_us(&rtt, 50))
 }
 
 /// p50 of a bare loopback TCP round trip of `add`'s size (two threads, TCP_NODELAY), µs: the
@@ -486,7 +483,7 @@ fn loopback_rtt_p50_us() -> anyhow::Result<f64> {
     }
     echo.join()
         .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
-    Ok(p50_us(rtt))
+    Ok(percentile_us(&rtt, 50))
 }
 
 /// Both floors on the Rust client's line.
@@ -698,11 +695,10 @@ fn rust_and_c_in_turns(
     let mut rust = m.line(array);
     add_floors(&mut rust)?;
     label(&mut rust, "rust", opts);
-    let mut data = Data::new(c_lat);
-    let c_p50 = (data.percentile(50) * 10.0).round() / 10.0;
+    let c_p50 = percentile_us(&c_lat, 50);
     let mut cl = json!({
         "sync_p50_us": c_p50,
-        "sync_p99_us": (data.percentile(99) * 10.0).round() / 10.0,
+        "sync_p99_us": percentile_us(&c_lat, 99),
         "async_calls_per_s": (c_calls as f64 / c_s).round(),
         "in_turns_with": "rust",
     });

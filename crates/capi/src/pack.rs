@@ -230,8 +230,7 @@ unsafe fn copy_in(
         return Ok(Vec::new());
     }
     let p = non_null(desc, arg, p.cast_mut())?;
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| {
+    let mut v = gridwise_proto::value::array_bytes(len).map_err(|_| {
         bad(
             desc,
             arg,

@@ -708,7 +708,7 @@ impl GridClient {
         let guard = CompletionGuard::new(self.inner.sessions.clone(), id);
         let inner = self.inner.clone();
         let (service, binding) = (h.service.clone(), h.binding.clone());
-        let fut = async move {
+        self.inner.rt.spawn(async move {
             let r = inner
                 .run_call(
                     &service,
@@ -722,8 +722,7 @@ impl GridClient {
                 .await
                 .map_err(|f| f.error);
             guard.complete(r);
-        };
-        self.inner.rt.spawn(fut);
+        });
         Ok(id)
     }
 

@@ -96,8 +96,7 @@ impl Kernel for SourceKernel {
             .map_err(|_| KernelError::Application(format!("`n` = {n} must not be negative")))?;
         let len = usize::try_from(n.saturating_mul(8))
             .map_err(|_| KernelError::Application(format!("`n` = {n} is too large")))?;
-        let mut data = Vec::new();
-        data.try_reserve_exact(len).map_err(|_| {
+        let mut data = gridwise_proto::value::array_bytes(len).map_err(|_| {
             KernelError::Application(format!("cannot allocate {len} bytes for `y`"))
         })?;
         for i in 0..n {

@@ -316,8 +316,6 @@ pub struct RegressionModel {
     runs: VecDeque<(f64, f64)>,
     // Runs per block, oldest first: the same partition for every candidate.
     rows: VecDeque<usize>,
-    // Sum of the kept runs' times.
-    time_sum: f64,
     live: Vec<RegressionFit>,
     refits: u64,
     // Another server's model and the ratio of dedicated times, used until this one's own runs
@@ -355,7 +353,6 @@ impl RegressionModel {
             *n += 1;
         }
         self.runs.push_back((x, quiet_s));
-        self.time_sum += quiet_s;
         for f in &mut self.live {
             f.add((x, quiet_s), new_block);
         }
@@ -363,9 +360,7 @@ impl RegressionModel {
             && self.runs.len() - oldest >= KEPT
         {
             self.rows.pop_front();
-            for (_, t) in self.runs.drain(..oldest) {
-                self.time_sum -= t;
-            }
+            self.runs.drain(..oldest);
             for f in &mut self.live {
                 f.blocks.pop_front();
             }
@@ -397,7 +392,7 @@ impl RegressionModel {
         if self.runs.len() < MIN_JUDGED {
             return;
         }
-        let mean = self.time_sum / self.runs.len() as f64;
+        let mean = self.runs.iter().map(|r| r.1).sum::<f64>() / self.runs.len() as f64;
         let bar = DROP_FACTOR * best.standard_error.max(NEGLIGIBLE * mean);
         for f in &mut self.live[1..] {
             // An unfitted candidate is undetermined, not bad: it keeps its strikes.
