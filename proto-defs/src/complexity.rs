@@ -1,9 +1,7 @@
 //! Complexity expressions (e.g. `2*m*n*k`): the number of operations a call performs as a
 //! function of the service's size parameters, evaluated with `evalexpr`.
 
-use evalexpr::{
-    ContextWithMutableVariables, DefaultNumericTypes, HashMapContext, Node, build_operator_tree,
-};
+use evalexpr::{Context, DefaultNumericTypes, Node, build_operator_tree};
 use std::fmt;
 
 /// Why a complexity expression was refused.
@@ -89,14 +87,17 @@ impl Complexity {
     /// Evaluates with the given size values (integers are taken as floats, so `2*m*n*k` cannot
     /// overflow). Missing variables, NaN, infinities and negative results are errors.
     pub fn eval(&self, sizes: &[(String, i64)]) -> Result<f64, ComplexityError> {
-        let mut ctx = HashMapContext::<DefaultNumericTypes>::new();
+        let mut values = Vec::with_capacity(self.vars.len());
         for v in &self.vars {
             let Some((_, x)) = sizes.iter().find(|(n, _)| n == v) else {
                 return Err(self.eval_err(format!("no value for size parameter `{v}`")));
             };
-            ctx.set_value(v.clone(), evalexpr::Value::Float(*x as f64))
-                .map_err(|e| self.eval_err(e.to_string()))?;
+            values.push(evalexpr::Value::Float(*x as f64));
         }
+        let ctx = SizeValues {
+            names: &self.vars,
+            values,
+        };
         let value = self
             .tree
             .eval_number_with_context(&ctx)
@@ -113,6 +114,45 @@ impl Complexity {
             expr: self.expr.clone(),
             reason,
         }
+    }
+}
+
+/// The size values of one evaluation, looked up by name among the expression's variables: a
+/// ranking decision evaluates the work once, and a `HashMapContext` (a map and a copy of every
+/// name) cost more than the expression.
+struct SizeValues<'a> {
+    names: &'a [String],
+    values: Vec<evalexpr::Value<DefaultNumericTypes>>,
+}
+
+impl Context for SizeValues<'_> {
+    type NumericTypes = DefaultNumericTypes;
+
+    fn get_value(&self, identifier: &str) -> Option<&evalexpr::Value<DefaultNumericTypes>> {
+        let at = self.names.iter().position(|n| n == identifier)?;
+        self.values.get(at)
+    }
+
+    fn call_function(
+        &self,
+        identifier: &str,
+        _argument: &evalexpr::Value<DefaultNumericTypes>,
+    ) -> evalexpr::EvalexprResult<evalexpr::Value<DefaultNumericTypes>, DefaultNumericTypes> {
+        // Only the built-in functions exist in a complexity.
+        Err(evalexpr::EvalexprError::FunctionIdentifierNotFound(
+            identifier.to_string(),
+        ))
+    }
+
+    fn are_builtin_functions_disabled(&self) -> bool {
+        false
+    }
+
+    fn set_builtin_functions_disabled(
+        &mut self,
+        _disabled: bool,
+    ) -> evalexpr::EvalexprResult<(), DefaultNumericTypes> {
+        Err(evalexpr::EvalexprError::ContextNotMutable)
     }
 }
 

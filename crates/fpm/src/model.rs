@@ -48,6 +48,7 @@
 
 use crate::stats::SpeedStats;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
@@ -88,6 +89,10 @@ impl From<gridwise_proto::BuildInterval> for Interval {
 pub struct Fpm {
     params: Vec<String>,
     points: BTreeMap<Vec<i64>, SpeedStats>,
+    /// Per axis, the least and greatest coordinate of `points` (empty while there are none):
+    /// every prediction clamps into it, and a scan of the vertices per axis per prediction was
+    /// most of a ranking decision's model cost.
+    extent: Vec<(i64, i64)>,
     assumed_zero: Option<Vec<i64>>,
     intervals: Vec<Interval>,
 }
@@ -131,8 +136,8 @@ impl TryFrom<FpmRepr> for Fpm {
             if !s.is_valid() {
                 return Err(format!("model point {x:?} has invalid speeds {s:?}"));
             }
-            // Directly, not through `insert`: a slice's interpolated vertices have count 0.
-            m.points.entry(x).and_modify(|e| e.merge(&s)).or_insert(s);
+            // Not through `insert`: a slice's interpolated vertices have count 0.
+            m.put(x, s);
         }
         if let Some(z) = r.assumed_zero {
             if z.len() != d {
@@ -155,6 +160,7 @@ impl Fpm {
         Self {
             params,
             points: BTreeMap::new(),
+            extent: Vec::new(),
             assumed_zero: None,
             intervals: Vec::new(),
         }
@@ -177,8 +183,22 @@ impl Fpm {
         if x.len() != self.params.len() || stats.count == 0 || !stats.is_valid() {
             return;
         }
+        self.put(x.to_vec(), stats);
+    }
+
+    /// Merges `stats` into the vertex at `x` unchecked: the one way a vertex is added, so the
+    /// extent stays that of the vertices.
+    fn put(&mut self, x: Vec<i64>, stats: SpeedStats) {
+        if self.extent.is_empty() {
+            self.extent = x.iter().map(|&c| (c, c)).collect();
+        } else {
+            for ((lo, hi), &c) in self.extent.iter_mut().zip(&x) {
+                *lo = (*lo).min(c);
+                *hi = (*hi).max(c);
+            }
+        }
         self.points
-            .entry(x.to_vec())
+            .entry(x)
             .and_modify(|s| s.merge(&stats))
             .or_insert(stats);
     }
@@ -271,14 +291,13 @@ impl Fpm {
     /// The least and greatest coordinate on axis `k` over the vertices (the measured points
     /// and `zero`, the active assumed zero); `None` without a vertex.
     fn span(&self, zero: Option<&[i64]>, k: usize) -> Option<(i64, i64)> {
-        self.points
-            .keys()
-            .map(|v| v[k])
-            .chain(zero.map(|z| z[k]))
-            .fold(None, |acc, c| match acc {
-                None => Some((c, c)),
-                Some((lo, hi)) => Some((c.min(lo), c.max(hi))),
-            })
+        let measured = self.extent.get(k).copied();
+        match (measured, zero.map(|z| z[k])) {
+            (Some((lo, hi)), Some(z)) => Some((lo.min(z), hi.max(z))),
+            (Some(span), None) => Some(span),
+            (None, Some(z)) => Some((z, z)),
+            (None, None) => None,
+        }
     }
 
     /// The model with some parameters fixed (`pmm_view -s`): a model over the remaining
@@ -316,11 +335,11 @@ impl Fpm {
         for p in projections {
             let x = full(&p);
             if let Some(s) = self.points.get(&x) {
-                out.points.insert(p, *s);
+                out.put(p, *s);
             } else if self.active_zero().is_some_and(|z| z == x.as_slice()) {
                 out.assumed_zero = Some(p);
             } else if let (Some(mean), Some((min, max))) = (self.speed(&x), self.band(&x)) {
-                out.points.insert(
+                out.put(
                     p,
                     SpeedStats {
                         m2: 0.0,
@@ -428,10 +447,10 @@ impl Fpm {
         if self.points.is_empty() && zero.is_none() {
             return None;
         }
-        let d = x.len();
-        // Clamp into the bounding box.
-        let mut q = x.to_vec();
-        let mut bb = Vec::with_capacity(d);
+        // Clamp into the bounding box. On the stack: a ranking decision interpolates a dozen
+        // times, and the allocations were most of the cost.
+        let mut q: SmallVec<[i64; 8]> = SmallVec::from_slice(x);
+        let mut bb: SmallVec<[(i64, i64); 8]> = SmallVec::with_capacity(x.len());
         for (k, qk) in q.iter_mut().enumerate() {
             let (lo, hi) = self.span(zero, k).unwrap_or((*qk, *qk));
             *qk = (*qk).clamp(lo, hi);
@@ -442,16 +461,17 @@ impl Fpm {
         }
         // Each vertex's value as `vertex_value` gives it: the measured points, then the active
         // assumed zero.
-        let verts: Vec<(&[i64], f64)> = self
-            .points
-            .iter()
-            .map(|(k, s)| (k.as_slice(), f(s)))
-            .chain(zero.map(|z| (z, self.points.get(z).map_or(0.0, f))))
-            .collect();
+        let verts = || {
+            self.points
+                .iter()
+                .map(|(k, s)| (k.as_slice(), f(s)))
+                .chain(zero.map(|z| (z, self.points.get(z).map_or(0.0, f))))
+        };
         if let Some(cell) = self.find_cell(&q, zero) {
+            let verts: Vec<(&[i64], f64)> = verts().collect();
             return Some(cell.value(&q, &verts).max(0.0));
         }
-        Some(idw(&q, &verts, &bb).max(0.0))
+        Some(idw(&q, verts(), &bb).max(0.0))
     }
 
     /// The smallest box around `q` whose corners are all vertices (see the module doc).
@@ -460,13 +480,13 @@ impl Fpm {
         // Filled only once every axis has shared coordinates on both sides of `q`.
         let mut lo_c: Vec<Vec<i64>> = Vec::new();
         let mut hi_c: Vec<Vec<i64>> = Vec::new();
-        let mut coords: Vec<i64> = Vec::with_capacity(self.points.len() + 1);
+        let mut coords: SmallVec<[i64; 32]> = SmallVec::new();
         for (k, &qk) in q.iter().enumerate() {
             // Coordinates shared by two vertices or more, ascending.
             coords.clear();
             coords.extend(self.points.keys().map(|v| v[k]).chain(zero.map(|z| z[k])));
             coords.sort_unstable();
-            let mut cands: Vec<i64> = coords
+            let mut cands: SmallVec<[i64; 16]> = coords
                 .windows(2)
                 .filter(|w| w[0] == w[1])
                 .map(|w| w[0])
@@ -704,7 +724,7 @@ fn eval_polyline(pts: &[(i64, f64)], x: i64) -> f64 {
 }
 
 /// Inverse distance weighting (power 2) in coordinates normalised by the bounding box.
-fn idw(q: &[i64], verts: &[(&[i64], f64)], bb: &[(i64, i64)]) -> f64 {
+fn idw<'a>(q: &[i64], verts: impl IntoIterator<Item = (&'a [i64], f64)>, bb: &[(i64, i64)]) -> f64 {
     let mut num = 0.0;
     let mut den = 0.0;
     for (v, val) in verts {
@@ -720,7 +740,7 @@ fn idw(q: &[i64], verts: &[(&[i64], f64)], bb: &[(i64, i64)]) -> f64 {
             })
             .sum();
         if d2 <= 0.0 {
-            return *val;
+            return val;
         }
         num += val / d2;
         den += 1.0 / d2;

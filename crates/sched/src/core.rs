@@ -48,7 +48,7 @@ pub struct AgentCore {
     scratch: Vec<Keyed>,
     links: Links,
     // Per service, rate bounds by size class for exact MCT pruning (see `prune`).
-    rate_orders: Vec<prune::Bounds>,
+    rate_orders: prune::RateOrders,
 }
 
 /// The servers a call may go to: a service's providers (name-sorted) or the one pinned server.
@@ -105,7 +105,7 @@ impl AgentCore {
             rr_turns: Vec::new(),
             scratch: Vec::new(),
             links: Links::default(),
-            rate_orders: Vec::new(),
+            rate_orders: prune::RateOrders::default(),
         }
     }
 
@@ -530,7 +530,7 @@ impl AgentCore {
         let limit = self.config.max_candidates;
         if policy == Policy::Mct
             && call.predictor.is_none()
-            && let Some((candidates, first)) = self.pruned_mct(&call, &source, limit, keyed)
+            && let Some((candidates, first)) = self.pruned_mct(&call, &source, limit)
         {
             return Ok((
                 candidates,

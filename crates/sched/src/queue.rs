@@ -42,6 +42,17 @@ pub fn queue_wait(remaining: &[f64], slots: u32) -> f64 {
     positive[positive.len() - slots]
 }
 
+/// The wait at `now` for a slot that frees at `frees_at_s` ([`ServerQueue::frees_at_s`]):
+/// never negative, and no smaller for a later `frees_at_s`.
+pub fn wait_until(frees_at_s: f64, now: Duration) -> f64 {
+    let now_s = now.as_secs_f64();
+    if frees_at_s > now_s {
+        frees_at_s - now_s
+    } else {
+        0.0
+    }
+}
+
 /// One server's pending assignments, kept sorted by predicted finish so the queue wait is a
 /// binary search rather than a sort per decision.
 #[derive(Clone, Debug, Default)]
@@ -92,15 +103,21 @@ impl ServerQueue {
 
     /// The wait for a slot for a call ranked at `now`, as [`queue_wait`] defines it.
     pub fn wait_s(&self, now: Duration, slots: u32) -> f64 {
-        let now_s = now.as_secs_f64();
+        wait_until(self.frees_at_s(slots), now)
+    }
+
+    /// When a slot frees, seconds since the agent started: the `slots`-th latest predicted
+    /// finish, or −∞ with fewer pending than slots. It does not depend on the time of the
+    /// decision, so servers can be kept in its order between decisions; the wait at `now` is
+    /// [`wait_until`] it.
+    pub fn frees_at_s(&self, slots: u32) -> f64 {
         let slots = slots.max(1) as usize;
-        let n = self.by_finish.len();
         // The positive remaining times are a suffix, already sorted: there are `slots` or more
         // exactly when the `slots`-th latest finish is still ahead.
-        match n.checked_sub(slots).map(|i| self.by_finish[i].finish_s) {
-            Some(f) if f > now_s => f - now_s,
-            _ => 0.0,
-        }
+        self.by_finish
+            .len()
+            .checked_sub(slots)
+            .map_or(f64::NEG_INFINITY, |i| self.by_finish[i].finish_s)
     }
 
     /// [`wait_s`](Self::wait_s) with the spread of the finish that frees the slot.

@@ -15,6 +15,10 @@ use std::time::Duration;
 pub struct Reservations {
     index: TicketIndex,
     queues: Vec<ServerQueue>,
+    /// Slots whose queue changed since [`take_touched`](Self::take_touched) last ran, each
+    /// once (`is_touched`): what ranking's index by queue must bring up to date.
+    touched: Vec<usize>,
+    is_touched: Vec<bool>,
 }
 
 static EMPTY: ServerQueue = ServerQueue::new();
@@ -27,7 +31,28 @@ impl Reservations {
             self.queues.resize_with(slot + 1, ServerQueue::default);
         }
         self.queues[slot].push(a);
+        self.touch(slot);
         self.index.insert(a.ticket, slot, a.assigned_at, holder);
+    }
+
+    fn touch(&mut self, slot: usize) {
+        if self.is_touched.len() <= slot {
+            self.is_touched.resize(slot + 1, false);
+        }
+        if !self.is_touched[slot] {
+            self.is_touched[slot] = true;
+            self.touched.push(slot);
+        }
+    }
+
+    /// Puts in `out` (emptied first) the slots whose queue changed since the last call, each
+    /// once; `out`'s buffer is kept for the next changes.
+    pub fn take_touched(&mut self, out: &mut Vec<usize>) {
+        for &s in &self.touched {
+            self.is_touched[s] = false;
+        }
+        out.clear();
+        std::mem::swap(out, &mut self.touched);
     }
 
     /// Makes room for `more` reservations at once (a graph's).
@@ -43,6 +68,7 @@ impl Reservations {
     /// Removes `ticket` wherever it is pending, returning what was assumed of it.
     pub fn take(&mut self, ticket: Ticket) -> Option<Assignment> {
         let slot = self.index.remove(ticket)?;
+        self.touch(slot);
         self.queues[slot].remove(ticket)
     }
 
@@ -66,6 +92,7 @@ impl Reservations {
         for a in &dropped {
             self.index.remove(a.ticket);
         }
+        self.touch(slot);
         dropped.len()
     }
 
@@ -82,14 +109,17 @@ impl Reservations {
         }
         self.queues[to] = q;
         self.index.renumber(from, to);
+        self.touch(from);
+        self.touch(to);
     }
 
     /// Drops the reservations made more than `ttl` before `now` (their calls were never
     /// reported: the client died, or gave up without saying so). Returns how many.
     pub fn expire(&mut self, now: Duration, ttl: Duration) -> usize {
         let old = self.index.expire(now, ttl);
-        for (t, slot) in &old {
-            self.queues[*slot].remove(*t);
+        for &(t, slot) in &old {
+            self.queues[slot].remove(t);
+            self.touch(slot);
         }
         old.len()
     }

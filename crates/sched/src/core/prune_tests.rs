@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::testutil::{dgemm, echo, registration};
-use gridwise_proto::{LinkSample, LoadSample, ModelPoint, PointSource, PointStats, Timing};
+use gridwise_proto::{LinkSample, LoadSample, ModelPoint, PointSource, PointStats, Ticket, Timing};
 use proptest::prelude::*;
 
 /// 1e9 and the next double up: most works divide by them to the same time, so bounds tie
@@ -22,6 +22,7 @@ struct ServerPlan {
     load: Option<f64>,
     points: Vec<(i64, i64, i64, usize)>,
     assumed_zero: Option<i64>,
+    slots: u32,
 }
 
 fn server_plan() -> impl Strategy<Value = ServerPlan> {
@@ -38,9 +39,10 @@ fn server_plan_with(models: bool) -> impl Strategy<Value = ServerPlan> {
         prop::option::weighted(0.2, 0.0f64..3.0),
         prop::collection::vec((1i64..400, 1i64..400, 1i64..400, 0..SPEEDS.len()), 0..4),
         prop::option::weighted(0.2, 100i64..500),
+        prop_oneof![4 => Just(1u32), 1 => 2u32..4],
     )
         .prop_map(
-            move |(key, rate, own, down, load, mut points, assumed_zero)| {
+            move |(key, rate, own, down, load, mut points, assumed_zero, slots)| {
                 // Most servers have no model (their bound is the rate), or most have one (their
                 // bound is the model's speed at the call's sizes).
                 if (key % 3 != 0) != models {
@@ -54,6 +56,7 @@ fn server_plan_with(models: bool) -> impl Strategy<Value = ServerPlan> {
                     load,
                     points,
                     assumed_zero,
+                    slots,
                 }
             },
         )
@@ -71,6 +74,13 @@ enum Step {
     Link(usize, usize, f64, f64),
     /// Rank an echo call (no complexity: no pruning).
     Echo,
+    /// Time passes (milliseconds): queued calls finish, waits shrink.
+    Wait(u64),
+    /// A server registers late, with this rate: the orders are rebuilt over queues already
+    /// holding calls.
+    Join(usize),
+    /// A call ranked earlier and kept is given back (its queue shrinks).
+    Finish(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -90,6 +100,9 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0usize..40, 0usize..40, 0.0f64..1e-2, 1e6f64..1e10)
             .prop_map(|(a, b, l, w)| Step::Link(a, b, l, w)),
         1 => Just(Step::Echo),
+        1 => (0u64..3_000).prop_map(Step::Wait),
+        1 => (0..RATES.len()).prop_map(Step::Join),
+        2 => any::<usize>().prop_map(Step::Finish),
     ]
 }
 
@@ -117,6 +130,9 @@ fn step_in_classes() -> impl Strategy<Value = Step> {
             .prop_map(|(s, n, t)| Step::Report(s, CLASS_SIZES[n], t)),
         1 => (0usize..40, 0usize..40, 0.0f64..1e-2, 1e6f64..1e10)
             .prop_map(|(a, b, l, w)| Step::Link(a, b, l, w)),
+        1 => (0u64..300).prop_map(Step::Wait),
+        1 => (0..RATES.len()).prop_map(Step::Join),
+        2 => any::<usize>().prop_map(Step::Finish),
     ]
 }
 
@@ -143,7 +159,8 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
-fn check(c: &mut AgentCore, profile: &CallProfile, now: Duration, release: bool) {
+/// Ranks `profile` and checks it against the full scan; the ticket when it is kept.
+fn check(c: &mut AgentCore, profile: &CallProfile, now: Duration, release: bool) -> Option<Ticket> {
     let k = c.config().max_candidates.max(1);
     let reference = c.explain(profile, &RankOptions::default(), now);
     let got = c.rank(profile, &RankOptions::default(), now);
@@ -153,9 +170,14 @@ fn check(c: &mut AgentCore, profile: &CallProfile, now: Duration, release: bool)
             assert_eq!(r.candidates, all);
             if release {
                 c.release(r.ticket);
+                return None;
             }
+            Some(r.ticket)
         }
-        (Err(a), Err(b)) => assert_eq!(a, b),
+        (Err(a), Err(b)) => {
+            assert_eq!(a, b);
+            None
+        }
         (a, b) => panic!("full scan {a:?}, pruned {b:?}"),
     }
 }
@@ -187,6 +209,7 @@ fn run_with(
     for (i, s) in servers.iter().enumerate() {
         let mut reg = registration(&format!("n{:03}_{i}", s.key), &[dgemm(), echo()]);
         reg.default_rate = RATES[s.rate];
+        reg.slots = s.slots;
         if let Some(r) = OWN[s.own] {
             reg.rates = vec![("dgemm".into(), r)];
         }
@@ -220,8 +243,9 @@ fn run_with(
         }
         ids.push(id);
     }
-    let now = secs(24);
+    let mut now = secs(24);
     c.sweep(now);
+    let mut kept = Vec::new();
     let n = servers.len();
     for st in steps {
         match st {
@@ -239,7 +263,7 @@ fn run_with(
                         })
                         .collect(),
                 };
-                check(&mut c, &p, now, *rel);
+                kept.extend(check(&mut c, &p, now, *rel));
             }
             Step::Point(s, x, v) => {
                 c.model_points(ids[s % n], &[dgemm_point(vec![*x, *x, *x], SPEEDS[*v])]);
@@ -266,6 +290,20 @@ fn run_with(
                     bandwidth_bytes_per_s: *w,
                 };
                 c.record_links(ids[a % n], &[sample], now);
+            }
+            Step::Wait(ms) => now += Duration::from_millis(*ms),
+            Step::Finish(i) => {
+                if !kept.is_empty() {
+                    c.release(kept.remove(i % kept.len()));
+                }
+            }
+            Step::Join(rate) => {
+                let mut reg = registration(
+                    &format!("late{}", c.status(now).servers.len()),
+                    &[dgemm(), echo()],
+                );
+                reg.default_rate = RATES[*rate];
+                c.register(reg, now).unwrap();
             }
             Step::Echo => {
                 let p = CallProfile {
