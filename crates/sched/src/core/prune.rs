@@ -117,6 +117,12 @@ impl Class {
                 continue;
             }
             let t = tiers.tier_of(pos);
+            // A negative rate bounds the compute term by 0, as only an infinite one does.
+            let rate = if rate.is_sign_negative() {
+                f64::INFINITY
+            } else {
+                rate
+            };
             // `max` keeps the other operand over NaN.
             self.tier_rate[t] = self.tier_rate[t].max(rate);
             self.tier_charged[t] &= a.default_transfers;
