@@ -117,9 +117,9 @@ impl Complexity {
     }
 }
 
-/// The size values of one evaluation, looked up by name among the expression's variables: a
-/// ranking decision evaluates the work once, and a `HashMapContext` (a map and a copy of every
-/// name) cost more than the expression.
+/// The size values of one evaluation, looked up by name among the expression's variables:
+/// every ranking decision evaluates the work, and a `HashMapContext` builds a map and copies
+/// every name each time.
 struct SizeValues<'a> {
     names: &'a [String],
     values: Vec<evalexpr::Value<DefaultNumericTypes>>,

@@ -90,8 +90,8 @@ pub struct Fpm {
     params: Vec<String>,
     points: BTreeMap<Vec<i64>, SpeedStats>,
     /// Per axis, the least and greatest coordinate of `points` (empty while there are none):
-    /// every prediction clamps into it, and a scan of the vertices per axis per prediction was
-    /// most of a ranking decision's model cost.
+    /// every prediction clamps into it, and scanning the vertices once per axis per prediction
+    /// was a tenth of a ranking decision.
     extent: Vec<(i64, i64)>,
     assumed_zero: Option<Vec<i64>>,
     intervals: Vec<Interval>,
@@ -447,8 +447,8 @@ impl Fpm {
         if self.points.is_empty() && zero.is_none() {
             return None;
         }
-        // Clamp into the bounding box. On the stack: a ranking decision interpolates a dozen
-        // times, and the allocations were most of the cost.
+        // Clamp into the bounding box. On the stack: a ranking decision interpolates about
+        // eight times.
         let mut q: SmallVec<[i64; 8]> = SmallVec::from_slice(x);
         let mut bb: SmallVec<[(i64, i64); 8]> = SmallVec::with_capacity(x.len());
         for (k, qk) in q.iter_mut().enumerate() {
