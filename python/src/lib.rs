@@ -408,7 +408,7 @@ impl Native {
         let client = self.client.clone();
         let task = self.rt.spawn(async move { client.call(&h, inputs).await });
         let r = py
-            .detach(|| self.rt.block_on(task))
+            .detach(|| gridwise_client::blocking::wait_for_task(self.rt.handle(), task))
             .map_err(|e| {
                 to_py(GrpcError::communication(format!(
                     "the call's task did not finish: {e}"

@@ -151,9 +151,15 @@ fn predict_and_run_of_one_file_get_the_same_plan() {
         p
     };
     // The grid may learn (a heartbeat, a late report) between the two requests; an unchanged
-    // grid gives identical plans, and one of a few tries lands on one.
+    // grid gives identical plans, and one of a few tries lands on one. Servers hold a report
+    // back a few milliseconds for the ones after it: each try waits until the agent has every
+    // report of the runs before (its reservations are gone).
     let mut last = None;
     for _ in 0..5 {
+        assert!(
+            eventually(Duration::from_secs(10), || c_pending_is_zero(&client)),
+            "the reports of the runs before never reached the agent"
+        );
         let predicted = strip(predict(&client, &file, None).unwrap().plan);
         let (run, _) = record(&client, &file, None, Rand::Values).unwrap();
         let ran = run.run().unwrap();

@@ -383,13 +383,65 @@ impl Measure {
     }
 }
 
-/// Round trips timed by the floors below, after 500 that warm the path up.
-const ROUNDS: usize = 5000;
-const WARM: usize = 500;
+/// Round trips each floor below times per turn (a tenth of its total), after `WARM` that warm
+/// the path up.
+const ROUNDS: usize = 500;
+const WARM: usize = 50;
 /// The size of `add`'s messages.
 const SIZE: usize = 64;
 
-/// A thread echoing `ROUNDS + WARM` messages of `SIZE` bytes on one loopback connection.
+/// The floors a call is judged against, measured in turns between the synchronous calls: on a
+/// shared VM the bare round trip alone drifts by a third between runs, so a floor taken once,
+/// after the calls, compared them with another machine.
+#[derive(Default)]
+struct Floors {
+    /// Bare blocking round trips: two threads, TCP_NODELAY.
+    loopback: Vec<f64>,
+    /// The same with the client polling its socket between yields, as the blocking client
+    /// polls for its call ([`gridwise_client::blocking::SPIN`]). A VM wakes a halted CPU in
+    /// 40–60 µs but a polled one at once, and how long the host keeps polling a halted one
+    /// depends on the recent past: the blocking figure swings between the two.
+    loopback_polled: Vec<f64>,
+    /// The same, issued as the blocking client issues a call: a task on a runtime thread.
+    runtime: Vec<f64>,
+    /// What the design cannot avoid: from the calling thread, one task on a runtime thread
+    /// makes a round trip to each of two peers that, like the agent and the server, serve on a
+    /// current-thread tokio runtime.
+    stack: Vec<f64>,
+}
+
+impl Floors {
+    /// One turn of each floor.
+    fn turn(&mut self) -> anyhow::Result<()> {
+        self.loopback.extend(loopback_rtts(false)?);
+        self.loopback_polled.extend(loopback_rtts(true)?);
+        self.runtime.extend(runtime_rtts(1)?);
+        self.stack.extend(runtime_rtts(2)?);
+        Ok(())
+    }
+
+    /// The floors' p50s on a client's line, and its sync p50 over each.
+    fn add_to(&self, line: &mut serde_json::Value) {
+        let (bare, polled, stack) = (
+            percentile_us(&self.loopback, 50),
+            percentile_us(&self.loopback_polled, 50),
+            percentile_us(&self.stack, 50),
+        );
+        line["loopback_rtt_p50_us"] = json!(bare);
+        line["loopback_polled_rtt_p50_us"] = json!(polled);
+        line["runtime_rtt_p50_us"] = json!(percentile_us(&self.runtime, 50));
+        line["stack_floor_p50_us"] = json!(stack);
+        if let Some(sync) = line["sync_p50_us"].as_f64() {
+            let ratio = |floor: f64| json!((sync / floor * 1000.0).round() / 1000.0);
+            line["sync_p50_over_loopback_rtt"] = ratio(bare);
+            line["sync_p50_over_loopback_polled_rtt"] = ratio(polled);
+            line["sync_p50_over_stack_floor"] = ratio(stack);
+        }
+    }
+}
+
+/// A thread echoing `ROUNDS + WARM` messages of `SIZE` bytes on one loopback connection, with
+/// blocking reads and writes.
 fn echo_peer() -> anyhow::Result<(
     std::net::SocketAddr,
     std::thread::JoinHandle<std::io::Result<()>>,
@@ -410,19 +462,56 @@ fn echo_peer() -> anyhow::Result<(
     Ok((addr, echo))
 }
 
+/// The same echo served the way the daemons serve: on a current-thread tokio runtime of its own
+/// thread.
+fn async_echo_peer() -> anyhow::Result<(
+    std::net::SocketAddr,
+    std::thread::JoinHandle<std::io::Result<()>>,
+)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            let (mut s, _) = listener.accept().await?;
+            s.set_nodelay(true)?;
+            let mut buf = [0u8; SIZE];
+            for _ in 0..ROUNDS + WARM {
+                s.read_exact(&mut buf).await?;
+                s.write_all(&buf).await?;
+            }
+            Ok(())
+        })
+    });
+    Ok((addr, echo))
+}
+
 /// The `p`-th percentile of times in µs, to a tenth.
 fn percentile_us(samples: &[f64], p: usize) -> f64 {
     (Data::new(samples.to_vec()).percentile(p) * 10.0).round() / 10.0
 }
 
-/// p50 of the same round trip issued the way the blocking client issues its requests: from
-/// the calling thread, as a task on a current-thread tokio runtime of its own thread, which
-/// does the I/O and hands the answer back; µs. Beside `loopback_rtt_p50_us` it shows what the
-/// hop into the runtime and back costs on this machine (a call pays it once, for both round
-/// trips): a client with a runtime thread cannot go below two round trips plus that.
-fn runtime_rtt_p50_us() -> anyhow::Result<f64> {
+/// Round trips issued the way the blocking client issues a call: from the calling thread, as
+/// one task on a current-thread tokio runtime of its own thread, which does the I/O and hands
+/// the answer back, waited for as the client waits (`wait_for_task`); µs. With `peers` 1 the peer is a blocking echo thread (beside the bare
+/// round trip it shows what the hop into the runtime and back costs); with 2 the task makes a
+/// round trip to each of two tokio echo peers, as a call does to the agent and the server.
+fn runtime_rtts(peers: usize) -> anyhow::Result<Vec<f64>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (addr, echo) = echo_peer()?;
+    let echoes = (0..peers)
+        .map(|_| {
+            if peers == 1 {
+                echo_peer()
+            } else {
+                async_echo_peer()
+            }
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -433,24 +522,30 @@ fn runtime_rtt_p50_us() -> anyhow::Result<f64> {
             let _ = stopped.await;
         })
     });
-    let stream = handle.block_on(async {
-        let s = tokio::net::TcpStream::connect(addr).await?;
-        s.set_nodelay(true)?;
-        Ok::<_, std::io::Error>(s)
-    })?;
-    let stream = std::sync::Arc::new(tokio::sync::Mutex::new(stream));
+    let mut streams = Vec::new();
+    for (addr, _) in &echoes {
+        let s = handle.block_on(async {
+            let s = tokio::net::TcpStream::connect(addr).await?;
+            s.set_nodelay(true)?;
+            Ok::<_, std::io::Error>(s)
+        })?;
+        streams.push(s);
+    }
+    let streams = std::sync::Arc::new(tokio::sync::Mutex::new(streams));
     let mut rtt = Vec::with_capacity(ROUNDS);
     for i in 0..ROUNDS + WARM {
         let t = Instant::now();
-        let s = stream.clone();
+        let s = streams.clone();
         let task = handle.spawn(async move {
             let mut s = s.lock().await;
             let mut buf = [7u8; SIZE];
-            s.write_all(&buf).await?;
-            s.read_exact(&mut buf).await?;
+            for peer in s.iter_mut() {
+                peer.write_all(&buf).await?;
+                peer.read_exact(&mut buf).await?;
+            }
             Ok::<_, std::io::Error>(())
         });
-        handle.block_on(task)??;
+        gridwise_client::blocking::wait_for_task(&handle, task)??;
         if i >= WARM {
             rtt.push(t.elapsed().as_secs_f64() * 1e6);
         }
@@ -459,45 +554,59 @@ fn runtime_rtt_p50_us() -> anyhow::Result<f64> {
     driver
         .join()
         .map_err(|_| anyhow::anyhow!("the runtime thread panicked"))?;
-    echo.join()
-        .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
-    Ok(percentile_us(&rtt, 50))
+    for (_, echo) in echoes {
+        echo.join()
+            .map_err(|_| anyhow::anyhow!("an echo thread panicked"))??;
+    }
+    Ok(rtt)
 }
 
-/// p50 of a bare loopback TCP round trip of `add`'s size (two threads, TCP_NODELAY), µs: the
-/// floor a call's two round trips (agent, server) are judged against on this machine.
-fn loopback_rtt_p50_us() -> anyhow::Result<f64> {
-    use std::io::{Read, Write};
+/// Bare loopback TCP round trips of `add`'s size (two threads, TCP_NODELAY), µs: the floor a
+/// call's two round trips (agent, server) are judged against on this machine. `polled`: the
+/// client polls a non-blocking socket between yields instead of sleeping in `read`.
+fn loopback_rtts(polled: bool) -> anyhow::Result<Vec<f64>> {
+    use std::io::{ErrorKind, Read, Write};
     let (addr, echo) = echo_peer()?;
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
+    s.set_nonblocking(polled)?;
     let mut buf = [7u8; SIZE];
     let mut rtt = Vec::with_capacity(ROUNDS);
     for i in 0..ROUNDS + WARM {
         let t = Instant::now();
         s.write_all(&buf)?;
-        s.read_exact(&mut buf)?;
+        let mut got = 0;
+        while got < SIZE {
+            match s.read(&mut buf[got..]) {
+                Ok(0) => anyhow::bail!("the echo thread closed the connection"),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         if i >= WARM {
             rtt.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
     echo.join()
         .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
-    Ok(percentile_us(&rtt, 50))
-}
-
-/// Both floors on the Rust client's line.
-fn add_floors(line: &mut serde_json::Value) -> anyhow::Result<()> {
-    line["loopback_rtt_p50_us"] = json!(loopback_rtt_p50_us()?);
-    line["runtime_rtt_p50_us"] = json!(runtime_rtt_p50_us()?);
-    Ok(())
+    Ok(rtt)
 }
 
 fn rust_client(opts: &RpcBench, cfg: ClientConfig) -> anyhow::Result<serde_json::Value> {
     eprintln!("bench rpc: warming up …");
     let mut m = Measure::new(cfg)?;
-    eprintln!("bench rpc: {} synchronous calls …", opts.sync_calls);
-    m.sync(opts.sync_calls)?;
+    let mut floors = Floors::default();
+    for turn in 0..TURNS {
+        eprintln!(
+            "bench rpc: turn {} of {TURNS}: {} synchronous calls, then the floors …",
+            turn + 1,
+            opts.sync_calls / TURNS
+        );
+        m.sync((opts.sync_calls / TURNS).max(1))?;
+        floors.turn()?;
+    }
     eprintln!(
         "bench rpc: {} asynchronous calls, {} in flight …",
         opts.async_calls, opts.window
@@ -505,7 +614,7 @@ fn rust_client(opts: &RpcBench, cfg: ClientConfig) -> anyhow::Result<serde_json:
     m.asynchronous(opts.async_calls, opts.window.max(1))?;
     let array = m.array()?;
     let mut line = m.line(array);
-    add_floors(&mut line)?;
+    floors.add_to(&mut line);
     Ok(line)
 }
 
@@ -677,7 +786,9 @@ fn rust_and_c_in_turns(
         (opts.async_calls / TURNS).max(1),
     );
     let (mut c_lat, mut c_calls, mut c_s) = (Vec::new(), 0usize, 0.0f64);
+    let mut floors = Floors::default();
     for round in 0..TURNS {
+        floors.turn()?;
         eprintln!("bench rpc: turn {} of {TURNS} (Rust and C) …", round + 1);
         for k in 0..2 {
             if (k + round) % 2 == 0 {
@@ -693,7 +804,7 @@ fn rust_and_c_in_turns(
     }
     let array = m.array()?;
     let mut rust = m.line(array);
-    add_floors(&mut rust)?;
+    floors.add_to(&mut rust);
     label(&mut rust, "rust", opts);
     let c_p50 = percentile_us(&c_lat, 50);
     let mut cl = json!({
@@ -830,4 +941,40 @@ fn raw_tcp_mb_per_s(mib: usize) -> anyhow::Result<f64> {
         .map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
     anyhow::ensure!(back == *data, "the loopback copy came back different");
     Ok(2.0 * n as f64 / best / 1e6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_times_every_floor_and_the_line_sets_the_call_beside_each() {
+        let mut floors = Floors::default();
+        floors.turn().unwrap();
+        for (name, samples) in [
+            ("loopback", &floors.loopback),
+            ("polled", &floors.loopback_polled),
+            ("runtime", &floors.runtime),
+            ("stack", &floors.stack),
+        ] {
+            assert_eq!(samples.len(), ROUNDS, "{name}");
+            assert!(samples.iter().all(|&s| s > 0.0), "{name}");
+        }
+        let mut line = json!({"sync_p50_us": 1000.0});
+        floors.add_to(&mut line);
+        for (floor, ratio) in [
+            ("loopback_rtt_p50_us", "sync_p50_over_loopback_rtt"),
+            (
+                "loopback_polled_rtt_p50_us",
+                "sync_p50_over_loopback_polled_rtt",
+            ),
+            ("stack_floor_p50_us", "sync_p50_over_stack_floor"),
+        ] {
+            let f = line[floor].as_f64().unwrap();
+            let r = line[ratio].as_f64().unwrap();
+            assert!(f > 0.0, "{line}");
+            assert!((r - 1000.0 / f).abs() <= 0.001, "{ratio}: {line}");
+        }
+        assert!(line["runtime_rtt_p50_us"].as_f64().unwrap() > 0.0);
+    }
 }

@@ -59,7 +59,8 @@ impl Op {
 pub struct WriterConfig {
     /// Most operations in one transaction.
     pub max_batch_ops: usize,
-    /// Longest a batch stays open for more operations after its first one.
+    /// How long a batch stays open for more operations after its first one (not when that
+    /// one is a flush, or while a backlog fills whole batches).
     pub max_batch_wait: Duration,
     /// How often the history is pruned (when something was written since the last time).
     pub prune_every: Duration,
@@ -365,6 +366,8 @@ impl Thread {
         self.prune();
         let mut last_prune = Instant::now();
         let mut dirty = false;
+        // The last batch was full: more is queued already.
+        let mut backlog = false;
         loop {
             // Idle, nothing to retry and nothing new to prune: sleep until the next operation.
             let wait = if !self.retry.is_empty() {
@@ -386,31 +389,29 @@ impl Thread {
             let mut batch: Vec<Op> = self.retry.drain(..).collect();
             let mut closed = false;
             if let Some(first) = first {
+                let flushing = matches!(first, Op::Flush(_));
                 batch.push(first);
-                let deadline = Instant::now() + self.config.max_batch_wait;
+                // The batch's window is slept through, not waited out on the channel: a
+                // receiver blocked on it is woken by every send (a futex wake and a context
+                // switch, per call under load: 28 µs of CPU per call in `bench rpc`), a
+                // sleeping one by none. A flush is answered at once; a backlog needs no wait.
+                if !flushing && !backlog {
+                    std::thread::sleep(self.config.max_batch_wait);
+                }
                 while batch.len() < self.config.max_batch_ops.max(1)
                     && !matches!(batch.last(), Some(Op::Flush(_)))
                 {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    // Take what is already queued even when the wait is over.
-                    let next = if left.is_zero() {
-                        rx.try_recv().map_err(|e| match e {
-                            mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
-                            mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
-                        })
-                    } else {
-                        rx.recv_timeout(left)
-                    };
-                    match next {
+                    match rx.try_recv() {
                         Ok(op) => batch.push(op),
-                        Err(RecvTimeoutError::Timeout) => break,
-                        Err(RecvTimeoutError::Disconnected) => {
+                        Err(mpsc::TryRecvError::Empty) => break,
+                        Err(mpsc::TryRecvError::Disconnected) => {
                             closed = true;
                             break;
                         }
                     }
                 }
             }
+            backlog = batch.len() >= self.config.max_batch_ops.max(1);
             dirty |= batch.iter().any(|op| !matches!(op, Op::Flush(_)));
             for ack in self.write(batch) {
                 // The flusher may have given up waiting; nothing to do then.
