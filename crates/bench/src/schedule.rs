@@ -10,7 +10,9 @@
 //!   (`gridwise_sched::best_lower_bound`, the same choice as `gridwise sim` and the agent's
 //!   plans), `lower_bound_kind` which one it is (`lp`, `lp_window`, `critical_path`,
 //!   `total_work`), `makespan_over_bound` the measured makespan ÷ it;
-//! - `predicted_makespan_s`: what the agent predicted for the mapping it chose.
+//! - `predicted_makespan_s`: what the agent predicted for the mapping it chose;
+//! - `chain`: where the measured makespan went, along the run's critical chain ([`chain`]):
+//!   kernels, and the gaps between them by what each call waited for.
 //!
 //! The summary line sets the default policy's measured makespan beside HEFT's
 //! (`heft_makespan_s`, `default_over_heft`) and beside the bound.
@@ -20,7 +22,10 @@
 //! cross, 2,000 independent calls of mixed sizes), `cholesky` (a tiled Cholesky DAG of 560
 //! tasks on 16 servers of 4 classes, data moving along the edges).
 
+mod chain;
+
 use anyhow::{Result, anyhow, bail};
+use chain::Chain;
 use gridwise_client::{Client, GraphArg};
 use gridwise_kernels::{EmulatedKernel, EmulatedSpec, Kernel};
 use gridwise_localgrid::{Launcher, LocalGrid};
@@ -491,10 +496,11 @@ pub fn run_scenario(
                 line["size"] = json!(size);
             }
             match run_once(&client, &s, &calls, policy) {
-                Ok((actual, predicted)) => {
+                Ok((actual, predicted, chain)) => {
                     line["makespan_s"] = json!(round(actual));
                     line["makespan_over_bound"] = json!(round(actual / lower.seconds));
                     line["predicted_makespan_s"] = json!(round(predicted));
+                    line["chain"] = chain.json();
                 }
                 Err(e) => {
                     line["makespan_s"] = Json::Null;
@@ -514,13 +520,14 @@ fn round(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
 }
 
-/// Runs the scenario's graph once with `policy`: (measured, predicted) makespan.
+/// Runs the scenario's graph once with `policy`: (measured, predicted) makespan and where the
+/// measured one went.
 fn run_once(
     client: &Client,
     s: &Scenario,
     calls: &[Call],
     policy: GraphPolicy,
-) -> Result<(f64, f64)> {
+) -> Result<(f64, f64, Chain)> {
     let mut g = client.graph();
     let mut refs: Vec<gridwise_client::CallRef> = Vec::with_capacity(calls.len());
     for c in calls {
@@ -544,7 +551,25 @@ fn run_once(
     }
     g.policy(policy.name());
     let run = g.run().map_err(|e| anyhow!("{e}"))?;
-    Ok((run.makespan_s, run.plan.makespan_s))
+    let mut before = vec![None; calls.len()];
+    for order in &run.plan.order {
+        for w in order.windows(2) {
+            before[w[1] as usize] = Some(w[0] as usize);
+        }
+    }
+    let steps: Vec<chain::Step> = calls
+        .iter()
+        .zip(&run.calls)
+        .zip(before)
+        .map(|((c, r), before)| chain::Step {
+            end_s: r.end_s,
+            kernel_s: r.timing.kernel_s,
+            server: r.server.clone(),
+            producers: c.deps.clone(),
+            before,
+        })
+        .collect();
+    Ok((run.makespan_s, run.plan.makespan_s, Chain::of(&steps)))
 }
 
 /// Every scenario named (all by default), one JSON line per policy (and size) to `emit`, then

@@ -10,6 +10,29 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The end of an emulated run that is polled rather than slept: a sleeping thread wakes up to
+/// 50 µs late (Linux's timer slack) plus, on a VM, the time to wake its halted CPU (40–60 µs
+/// on the 2-core VM of `bench schedule`), so sleeps alone ran each call about 0.1–0.2 ms
+/// longer than its speed function says — along a graph's critical path, 1–2% of the makespan
+/// that no real kernel would add.
+const POLLED_TAIL: Duration = Duration::from_micros(300);
+
+/// Waits `d` as a computing kernel would take it: asleep until [`POLLED_TAIL`] before the end,
+/// then polling (yielding the CPU) until the end. True if cancelled meanwhile.
+fn sleep_precisely(ctx: &KernelCtx, d: Duration) -> bool {
+    let end = Instant::now() + d;
+    if ctx.cancel.wait_timeout(d.saturating_sub(POLLED_TAIL)) {
+        return true;
+    }
+    while Instant::now() < end {
+        if ctx.cancel.is_cancelled() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
 /// Default calibration budget: long enough to time reliably, short enough for start-up.
 const CALIBRATION_BUDGET_S: f64 = 0.020;
 
@@ -250,7 +273,7 @@ impl Kernel for EmulatedKernel {
                 self.param()
             ))
         })?;
-        if ctx.cancel.wait_timeout(d) {
+        if sleep_precisely(ctx, d) {
             return Err(KernelError::Cancelled);
         }
         let mut out = Vec::with_capacity(2);
