@@ -474,6 +474,15 @@ impl CommModel {
         self.latency_s[i] + bytes as f64 * self.s_per_byte[i]
     }
 
+    /// The links out of `from`, to every server in order: (latency s, seconds per byte). The
+    /// entry for `from` itself is whatever was set for it (nothing, normally); a transfer there
+    /// is free whatever it says (see [`CommModel::transfer_s`]).
+    #[inline]
+    pub fn links_from(&self, from: usize) -> (&[f64], &[f64]) {
+        let row = from * self.servers..(from + 1) * self.servers;
+        (&self.latency_s[row.clone()], &self.s_per_byte[row])
+    }
+
     /// Latency and seconds-per-byte averaged over ordered pairs of distinct servers: HEFT ranks
     /// with the mean transfer because placements are not known yet.
     pub fn mean_link(&self) -> (f64, f64) {
