@@ -411,7 +411,7 @@ struct Floors {
 }
 
 impl Floors {
-    /// One turn of each floor.
+    /// `ROUNDS` more round trips of each floor, each on a connection of its own.
     fn turn(&mut self) -> anyhow::Result<()> {
         self.loopback.extend(loopback_rtts(false)?);
         self.loopback_polled.extend(loopback_rtts(true)?);
@@ -574,7 +574,15 @@ fn loopback_rtts(polled: bool) -> anyhow::Result<Vec<f64>> {
     let mut rtt = Vec::with_capacity(ROUNDS);
     for i in 0..ROUNDS + WARM {
         let t = Instant::now();
-        s.write_all(&buf)?;
+        let mut sent = 0;
+        while sent < SIZE {
+            match s.write(&buf[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let mut got = 0;
         while got < SIZE {
             match s.read(&mut buf[got..]) {

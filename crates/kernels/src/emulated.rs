@@ -20,7 +20,10 @@ const POLLED_TAIL: Duration = Duration::from_micros(300);
 /// Waits `d` as a computing kernel would take it: asleep until [`POLLED_TAIL`] before the end,
 /// then polling (yielding the CPU) until the end. True if cancelled meanwhile.
 fn sleep_precisely(ctx: &KernelCtx, d: Duration) -> bool {
-    let end = Instant::now() + d;
+    // A duration too long to add to "now" is as good as forever: no tail to poll.
+    let Some(end) = Instant::now().checked_add(d) else {
+        return ctx.cancel.wait_timeout(d);
+    };
     if ctx.cancel.wait_timeout(d.saturating_sub(POLLED_TAIL)) {
         return true;
     }
@@ -358,6 +361,19 @@ mod tests {
         d.check_inputs(&inputs).unwrap();
         let out = k.run(&inputs, &KernelCtx::new()).unwrap();
         d.check_outputs(&inputs, &out).unwrap();
+    }
+
+    #[test]
+    fn a_wait_shorter_than_the_polled_tail_lasts_its_length_and_a_cancel_ends_any_wait() {
+        let ctx = KernelCtx::new();
+        for d in [Duration::ZERO, Duration::from_micros(100), POLLED_TAIL * 2] {
+            let t = Instant::now();
+            assert!(!sleep_precisely(&ctx, d));
+            assert!(t.elapsed() >= d, "{d:?}");
+        }
+        ctx.cancel.cancel();
+        assert!(sleep_precisely(&ctx, Duration::from_micros(100)));
+        assert!(sleep_precisely(&ctx, Duration::MAX));
     }
 
     #[test]

@@ -16,9 +16,11 @@ use tokio::sync::mpsc;
 /// Reports or points kept while the agent is unreachable; the oldest go first beyond this.
 const UNSENT_MAX: usize = 100_000;
 const RPC_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the first report of a burst waits for others. The agent keeps a call's
-/// reservation until its report, but no longer than its predicted finish (the queue wait it
-/// adds ends there), so a late report costs the next ranking nothing.
+/// How long the first report of a burst waits for the others, unless a full batch is already
+/// in: sent at once, each report cost the agent a message and an answer in the middle of
+/// ranking the next call. The price is bounded by it: the agent learns from a call this much
+/// later, and a call that ended before its predicted finish still adds its queue wait (which
+/// ends at the predicted finish) for up to this long. Heartbeats wait for it too.
 const REPORT_LINGER: Duration = Duration::from_millis(5);
 /// The longest wait between two registration attempts: an agent that restarts is back in
 /// business as soon as its servers are, so they retry often.
@@ -205,10 +207,9 @@ pub async fn run(
             first = inbox.recv() => {
                 let Some(first) = first else { return };
                 outbox.push(first);
-                // A call's report waits while its reply goes out and the reports of the calls
-                // after it come in: sent at once, each would cost the agent a message and an
-                // answer in the middle of ranking the next call.
-                tokio::time::sleep(REPORT_LINGER).await;
+                if inbox.len() + 1 < batch_max {
+                    tokio::time::sleep(REPORT_LINGER).await;
+                }
                 let mut n = 1;
                 while n < batch_max {
                     match inbox.try_recv() {

@@ -1,14 +1,16 @@
 //! Where a measured graph run's makespan went: its critical chain, walked back from the call
 //! that ended last, each step to whichever call it waited for that ended latest — a producer
-//! of its inputs or the call before it on its server. Each step's wait (its kernel's start
-//! less that call's end) is a gap the plan did not have: dispatch through the client, pulls,
-//! slot hand-over. The gaps are counted by what the step waited for.
+//! of its inputs or the call before it on its planned server (one slot per server, as in
+//! `bench schedule`). Each step's wait (its kernel's start less that call's end) is time
+//! beyond the kernels: dispatch through the client, transfers and pulls (the plan has only its
+//! estimated transfers), slot hand-over. The waits are counted by what the step waited for.
 
 use serde_json::{Value as Json, json};
 
 /// What the chain is made of, one call per entry of the inputs.
 pub struct Step {
-    /// When the call's kernel ended, s from the start of the run.
+    /// When its server finished the call (kernel, then keeping outputs and replying), s from
+    /// the start of the run; its kernel is taken to have ended here.
     pub end_s: f64,
     /// How long its kernel ran.
     pub kernel_s: f64,
@@ -45,7 +47,7 @@ pub struct Chain {
     pub calls: usize,
     /// Their kernels' time.
     pub kernel_s: f64,
-    /// The first call's start: nothing ran before it.
+    /// When the chain's first call started: it waited for no call of the run.
     pub lead_s: f64,
     /// Steps to the call before on the same server that was not a producer.
     pub server_order: Gaps,
@@ -90,7 +92,7 @@ impl Chain {
         }
     }
 
-    /// The gaps of every kind.
+    /// All the time on the chain that was not kernels, lead aside.
     pub fn gap_s(&self) -> f64 {
         self.server_order.total_s + self.same_server_data.total_s + self.cross_server_data.total_s
     }

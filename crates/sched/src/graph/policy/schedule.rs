@@ -94,8 +94,9 @@ impl Plan {
 
     /// [`Plan::data_ready`] for every server at once, into `out` (one entry per server).
     /// Each predecessor's row of links is walked as two slices, without `transfer_s`'s index
-    /// and same-server test per server (a fifth of HEFT's time on `sim large.json`); the sums
-    /// are the same, term for term, and the predecessor's own server is set apart after.
+    /// and same-server test per server (on a large platform this pass is much of HEFT's time);
+    /// the sums are the same, term for term, and the predecessor's own server is set apart
+    /// after.
     pub fn data_ready_all(&self, p: &Problem, t: TaskIdx, out: &mut [f64]) {
         out.fill(0.0);
         for &(q, bytes) in p.adj.preds(t) {
