@@ -192,6 +192,14 @@ fn build_only_mode_saves_models_a_later_start_serves() {
     assert!(eventually(Duration::from_secs(10), || build_done(
         &g, "prebuilt"
     )));
-    let m = g.client().model("prebuilt", "solve").unwrap();
-    assert!(m.points.len() >= 3);
+    // The points follow the heartbeat that said the build is done by one message.
+    let c = g.client();
+    assert!(
+        eventually(Duration::from_secs(5), || c
+            .model("prebuilt", "solve")
+            .is_ok_and(|m| m.points.len() >= 3)),
+        "{:?}\n{}",
+        c.model("prebuilt", "solve"),
+        g.logs()
+    );
 }

@@ -20,7 +20,8 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(5);
 /// in: sent at once, each report cost the agent a message and an answer in the middle of
 /// ranking the next call. The price is bounded by it: the agent learns from a call this much
 /// later, and a call that ended before its predicted finish still adds its queue wait (which
-/// ends at the predicted finish) for up to this long. Heartbeats wait for it too.
+/// ends at the predicted finish) for up to this long. Heartbeats wait for it too, and then
+/// flush what is queued before they go.
 const REPORT_LINGER: Duration = Duration::from_millis(5);
 /// The longest wait between two registration attempts: an agent that restarts is back in
 /// business as soon as its servers are, so they retry often.
@@ -43,6 +44,12 @@ impl Outbox {
         match m {
             ToAgent::Report(r) => push_bounded(&mut self.reports, r),
             ToAgent::Point(p) => push_bounded(&mut self.points, p),
+        }
+    }
+
+    fn take_all(&mut self, inbox: &mut mpsc::UnboundedReceiver<ToAgent>) {
+        while let Ok(m) = inbox.try_recv() {
+            self.push(m);
         }
     }
 }
@@ -135,6 +142,9 @@ pub async fn run(
                     }
                     backoff = Duration::from_millis(100);
                     warned = false;
+                    // Points queued before registering (a model loaded from disk) go now, not
+                    // after a linger: the heartbeat just said their build is done.
+                    outbox.take_all(&mut inbox);
                     if flush(&l, &mut outbox, batch_max).await {
                         linked = Some(l);
                     }
@@ -148,9 +158,7 @@ pub async fn run(
                         tracing::debug!(%agent, "cannot register yet ({e}); retrying");
                     }
                     // Keep taking messages meanwhile, so the channel does not grow unbounded.
-                    while let Ok(m) = inbox.try_recv() {
-                        outbox.push(m);
-                    }
+                    outbox.take_all(&mut inbox);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(REGISTER_BACKOFF_MAX);
                 }
@@ -186,6 +194,13 @@ pub async fn run(
                 }
             }
             _ = tick.tick() => {
+                // What is queued goes first: a heartbeat saying a build is done must not reach
+                // the agent before the build's points.
+                outbox.take_all(&mut inbox);
+                if !flush(link, &mut outbox, batch_max).await {
+                    linked = None;
+                    continue;
+                }
                 let hb = Heartbeat {
                     server_id: link.id,
                     load: handler.load(),
