@@ -703,6 +703,11 @@ pub struct ExecuteRequest {
     /// [`crate::value::BULK_MIN_BYTES`] that are not kept then come back as a
     /// [`Value::Ref`] staged for one read, outside the reply (and its frame limit).
     pub bulk_outputs: bool,
+    /// Kept outputs smaller than this (bytes) also come back whole in
+    /// [`ExecuteReply::copies`], within the reply limit; 0: none. A task graph sends such a
+    /// copy to a consumer on another server instead of a reference it would pull: one
+    /// message instead of a round trip between servers on the way to its kernel.
+    pub copy_kept_below_bytes: u64,
 }
 
 /// A server's answer to a successful call.
@@ -712,6 +717,10 @@ pub struct ExecuteReply {
     pub outputs: Vec<Value>,
     pub timing: Timing,
     pub server: String,
+    /// Copies of kept outputs (by position among the outputs) the request asked for with
+    /// [`ExecuteRequest::copy_kept_below_bytes`]; the originals stay kept, referenced in
+    /// `outputs`.
+    pub copies: Vec<(u32, Value)>,
 }
 
 /// What a server says about itself.

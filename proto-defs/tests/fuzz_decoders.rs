@@ -93,6 +93,7 @@ fn execute() -> ExecuteRequest {
         keep_outputs: vec![0],
         reply_limit_bytes: 1 << 30,
         bulk_outputs: true,
+        copy_kept_below_bytes: 65536,
     }
 }
 
@@ -188,6 +189,7 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
                 outputs: vec![Value::matrix_f64(2, 2, &[1.0; 4])],
                 timing: Timing::default(),
                 server: "s1".into(),
+                copies: vec![(1, Value::Int(7))],
             })))),
         ),
     ]

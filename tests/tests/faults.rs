@@ -77,6 +77,18 @@ fn dgemm_on(
     keep_outputs: Vec<u32>,
     reply_limit_bytes: u64,
 ) -> Result<gridwise_proto::ExecuteReply, gridwise_proto::CallError> {
+    dgemm_copying(rt, addr, (m, n, k), keep_outputs, reply_limit_bytes, 0)
+}
+
+/// [`dgemm_on`] asking for copies of kept outputs below `copy_below` bytes.
+fn dgemm_copying(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    (m, n, k): (i64, i64, i64),
+    keep_outputs: Vec<u32>,
+    reply_limit_bytes: u64,
+    copy_below: u64,
+) -> Result<gridwise_proto::ExecuteReply, gridwise_proto::CallError> {
     rt.block_on(async {
         let s = raw::server(addr, &raw::dial(Role::Client, None, "poison"))
             .await
@@ -90,6 +102,7 @@ fn dgemm_on(
             keep_outputs,
             reply_limit_bytes,
             bulk_outputs: false,
+            copy_kept_below_bytes: copy_below,
         };
         s.execute(raw::ctx(), req).await.unwrap()
     })
@@ -148,6 +161,38 @@ fn a_call_too_large_for_any_server_is_refused_before_it_runs_and_no_server_dies(
     assert!(g.servers.iter_mut().all(|s| s.is_running()), "{}", g.logs());
     let add = c.function_handle_default("add").unwrap();
     assert_eq!(c.call(&add, ints(&[1])).unwrap().outputs, ints(&[2]));
+}
+
+#[test]
+fn kept_outputs_come_back_copied_when_small_and_within_the_reply_limit() {
+    let _one = serial();
+    let g = three("calibrate = false\n");
+    let rt = raw::runtime();
+    let addr = &g.servers[0].addr;
+    let whole = dgemm_on(&rt, addr, (2, 2, 3), vec![], 0).unwrap().outputs;
+    let copied = dgemm_copying(&rt, addr, (2, 2, 3), vec![0], 0, 1 << 20).unwrap();
+    assert!(matches!(copied.outputs[0], Value::Ref(_)), "{copied:?}");
+    assert_eq!(copied.copies, vec![(0, whole[0].clone())]);
+    // Not asked for, or not smaller than asked: kept only.
+    let plain = dgemm_copying(&rt, addr, (2, 2, 3), vec![0], 0, 0).unwrap();
+    assert!(plain.copies.is_empty() && matches!(plain.outputs[0], Value::Ref(_)));
+    let at_limit = dgemm_copying(&rt, addr, (2, 2, 3), vec![0], 0, 32).unwrap();
+    assert!(at_limit.copies.is_empty(), "{at_limit:?}");
+    // 80 KB kept: copied only if the reply may carry it beside its 64 KiB of overhead.
+    let room = |extra: u64| {
+        dgemm_copying(
+            &rt,
+            addr,
+            (100, 100, 1),
+            vec![0],
+            (64 << 10) + extra,
+            1 << 20,
+        )
+        .unwrap()
+        .copies
+        .len()
+    };
+    assert_eq!((room(50_000), room(100_000)), (0, 1));
 }
 
 #[test]

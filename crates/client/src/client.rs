@@ -351,6 +351,7 @@ impl Inner {
                 keep_outputs: keep_outputs.clone(),
                 reply_limit_bytes: limit,
                 bulk_outputs: true,
+                copy_kept_below_bytes: 0,
             };
             match self.attempt(&cand.addr, &who, req, &inputs, cancel).await {
                 Attempt::Done(rep, round_trip_s) => {

@@ -343,6 +343,7 @@ impl ServerApi for TestServer {
             outputs: vec![Value::Int(out)],
             timing: Timing::default(),
             server: self.0.name.clone(),
+            copies: Vec::new(),
         })
     }
     async fn cancel(self, _: Context, call: CallId) -> bool {
