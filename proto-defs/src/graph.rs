@@ -107,6 +107,10 @@ pub struct GraphPlan {
     pub default_bandwidth: f64,
     /// Links measured between the plan's servers.
     pub links: Vec<PlannedLink>,
+    /// What every data edge was charged besides its link, s: the producer's reply reaching the
+    /// client and the consumer's request reaching its server, each at the mean time the
+    /// servers' recent calls took to cross their client links (0 before any was measured).
+    pub dispatch_s: f64,
     /// Predicted start of each call, s from the start of the graph.
     pub start_s: Vec<f64>,
     /// Predicted end of each call, s from the start of the graph.

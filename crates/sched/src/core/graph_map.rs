@@ -288,6 +288,25 @@ pub fn map_graph_shared(
 }
 
 impl GraphSnapshot {
+    /// What a data edge costs besides its link (see [`GraphPlan::dispatch_s`]): a graph run
+    /// sends a consumer once its producer's reply is back at the client, so the reply crosses
+    /// one client link and the consumer's request another, wherever the output is. Each
+    /// crossing at the mean of the servers' client links for a message without data (the
+    /// latency their recent calls showed); 0 while no link is measured.
+    fn dispatch_s(&self) -> f64 {
+        let crossings: Vec<f64> = self
+            .servers
+            .iter()
+            .filter_map(|e| e.host().client_link.transfer(0, None))
+            .map(|t| t.mean)
+            .filter(|t| t.is_finite())
+            .collect();
+        if crossings.is_empty() {
+            return 0.0;
+        }
+        2.0 * crossings.iter().sum::<f64>() / crossings.len() as f64
+    }
+
     /// Step 2: maps the graph on the copied platform and predicts its timeline. Pure and
     /// possibly long (HEFT on 10⁵ calls, an LP), so run it without the core's lock.
     pub fn map(self, req: &GraphRequest) -> Result<MappedGraph, RpcError> {
@@ -443,7 +462,10 @@ impl GraphSnapshot {
         }
         let etc = matrix(values)?;
         let (lat, bw) = (self.default_latency_s, self.default_bandwidth);
-        let mut comm = CommModel::uniform(m, lat, bw).map_err(|e| invalid(e.to_string()))?;
+        let dispatch_s = self.dispatch_s();
+        let mut comm = CommModel::uniform(m, lat, bw)
+            .and_then(|c| c.with_dispatch(dispatch_s))
+            .map_err(|e| invalid(e.to_string()))?;
         let mut links = Vec::new();
         for (a, sa) in servers.iter().enumerate() {
             for (b, sb) in servers.iter().enumerate() {
@@ -503,6 +525,7 @@ impl GraphSnapshot {
                 default_latency_s: lat,
                 default_bandwidth: bw,
                 links,
+                dispatch_s,
                 start_s,
                 end_s,
                 lane,

@@ -58,6 +58,37 @@ fn one_server_runs_everything_in_total_work() {
     assert_eq!(plan.lower_bound_kind, "total_work");
     assert!(plan.tickets.is_empty());
     assert_eq!(c.pending(), 0);
+    assert_eq!(plan.dispatch_s, 0.0, "no client link measured yet");
+}
+
+#[test]
+fn every_data_edge_costs_a_round_trip_of_the_client_links_once_measured() {
+    let mut c = grid(&[("solo", 1e9)]);
+    let id = c.server_by_name("solo").unwrap().id();
+    // Calls whose inputs took 50 ms plus 1 µs per byte to arrive: a 50 ms latency.
+    let reports: Vec<CallReport> = (0..8u64)
+        .map(|i| CallReport {
+            client_in_bytes: Some(i * 1000),
+            cpu_available: None,
+            ticket: None,
+            service: "echo".into(),
+            sizes: vec![],
+            timing: Timing {
+                input_transfer_s: 0.05 + i as f64 * 1e-3,
+                ..Timing::default()
+            },
+            ok: true,
+        })
+        .collect();
+    c.report(id, &reports, Duration::ZERO);
+    let plan = c
+        .map_graph(&diamond(Some("heft"), false), Duration::ZERO)
+        .unwrap();
+    assert!((plan.dispatch_s - 0.1).abs() < 1e-6, "{}", plan.dispatch_s);
+    // One server: a, then b and c each 0.1 s after their input, d 0.1 s after the later.
+    assert!((plan.makespan_s - 8.2).abs() < 1e-6, "{}", plan.makespan_s);
+    // No mapping beats the work; the bound does not count the dispatch.
+    assert!((plan.lower_bound_s - 8.0).abs() < 1e-9);
 }
 
 #[test]

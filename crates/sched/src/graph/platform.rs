@@ -82,6 +82,9 @@ pub enum PlatformError {
         /// Bytes/s, as given.
         bandwidth: f64,
     },
+    /// A dispatch cost that is negative, infinite or NaN.
+    #[error("dispatch cost per data edge {0} s; it must be finite and >= 0")]
+    Dispatch(f64),
     /// A server index beyond the model's servers.
     #[error("server {server} does not exist; the model has {servers} servers")]
     UnknownServer {
@@ -393,14 +396,16 @@ impl EtcMatrix {
     }
 }
 
-/// Latency and bandwidth between every ordered pair of servers; a transfer between two tasks on
-/// the same server is free (the output is already there).
+/// Latency and bandwidth between every ordered pair of servers, and what every data edge costs
+/// on top wherever its ends are (its dispatch: 0 unless set); a transfer between two tasks on
+/// the same server costs only the dispatch (the output is already there).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CommModel {
     servers: usize,
     latency_s: Vec<f64>,
     /// Seconds per byte; kept inverted so a transfer is a multiply and infinite bandwidth is 0.
     s_per_byte: Vec<f64>,
+    dispatch_s: f64,
 }
 
 impl CommModel {
@@ -410,7 +415,25 @@ impl CommModel {
             servers,
             latency_s: vec![0.0; servers * servers],
             s_per_byte: vec![0.0; servers * servers],
+            dispatch_s: 0.0,
         }
+    }
+
+    /// Charges every data edge `dispatch_s` more, on one server or across two: what it takes,
+    /// once a producer has finished, for its consumer to start for that reason. A graph run
+    /// sends a consumer only once its producer's reply is back at the client, so even an
+    /// output that stays where it is costs the client a round trip.
+    pub fn with_dispatch(mut self, dispatch_s: f64) -> Result<Self, PlatformError> {
+        if !(dispatch_s >= 0.0 && dispatch_s.is_finite()) {
+            return Err(PlatformError::Dispatch(dispatch_s));
+        }
+        self.dispatch_s = dispatch_s;
+        Ok(self)
+    }
+
+    /// What every data edge costs on top of its link (see [`CommModel::with_dispatch`]).
+    pub fn dispatch_s(&self) -> f64 {
+        self.dispatch_s
     }
 
     /// The same latency (s) and bandwidth (bytes/s) between every pair of distinct servers.
@@ -463,20 +486,21 @@ impl CommModel {
         self.servers
     }
 
-    /// Seconds to move `bytes` from a task on `from` to a task on `to`: latency + bytes ÷
-    /// bandwidth, and nothing on the same server.
+    /// Seconds to move `bytes` from a task on `from` to a task on `to`: the dispatch +
+    /// latency + bytes ÷ bandwidth, and only the dispatch on the same server.
     #[inline]
     pub fn transfer_s(&self, from: usize, to: usize, bytes: u64) -> f64 {
         if from == to {
-            return 0.0;
+            return self.dispatch_s;
         }
         let i = from * self.servers + to;
-        self.latency_s[i] + bytes as f64 * self.s_per_byte[i]
+        self.dispatch_s + self.latency_s[i] + bytes as f64 * self.s_per_byte[i]
     }
 
-    /// The links out of `from`, to every server in order: (latency s, seconds per byte). The
-    /// entry for `from` itself is whatever was set for it (nothing, normally); a transfer there
-    /// is free whatever it says (see [`CommModel::transfer_s`]).
+    /// The links out of `from`, to every server in order: (latency s, seconds per byte),
+    /// without the dispatch. The entry for `from` itself is whatever was set for it (nothing,
+    /// normally); a transfer there costs the dispatch only, whatever it says (see
+    /// [`CommModel::transfer_s`]).
     #[inline]
     pub fn links_from(&self, from: usize) -> (&[f64], &[f64]) {
         let row = from * self.servers..(from + 1) * self.servers;
@@ -589,5 +613,13 @@ mod tests {
         assert!(c.set_link(0, 1, 0.0, 0.0).is_err());
         assert!(c.set_link(0, 3, 0.0, 1.0).is_err());
         assert_eq!(CommModel::free(1).mean_link(), (0.0, 0.0));
+        // A dispatch is charged on every edge, on one server or across two.
+        let d = c.clone().with_dispatch(0.25).unwrap();
+        assert_eq!(d.transfer_s(0, 0, 1_000_000), 0.25);
+        assert!((d.transfer_s(0, 1, 1_000_000) - 1.26).abs() < 1e-12);
+        assert_eq!(d.links_from(0), c.links_from(0));
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            assert!(c.clone().with_dispatch(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -102,6 +102,7 @@ pub(crate) fn priority_order(p: &Problem) -> Vec<TaskIdx> {
 /// (mean transfer of the edge + rank_u(successor)).
 pub(crate) fn upward_ranks(p: &Problem) -> Vec<f64> {
     let (lat, spb) = p.comm.mean_link();
+    let lat = lat + p.comm.dispatch_s();
     let mut rank = vec![0.0; p.tasks()];
     for &t in p.adj.topo.iter().rev() {
         let (sum, count) = p

@@ -26,6 +26,7 @@ pub fn map(graph: &TaskGraph, etc: &EtcMatrix, comm: &CommModel) -> Result<Mappi
 pub(crate) fn optimistic_cost_table(p: &Problem) -> Vec<f64> {
     let m = p.servers();
     let (lat, spb) = p.comm.mean_link();
+    let dispatch = p.comm.dispatch_s();
     let mut oct = vec![0.0; p.tasks() * m];
     // Per successor c: OCT(c, w) + ETC(c, w), and its minimum over w.
     let mut via = vec![0.0; m];
@@ -38,8 +39,9 @@ pub(crate) fn optimistic_cost_table(p: &Problem) -> Vec<f64> {
             }
             let moved = best + lat + bytes as f64 * spb;
             for (s, v) in via.iter().enumerate() {
-                // Staying on s costs no transfer; any other server costs the mean one.
-                let cost = v.min(moved);
+                // Staying on s costs no transfer; any other server costs the mean one. Either
+                // way the edge costs its dispatch.
+                let cost = dispatch + v.min(moved);
                 let cell = &mut oct[t * m + s];
                 *cell = cell.max(cost);
             }

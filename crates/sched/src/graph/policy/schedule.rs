@@ -99,15 +99,16 @@ impl Plan {
     /// after.
     pub fn data_ready_all(&self, p: &Problem, t: TaskIdx, out: &mut [f64]) {
         out.fill(0.0);
+        let dispatch = p.comm.dispatch_s();
         for &(q, bytes) in p.adj.preds(t) {
             let (sq, fq) = (self.server_of[q], self.finish[q]);
             let (latency, s_per_byte) = p.comm.links_from(sq);
             let b = bytes as f64;
             let here = out[sq];
             for ((r, &l), &spb) in out.iter_mut().zip(latency).zip(s_per_byte) {
-                *r = r.max(fq + (l + b * spb));
+                *r = r.max(fq + (dispatch + l + b * spb));
             }
-            out[sq] = here.max(fq);
+            out[sq] = here.max(fq + dispatch);
         }
     }
 
@@ -223,4 +224,33 @@ pub(crate) fn ready_order(p: &Problem, rank: &[f64]) -> Vec<TaskIdx> {
         }
     }
     order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::generate;
+
+    #[test]
+    fn inputs_arrive_on_every_server_when_each_server_alone_says_with_a_dispatch() {
+        let g = generate::cholesky(4, 64);
+        let m = 3;
+        let etc = generate::random_etc(&g, m, 4.0, 1);
+        let mut comm = CommModel::uniform(m, 0.01, 1e6)
+            .unwrap()
+            .with_dispatch(0.003)
+            .unwrap();
+        comm.set_link(2, 0, 0.2, 1e5).unwrap();
+        let p = Problem::new(&g, &etc, &comm).unwrap();
+        let mut plan = Plan::new(p.tasks(), m);
+        for t in 0..p.tasks() {
+            plan.place(t, (t * 7) % m, t as f64, t as f64 + 0.5 + (t % 3) as f64);
+        }
+        let mut all = vec![0.0; m];
+        for t in 0..p.tasks() {
+            plan.data_ready_all(&p, t, &mut all);
+            let one: Vec<f64> = (0..m).map(|s| plan.data_ready(&p, t, s)).collect();
+            assert_eq!(all, one, "task {t}");
+        }
+    }
 }
