@@ -109,7 +109,8 @@ pub struct GraphPlan {
     pub links: Vec<PlannedLink>,
     /// What every data edge was charged besides its link, s: the producer's reply reaching the
     /// client and the consumer's request reaching its server, each at the mean time the
-    /// servers' recent calls took to cross their client links (0 before any was measured).
+    /// servers' recent calls took to cross their client links (the default latency for a
+    /// server none was measured to).
     pub dispatch_s: f64,
     /// Predicted start of each call, s from the start of the graph.
     pub start_s: Vec<f64>,

@@ -291,20 +291,23 @@ impl GraphSnapshot {
     /// What a data edge costs besides its link (see [`GraphPlan::dispatch_s`]): a graph run
     /// sends a consumer once its producer's reply is back at the client, so the reply crosses
     /// one client link and the consumer's request another, wherever the output is. Each
-    /// crossing at the mean of the servers' client links for a message without data (the
-    /// latency their recent calls showed); 0 while no link is measured.
+    /// crossing at the mean of the servers' client links for a message without data: the
+    /// latency their recent calls showed, or the default latency where none was measured yet
+    /// (as for a link between servers).
     fn dispatch_s(&self) -> f64 {
-        let crossings: Vec<f64> = self
-            .servers
-            .iter()
-            .filter_map(|e| e.host().client_link.transfer(0, None))
-            .map(|t| t.mean)
-            .filter(|t| t.is_finite())
-            .collect();
-        if crossings.is_empty() {
+        if self.servers.is_empty() {
             return 0.0;
         }
-        2.0 * crossings.iter().sum::<f64>() / crossings.len() as f64
+        let crossing = |e: &ServerEntry| {
+            e.host()
+                .client_link
+                .transfer(0, None)
+                .map(|t| t.mean)
+                .filter(|t| t.is_finite())
+                .unwrap_or(self.default_latency_s)
+        };
+        let sum: f64 = self.servers.iter().map(crossing).sum();
+        2.0 * sum / self.servers.len() as f64
     }
 
     /// Step 2: maps the graph on the copied platform and predicts its timeline. Pure and
