@@ -95,7 +95,8 @@ pub struct GraphPlan {
     /// One assignment per call when the request reserved, else empty; pass each to the server
     /// with its call.
     pub tickets: Vec<Ticket>,
-    /// Estimated compute time of every call on every server (row-major calls × servers, s;
+    /// Estimated time every call holds every server: compute, plus what the server's recent
+    /// calls cost it besides queue and kernel (row-major calls × servers, s;
     /// infinite where it cannot run).
     pub etc: Vec<f64>,
     /// `(call, server)` pairs with no estimate at all: no calibrated rate, model or past call

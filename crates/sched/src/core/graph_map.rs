@@ -373,6 +373,16 @@ impl GraphSnapshot {
         let mut unknown = Vec::new();
         // Offered, but the model says the call does not fit: classic GridSolve cannot know.
         let mut blind_spots = Vec::new();
+        // A call holds its server for its kernel and for what the server's calls cost besides
+        // (starting the kernel's thread, building the reply), as its recent calls showed.
+        let overhead: Vec<f64> = self
+            .servers
+            .iter()
+            .map(|e| {
+                let o = e.host().overhead.estimate().mean;
+                if o.is_finite() { o.max(0.0) } else { 0.0 }
+            })
+            .collect();
         for (t, call) in calls.iter().enumerate() {
             for (col, e) in self.servers.iter().enumerate() {
                 if !e.offers(call.svc.idx) || !call.fits(e) {
@@ -389,8 +399,8 @@ impl GraphSnapshot {
                 }
                 let planned = compute.seconds + tf * compute.sd_s;
                 if planned.is_finite() {
-                    values[t * m + col] = planned.max(0.0);
-                    means[t * m + col] = compute.seconds.max(0.0);
+                    values[t * m + col] = planned.max(0.0) + overhead[col];
+                    means[t * m + col] = compute.seconds.max(0.0) + overhead[col];
                     spreads[t * m + col] = compute.sd_s;
                 }
             }

@@ -69,6 +69,44 @@ fn one_server_runs_everything_in_total_work() {
 }
 
 #[test]
+fn a_call_holds_its_server_for_the_servers_overhead_too() {
+    let mut c = grid(&[("solo", 1e9)]);
+    let id = c.server_by_name("solo").unwrap().id();
+    // Calls that spent 0.2 s in the server besides queue and kernel.
+    let reports: Vec<CallReport> = (0..4)
+        .map(|_| CallReport {
+            client_in_bytes: None,
+            cpu_available: None,
+            ticket: None,
+            service: "echo".into(),
+            sizes: vec![],
+            timing: Timing {
+                queue_wait_s: 0.1,
+                kernel_s: 0.3,
+                server_s: 0.6,
+                ..Timing::default()
+            },
+            ok: true,
+        })
+        .collect();
+    c.report(id, &reports, Duration::ZERO);
+    let plan = c
+        .map_graph(&diamond(Some("heft"), false), Duration::ZERO)
+        .unwrap();
+    assert!(
+        plan.etc.iter().all(|e| (e - 2.2).abs() < 1e-9),
+        "{:?}",
+        plan.etc
+    );
+    let d = plan.dispatch_s;
+    assert!(
+        (plan.makespan_s - (8.8 + 2.0 * d)).abs() < 1e-9,
+        "{}",
+        plan.makespan_s
+    );
+}
+
+#[test]
 fn every_data_edge_costs_a_round_trip_of_the_client_links_once_measured() {
     let mut c = grid(&[("solo", 1e9)]);
     let id = c.server_by_name("solo").unwrap().id();
