@@ -68,27 +68,31 @@ fn one_server_runs_everything_in_total_work() {
     assert_eq!(c.pending(), 0);
 }
 
+/// A finished `echo` with no ticket.
+fn echo_report(timing: Timing, client_in_bytes: Option<u64>) -> CallReport {
+    CallReport {
+        client_in_bytes,
+        cpu_available: None,
+        ticket: None,
+        service: "echo".into(),
+        sizes: vec![],
+        timing,
+        ok: true,
+    }
+}
+
 #[test]
 fn a_call_holds_its_server_for_the_servers_overhead_too() {
     let mut c = grid(&[("solo", 1e9)]);
     let id = c.server_by_name("solo").unwrap().id();
     // Calls that spent 0.2 s in the server besides queue and kernel.
-    let reports: Vec<CallReport> = (0..4)
-        .map(|_| CallReport {
-            client_in_bytes: None,
-            cpu_available: None,
-            ticket: None,
-            service: "echo".into(),
-            sizes: vec![],
-            timing: Timing {
-                queue_wait_s: 0.1,
-                kernel_s: 0.3,
-                server_s: 0.6,
-                ..Timing::default()
-            },
-            ok: true,
-        })
-        .collect();
+    let timing = Timing {
+        queue_wait_s: 0.1,
+        kernel_s: 0.3,
+        server_s: 0.6,
+        ..Timing::default()
+    };
+    let reports: Vec<CallReport> = (0..4).map(|_| echo_report(timing, None)).collect();
     c.report(id, &reports, Duration::ZERO);
     let plan = c
         .map_graph(&diamond(Some("heft"), false), Duration::ZERO)
@@ -112,17 +116,12 @@ fn every_data_edge_costs_a_round_trip_of_the_client_links_once_measured() {
     let id = c.server_by_name("solo").unwrap().id();
     // Calls whose inputs took 50 ms plus 1 µs per byte to arrive: a 50 ms latency.
     let reports: Vec<CallReport> = (0..8u64)
-        .map(|i| CallReport {
-            client_in_bytes: Some(i * 1000),
-            cpu_available: None,
-            ticket: None,
-            service: "echo".into(),
-            sizes: vec![],
-            timing: Timing {
+        .map(|i| {
+            let timing = Timing {
                 input_transfer_s: 0.05 + i as f64 * 1e-3,
                 ..Timing::default()
-            },
-            ok: true,
+            };
+            echo_report(timing, Some(i * 1000))
         })
         .collect();
     c.report(id, &reports, Duration::ZERO);
