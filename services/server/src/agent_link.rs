@@ -194,18 +194,18 @@ pub async fn run(
                 }
             }
             _ = tick.tick() => {
-                // What is queued goes first: a heartbeat saying a build is done must not reach
-                // the agent before the build's points.
-                outbox.take_all(&mut inbox);
-                if !flush(link, &mut outbox, batch_max).await {
-                    linked = None;
-                    continue;
-                }
+                // Read before what is queued goes out: a heartbeat saying a build is done must
+                // not reach the agent before the points queued when it was read.
                 let hb = Heartbeat {
                     server_id: link.id,
                     load: handler.load(),
                     models: handler.progress(),
                 };
+                outbox.take_all(&mut inbox);
+                if !flush(link, &mut outbox, batch_max).await {
+                    linked = None;
+                    continue;
+                }
                 last_told = hb.load.cpu_available;
                 match link.client.heartbeat(wire::context(RPC_TIMEOUT), hb).await {
                     Ok(Ack::Ok) => {}
@@ -243,8 +243,6 @@ pub async fn run(
     }
 }
 
-/// Sends what is waiting, in batches; false when the agent must be reached (or registered
-/// with) again first.
 /// A change of CPU availability worth a heartbeat of its own: a process more or less on the
 /// host, not the jitter of a sampler.
 fn changed(told: Option<f64>, now: Option<f64>) -> bool {
@@ -255,6 +253,8 @@ fn changed(told: Option<f64>, now: Option<f64>) -> bool {
     }
 }
 
+/// Sends what is waiting, in batches; false when the agent must be reached (or registered
+/// with) again first.
 async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize) -> bool {
     while !outbox.points.is_empty() {
         let batch: Vec<ModelPoint> = outbox.points.iter().take(batch_max).cloned().collect();

@@ -397,8 +397,8 @@ impl ServerHandler {
     }
 
     /// The copies that fit in the reply beside its returned outputs (the values still in
-    /// `outputs`), in output order; the others are left out, which costs their consumers a
-    /// pull.
+    /// `outputs`), the first kept first; the others are left out, which costs their consumers
+    /// a pull.
     fn copies_that_fit(
         &self,
         mut copies: Vec<(u32, Value)>,
@@ -479,13 +479,15 @@ impl ServerHandler {
     }
 
     /// Keeps the outputs at positions `keep` here, returning references in their place, and
-    /// copies of those smaller than `copy_below` bytes.
+    /// copies of those smaller than `copy_below` bytes, `copy_room` bytes of them at most (the
+    /// reply could not carry more, whatever the client asked).
     #[allow(clippy::type_complexity)]
     fn keep(
         &self,
         mut outputs: Vec<Value>,
         keep: &[u32],
         copy_below: u64,
+        mut copy_room: u64,
     ) -> Result<(Vec<Value>, Vec<(u32, Value)>), CallError> {
         let mut copies = Vec::new();
         for &k in keep {
@@ -497,7 +499,9 @@ impl ServerHandler {
                 )
             })?;
             let v = std::mem::replace(slot, Value::Int(0));
-            if v.payload_bytes() < copy_below {
+            let bytes = v.payload_bytes();
+            if bytes < copy_below && bytes <= copy_room {
+                copy_room -= bytes;
                 copies.push((k, v.clone()));
             }
             let owner = &self.peer.principal;
@@ -756,7 +760,11 @@ impl ServerApi for ServerHandler {
             let bulk_outputs = req.bulk_outputs;
             let (copy_below, client_limit) = (req.copy_kept_below_bytes, req.reply_limit_bytes);
             let (outputs, q, k, a) = self.run_call(kernel, req, arrived, cancel, &keep).await?;
-            let (outputs, copies) = self.keep(outputs, &keep, copy_below)?;
+            let room = self
+                .reply_limit(client_limit)
+                .0
+                .saturating_sub(REPLY_OVERHEAD);
+            let (outputs, copies) = self.keep(outputs, &keep, copy_below, room)?;
             let outputs = if bulk_outputs {
                 self.stage_outputs(outputs, &keep)
             } else {

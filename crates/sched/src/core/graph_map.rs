@@ -434,7 +434,8 @@ impl GraphSnapshot {
             // they fail there (the Hydropad lesson, seed 003 §5.3).
             for &(t, col) in &blind_spots {
                 values[t * m + col] =
-                    gridwise_predict::constant_speed_s(calls[t].work.unwrap_or(0.0), rates[col]);
+                    gridwise_predict::constant_speed_s(calls[t].work.unwrap_or(0.0), rates[col])
+                        + overhead[col];
             }
         }
         for (t, call) in calls.iter().enumerate() {
@@ -520,7 +521,14 @@ impl GraphSnapshot {
                 lane[s.task] = s.lane as u32;
             }
         }
-        let compute_s = (0..n).map(|t| etc.get(t, mapping.server_of[t])).collect();
+        // Reserved as single calls are, at the kernel's time: the agent compares it with the
+        // kernel's when the report comes.
+        let compute_s = (0..n)
+            .map(|t| {
+                let s = mapping.server_of[t];
+                (etc.get(t, s) - overhead[s]).max(0.0)
+            })
+            .collect();
         Ok(MappedGraph {
             plan: GraphPlan {
                 policy: policy.name().to_string(),

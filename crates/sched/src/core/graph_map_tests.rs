@@ -42,7 +42,7 @@ fn diamond(policy: Option<&str>, reserve: bool) -> GraphRequest {
 }
 
 #[test]
-fn one_server_runs_everything_in_total_work() {
+fn one_server_runs_everything_in_its_total_work_and_two_dispatches() {
     let mut c = grid(&[("solo", 1e9)]);
     let plan = c.map_graph(&diamond(None, false), Duration::ZERO).unwrap();
     assert_eq!(plan.policy, "best-of");
