@@ -692,7 +692,8 @@ fn input_from(st: &State, producer: usize, output: usize, to: Option<&str>) -> V
     v.clone()
 }
 
-/// What a run brought back.
+/// What a run brought back: its outputs, copies of the small kept ones, where it ran and
+/// whether that was elsewhere than planned.
 struct Ran {
     outputs: Vec<Value>,
     copies: Vec<(u32, Value)>,
@@ -715,8 +716,7 @@ enum Ready {
 }
 
 enum Outcome {
-    /// Outputs, server, timing, whether it fell back, copies of kept outputs.
-    Ran(Vec<Value>, String, Timing, bool, Vec<(u32, Value)>),
+    Ran(Ran),
     Lost(Vec<DataHandle>),
     Failed(GrpcError),
 }
@@ -738,14 +738,7 @@ impl Job {
             let result = self.execute(inputs).await;
             let reply = shared.t0.elapsed().as_secs_f64();
             match result {
-                Outcome::Ran(outputs, server, timing, fell_back, copies) => {
-                    let ran = Ran {
-                        outputs,
-                        copies,
-                        server,
-                        timing,
-                        fell_back,
-                    };
+                Outcome::Ran(ran) => {
                     self.finish(ran, sent, reply).await;
                     return;
                 }
@@ -891,7 +884,13 @@ impl Job {
                 .await
             {
                 Attempt::Done(rep, _) => {
-                    return Outcome::Ran(rep.outputs, rep.server, rep.timing, false, rep.copies);
+                    return Outcome::Ran(Ran {
+                        outputs: rep.outputs,
+                        copies: rep.copies,
+                        server: rep.server,
+                        timing: rep.timing,
+                        fell_back: false,
+                    });
                 }
                 Attempt::Failed(e, _) if e.kind == CallErrorKind::InputLost => {
                     return Outcome::Lost(e.lost);
@@ -923,7 +922,13 @@ impl Job {
             )
             .await
         {
-            Ok(r) => Outcome::Ran(r.outputs, r.server, r.timing, true, Vec::new()),
+            Ok(r) => Outcome::Ran(Ran {
+                outputs: r.outputs,
+                copies: Vec::new(),
+                server: r.server,
+                timing: r.timing,
+                fell_back: true,
+            }),
             Err(f) if !f.lost.is_empty() => Outcome::Lost(f.lost),
             Err(f) => Outcome::Failed(f.error),
         }

@@ -396,36 +396,6 @@ impl ServerHandler {
         }
     }
 
-    /// The copies that fit in the reply beside its returned outputs (the values still in
-    /// `outputs`), the first kept first; the others are left out, which costs their consumers
-    /// a pull.
-    fn copies_that_fit(
-        &self,
-        mut copies: Vec<(u32, Value)>,
-        outputs: &[Value],
-        client_limit: u64,
-    ) -> Vec<(u32, Value)> {
-        let returned: u64 = outputs
-            .iter()
-            .filter(|v| !matches!(v, Value::Ref(_)))
-            .map(Value::payload_bytes)
-            .sum();
-        let mut room = self
-            .reply_limit(client_limit)
-            .0
-            .saturating_sub(REPLY_OVERHEAD)
-            .saturating_sub(returned);
-        copies.retain(|(_, v)| {
-            let b = v.payload_bytes();
-            let fits = b <= room;
-            if fits {
-                room -= b;
-            }
-            fits
-        });
-        copies
-    }
-
     /// Requests only a client may make.
     fn client_only(&self, what: &str) -> Result<(), CallError> {
         if self.peer.role == Role::Client {
@@ -479,8 +449,8 @@ impl ServerHandler {
     }
 
     /// Keeps the outputs at positions `keep` here, returning references in their place, and
-    /// copies of those smaller than `copy_below` bytes, `copy_room` bytes of them at most (the
-    /// reply could not carry more, whatever the client asked).
+    /// copies of those smaller than `copy_below` bytes, the first kept first, `copy_room`
+    /// bytes of them at most (the reply could not carry more, whatever the client asked).
     #[allow(clippy::type_complexity)]
     fn keep(
         &self,
@@ -527,7 +497,7 @@ impl ServerHandler {
     }
 
     /// Runs an admitted call in the slot it holds, with the memory it was given: (outputs,
-    /// queue wait s, kernel s).
+    /// queue wait s, kernel s, CPU availability, bytes of outputs the reply will carry).
     async fn run_call(
         &self,
         kernel: Arc<dyn Kernel>,
@@ -535,7 +505,7 @@ impl ServerHandler {
         arrived: Instant,
         cancel: CancelFlag,
         keep: &[u32],
-    ) -> Result<(Vec<Value>, f64, f64, Option<f64>), CallError> {
+    ) -> Result<(Vec<Value>, f64, f64, Option<f64>, u64), CallError> {
         let queue_wait = arrived.elapsed().as_secs_f64();
         if cancel.is_cancelled() {
             return Err(KernelError::Cancelled.into_call_error());
@@ -593,7 +563,7 @@ impl ServerHandler {
             .map(|(_, v)| v.payload_bytes())
             .sum();
         self.check_reply(&req.service, returned, req.reply_limit_bytes)?;
-        Ok((outputs, queue_wait, kernel_s, available))
+        Ok((outputs, queue_wait, kernel_s, available, returned))
     }
 }
 
@@ -759,18 +729,21 @@ impl ServerApi for ServerHandler {
             drop(waiting);
             let bulk_outputs = req.bulk_outputs;
             let (copy_below, client_limit) = (req.copy_kept_below_bytes, req.reply_limit_bytes);
-            let (outputs, q, k, a) = self.run_call(kernel, req, arrived, cancel, &keep).await?;
+            let (outputs, q, k, a, returned) =
+                self.run_call(kernel, req, arrived, cancel, &keep).await?;
+            // Copies ride in the reply beside what it returns; those that would not fit are
+            // left out, which costs their consumers a pull.
             let room = self
                 .reply_limit(client_limit)
                 .0
-                .saturating_sub(REPLY_OVERHEAD);
+                .saturating_sub(REPLY_OVERHEAD)
+                .saturating_sub(returned);
             let (outputs, copies) = self.keep(outputs, &keep, copy_below, room)?;
             let outputs = if bulk_outputs {
                 self.stage_outputs(outputs, &keep)
             } else {
                 outputs
             };
-            let copies = self.copies_that_fit(copies, &outputs, client_limit);
             Ok((outputs, copies, q, k, a))
         }
         .await;
