@@ -68,7 +68,7 @@ impl ServerArgs {
     }
 
     /// Loads the settings and runs the server: network I/O on one thread (no hops per RPC),
-    /// kernels on blocking threads bounded by the slots.
+    /// kernels on one thread per slot (`slots.rs`).
     pub fn run_blocking(&self) -> anyhow::Result<()> {
         let cfg = self.load()?;
         if self.build_models_and_exit {

@@ -12,6 +12,7 @@ use crate::bench_gate::BenchGate;
 use crate::data::{DataStore, not_found};
 use crate::peers::Peers;
 use crate::sensors::Sensors;
+use crate::slots::{Job, Slots, Ticket};
 use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
 use gridwise_metrics::ServerMetrics;
 use gridwise_proto::clock::unix_ns;
@@ -23,12 +24,12 @@ use gridwise_proto::{
     Timing, Value,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::Instant;
 use tarpc::context::Context;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{mpsc, oneshot};
 
 /// The server as one connection sees it: the shared state and who is asking.
 #[derive(Clone)]
@@ -43,13 +44,13 @@ struct Inner {
     /// Random per process: the agent checks registrations against it.
     instance: String,
     kernels: HashMap<String, Arc<dyn Kernel>>,
-    slots: u32,
-    free_slots: Semaphore,
+    slot_count: u32,
+    /// Calls hold a slot while their kernel runs and queue for one from their arrival.
+    slots: Slots,
     /// Calls here now, with the client that sent each.
     calls: Mutex<HashMap<CallId, (CancelFlag, Arc<Peer>)>>,
-    running: AtomicU32,
-    queued: AtomicU32,
-    executed: AtomicU64,
+    /// Kernels run to their end, however they ended (shared with the slot threads).
+    executed: Arc<AtomicU64>,
     limits: CallLimits,
     /// Input bytes of calls waiting for a slot or for memory: held, but not yet charged.
     waiting_bytes: AtomicU64,
@@ -118,7 +119,8 @@ const BENCH_LOAD_MEMORY: Duration = Duration::from_secs(60);
 
 impl ServerHandler {
     /// A handler for these kernels; finished calls and model points go to `to_agent`. It acts
-    /// for the server itself; connections get theirs from [`ServerHandler::for_peer`].
+    /// for the server itself; connections get theirs from [`ServerHandler::for_peer`]. Fails
+    /// only if the slots' threads cannot be started.
     pub fn new(
         name: String,
         kernels: HashMap<String, Arc<dyn Kernel>>,
@@ -127,9 +129,10 @@ impl ServerHandler {
         remote: RemoteData,
         limits: CallLimits,
         sensors: Arc<Sensors>,
-    ) -> Self {
+    ) -> std::io::Result<Self> {
         let peer = Arc::new(Peer::local(Role::Server, &name));
-        Self {
+        let slot_threads = Slots::new(slots as usize, &name)?;
+        Ok(Self {
             inner: Arc::new(Inner {
                 data: DataStore::new(remote.max_bytes, remote.idle_ttl),
                 peers: Peers::new(remote.wire, name.clone()),
@@ -137,12 +140,10 @@ impl ServerHandler {
                 name,
                 instance: uuid::Uuid::new_v4().simple().to_string(),
                 kernels,
-                slots,
-                free_slots: Semaphore::new(slots as usize),
+                slot_count: slots,
+                slots: slot_threads,
                 calls: Mutex::new(HashMap::new()),
-                running: AtomicU32::new(0),
-                queued: AtomicU32::new(0),
-                executed: AtomicU64::new(0),
+                executed: Arc::new(AtomicU64::new(0)),
                 limits,
                 waiting_bytes: AtomicU64::new(0),
                 to_agent,
@@ -152,7 +153,7 @@ impl ServerHandler {
                 metrics: std::sync::OnceLock::new(),
             }),
             peer,
-        }
+        })
     }
 
     /// Records every call into `m` from now on (set once).
@@ -160,12 +161,9 @@ impl ServerHandler {
         let _ = self.inner.metrics.set(m);
     }
 
-    /// Calls running a kernel and calls waiting for a slot, now.
+    /// Calls holding a slot and calls waiting for one, now.
     pub fn occupancy(&self) -> (usize, usize) {
-        (
-            self.inner.running.load(Ordering::Relaxed) as usize,
-            self.inner.queued.load(Ordering::Relaxed) as usize,
-        )
+        self.inner.slots.occupancy()
     }
 
     /// The handler of a connection from `peer`.
@@ -188,9 +186,10 @@ impl ServerHandler {
 
     /// Calls running and waiting now, with the host load.
     pub fn load(&self) -> LoadSample {
+        let (running, queued) = self.occupancy();
         LoadSample {
-            running: self.inner.running.load(Ordering::Relaxed),
-            queued: self.inner.queued.load(Ordering::Relaxed),
+            running: running as u32,
+            queued: queued as u32,
             loadavg_1m: crate::host::loadavg_1m(),
             benchmarking: self.inner.gate.recently_active(BENCH_LOAD_MEMORY),
             cpu_available: self.inner.sensors.availability_now(),
@@ -205,7 +204,8 @@ impl ServerHandler {
 
     /// Real calls running or waiting for a slot.
     pub fn busy_calls(&self) -> u32 {
-        self.inner.running.load(Ordering::Relaxed) + self.inner.queued.load(Ordering::Relaxed)
+        let (running, queued) = self.occupancy();
+        (running + queued) as u32
     }
 
     /// The gate model benchmarks pass through.
@@ -496,52 +496,103 @@ impl ServerHandler {
         })
     }
 
-    /// Runs an admitted call in the slot it holds, with the memory it was given: (outputs,
-    /// queue wait s, kernel s, CPU availability, bytes of outputs the reply will carry).
+    /// Runs an admitted call in its turn and checks its outputs. The kernel runs on a slot's
+    /// thread once every call that arrived before it has started; an instant kernel runs on
+    /// this task if its slot is free at once. A call needing more memory than calls may take
+    /// uncharged takes it only once it holds its slot (in arrival order, as the slots serve
+    /// calls; taking it before would let waiting calls hold memory the head call needs).
     async fn run_call(
         &self,
         kernel: Arc<dyn Kernel>,
         mut req: ExecuteRequest,
-        arrived: Instant,
-        cancel: CancelFlag,
+        turn: Turn,
         keep: &[u32],
-    ) -> Result<(Vec<Value>, f64, f64, Option<f64>, u64), CallError> {
-        let queue_wait = arrived.elapsed().as_secs_f64();
-        if cancel.is_cancelled() {
-            return Err(KernelError::Cancelled.into_call_error());
-        }
-
-        // Counted down however the call ends: a client that goes away (or cancels) drops
-        // this future while its kernel is still on a blocking thread.
-        let running = Running::start(&self.inner);
-        let ctx = KernelCtx { cancel };
+    ) -> Result<Finished, CallError> {
+        let Turn {
+            arrived,
+            cancel,
+            footprint,
+            waiting,
+            ticket,
+        } = turn;
         let inputs = std::mem::take(&mut req.inputs);
-        // Timed where it runs: the hand-offs to and from the blocking thread (tens of µs each
-        // on a host whose idle CPUs sleep) are the server's overhead, not the kernel's speed,
-        // which is what the models learn from this time, as they learn from benchmarks.
-        let timed = |k: &dyn Kernel, inputs: Vec<Value>, ctx: &KernelCtx| {
+        let executed = self.inner.executed.clone();
+        let k = kernel.clone();
+        // Timed where it runs: a hand-off to or from the slot's thread is the server's
+        // overhead, not the kernel's speed, which is what the models learn from this time, as
+        // they learn from benchmarks.
+        let work = move || {
+            let queue_wait_s = arrived.elapsed().as_secs_f64();
             let started = Instant::now();
-            let r = k.run(&inputs, ctx).map(|out| (out, inputs));
-            (r, started, Instant::now())
-        };
-        let (result, started, ended) = if kernel.is_instant() {
-            timed(kernel.as_ref(), inputs, &ctx)
-        } else {
-            let k = kernel.clone();
-            let handed = Instant::now();
-            match tokio::task::spawn_blocking(move || timed(k.as_ref(), inputs, &ctx)).await {
-                Ok(r) => r,
-                Err(e) => (
-                    Err(KernelError::Internal(format!("the kernel panicked: {e}"))),
-                    handed,
-                    Instant::now(),
-                ),
+            if cancel.is_cancelled() {
+                return Attempt {
+                    result: Err(KernelError::Cancelled),
+                    queue_wait_s,
+                    started,
+                    ended: started,
+                };
+            }
+            let ctx = KernelCtx { cancel };
+            let ran =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| k.run(&inputs, &ctx)));
+            let ended = Instant::now();
+            executed.fetch_add(1, Ordering::Relaxed);
+            let result = match ran {
+                Ok(r) => r.map(|out| (out, inputs)),
+                Err(panic) => Err(KernelError::Internal(format!(
+                    "the kernel panicked: {}",
+                    panic_message(panic.as_ref())
+                ))),
+            };
+            Attempt {
+                result,
+                queue_wait_s,
+                started,
+                ended,
             }
         };
+        let gone = || CallError::new(CallErrorKind::Unavailable, "the server is shutting down");
+        let (attempt, memory) = if footprint >= UNCHARGED_BELOW {
+            // The slot's thread waits for the work while this task waits for the memory.
+            let (granted_tx, granted) = oneshot::channel();
+            let (work_tx, work_rx) = std::sync::mpsc::sync_channel::<Job>(1);
+            ticket.submit(Box::new(move || {
+                if granted_tx.send(()).is_ok()
+                    && let Ok(job) = work_rx.recv()
+                {
+                    job();
+                }
+            }));
+            granted.await.map_err(|_| gone())?;
+            let memory = self.take_memory(footprint).await?;
+            drop(waiting);
+            let (tx, rx) = oneshot::channel();
+            let _ = work_tx.send(Box::new(move || {
+                let _ = tx.send(work());
+            }));
+            (rx.await.map_err(|_| gone())?, memory)
+        } else if let Some(slot) = kernel.is_instant().then(|| ticket.try_inline()).flatten() {
+            drop(waiting);
+            let attempt = work();
+            drop(slot);
+            (attempt, None)
+        } else {
+            let (tx, rx) = oneshot::channel();
+            ticket.submit(Box::new(move || {
+                drop(waiting);
+                let _ = tx.send(work());
+            }));
+            (rx.await.map_err(|_| gone())?, None)
+        };
+        drop(ticket);
+        let Attempt {
+            result,
+            queue_wait_s,
+            started,
+            ended,
+        } = attempt;
         let kernel_s = ended.duration_since(started).as_secs_f64();
-        let available = self.inner.sensors.availability_over(started, ended);
-        drop(running);
-
+        let cpu_available = self.inner.sensors.availability_over(started, ended);
         let (outputs, inputs) = result.map_err(KernelError::into_call_error)?;
         kernel
             .desc()
@@ -563,8 +614,56 @@ impl ServerHandler {
             .map(|(_, v)| v.payload_bytes())
             .sum();
         self.check_reply(&req.service, returned, req.reply_limit_bytes)?;
-        Ok((outputs, queue_wait, kernel_s, available, returned))
+        Ok(Finished {
+            outputs,
+            queue_wait_s,
+            kernel_s,
+            cpu_available,
+            returned,
+            _memory: memory,
+        })
     }
+}
+
+/// What a panic carried, as text where it was text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text payload".into())
+}
+
+/// An admitted call waiting for its turn: what [`ServerHandler::run_call`] needs besides the
+/// request.
+struct Turn {
+    arrived: Instant,
+    cancel: CancelFlag,
+    /// Memory the call takes while it runs (see [`UNCHARGED_BELOW`]).
+    footprint: u64,
+    waiting: WaitingBytes,
+    ticket: Ticket,
+}
+
+/// A kernel's run on a slot, timed there.
+struct Attempt {
+    /// The outputs and the inputs (given back to check the outputs against).
+    result: Result<(Vec<Value>, Vec<Value>), KernelError>,
+    queue_wait_s: f64,
+    started: Instant,
+    ended: Instant,
+}
+
+/// A call that ran: its outputs and what the report says of it.
+struct Finished {
+    outputs: Vec<Value>,
+    queue_wait_s: f64,
+    kernel_s: f64,
+    cpu_available: Option<f64>,
+    /// Bytes of outputs the reply carries.
+    returned: u64,
+    /// Held until the reply is built.
+    _memory: Option<Charge>,
 }
 
 fn mb(bytes: u64) -> f64 {
@@ -577,23 +676,6 @@ fn returned_inline(req: &ExecuteRequest, keep: &[u32], i: usize, bytes: u64) -> 
     let kept = keep.contains(&(i as u32));
     let staged = req.bulk_outputs && bytes >= BULK_MIN_BYTES;
     !kept && !staged
-}
-
-/// A call running its kernel: counted in `running` while it lives, then in `executed`.
-struct Running<'a>(&'a Inner);
-
-impl<'a> Running<'a> {
-    fn start(inner: &'a Inner) -> Self {
-        inner.running.fetch_add(1, Ordering::Relaxed);
-        Running(inner)
-    }
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::Relaxed);
-        self.0.executed.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// Input bytes a waiting call holds, counted until it has its memory (or gives up).
@@ -645,7 +727,7 @@ impl ServerApi for ServerHandler {
             name: self.inner.name.clone(),
             instance,
             services,
-            slots: self.inner.slots,
+            slots: self.inner.slot_count,
             load: self.load(),
         }
     }
@@ -690,7 +772,7 @@ impl ServerApi for ServerHandler {
             // are pulled (checks and kernels only ever see values): calls run in the order
             // they came, not in the order their pulls happen to finish, which is what a
             // graph's plan assumes.
-            self.inner.queued.fetch_add(1, Ordering::Relaxed);
+            let ticket = self.inner.slots.enter();
             let remote = req.inputs.iter().any(|v| matches!(v, Value::Ref(_)));
             // A pull's time joins the transfer's: only calls whose inputs all came from the
             // client (in the request, or staged here just before it) time the client's link.
@@ -699,21 +781,12 @@ impl ServerApi for ServerHandler {
                 _ => true,
             });
             client_in_bytes = from_client.then_some(held);
-            // Pulling is rare and its future large: boxed, it does not weigh on every call.
-            let pull = async {
-                if remote {
-                    Box::pin(self.pull_remote_inputs(&mut req.inputs)).await
-                } else {
-                    Ok(0.0)
-                }
-            };
-            let (permit, pulled) = tokio::join!(self.inner.free_slots.acquire(), pull);
-            self.inner.queued.fetch_sub(1, Ordering::Relaxed);
-            input_transfer_s += pulled.as_ref().copied().unwrap_or(0.0);
-            pulled?;
-            let _permit = permit.map_err(|_| {
-                CallError::new(CallErrorKind::Unavailable, "the server is shutting down")
-            })?;
+            if remote {
+                // Pulling is rare and its future large: boxed, it does not weigh on every call.
+                let pulled = Box::pin(self.pull_remote_inputs(&mut req.inputs)).await;
+                input_transfer_s += pulled.as_ref().copied().unwrap_or(0.0);
+                pulled?;
+            }
             kernel
                 .desc()
                 .check_inputs(&req.inputs)
@@ -725,26 +798,36 @@ impl ServerApi for ServerHandler {
             } else {
                 footprint
             };
-            let _memory = self.take_memory(footprint).await?;
-            drop(waiting);
             let bulk_outputs = req.bulk_outputs;
             let (copy_below, client_limit) = (req.copy_kept_below_bytes, req.reply_limit_bytes);
-            let (outputs, q, k, a, returned) =
-                self.run_call(kernel, req, arrived, cancel, &keep).await?;
+            let turn = Turn {
+                arrived,
+                cancel,
+                footprint,
+                waiting,
+                ticket,
+            };
+            let ran = self.run_call(kernel, req, turn, &keep).await?;
             // Copies ride in the reply beside what it returns; those that would not fit are
             // left out, which costs their consumers a pull.
             let room = self
                 .reply_limit(client_limit)
                 .0
                 .saturating_sub(REPLY_OVERHEAD)
-                .saturating_sub(returned);
-            let (outputs, copies) = self.keep(outputs, &keep, copy_below, room)?;
+                .saturating_sub(ran.returned);
+            let (outputs, copies) = self.keep(ran.outputs, &keep, copy_below, room)?;
             let outputs = if bulk_outputs {
                 self.stage_outputs(outputs, &keep)
             } else {
                 outputs
             };
-            Ok((outputs, copies, q, k, a))
+            Ok((
+                outputs,
+                copies,
+                ran.queue_wait_s,
+                ran.kernel_s,
+                ran.cpu_available,
+            ))
         }
         .await;
         let (ok, queue_wait_s, kernel_s, cpu_available) = match &result {
@@ -848,5 +931,123 @@ impl ServerApi for ServerHandler {
             held_bytes: bytes,
             executed: self.inner.executed.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gridwise_kernels::AddKernel;
+    use gridwise_proto::ServiceDesc;
+    use gridwise_proto::wire::DialConfig;
+
+    /// `add`'s interface, run on a slot's thread (not instant), panicking on a negative x;
+    /// records the x of every run.
+    struct PanicsBelowZero(AddKernel, Arc<Mutex<Vec<i64>>>);
+
+    impl Kernel for PanicsBelowZero {
+        fn desc(&self) -> &ServiceDesc {
+            self.0.desc()
+        }
+
+        fn run(&self, inputs: &[Value], ctx: &KernelCtx) -> Result<Vec<Value>, KernelError> {
+            let x = inputs[0].as_int().unwrap_or_default();
+            self.1.lock().unwrap().push(x);
+            if x < 0 {
+                panic!("x was negative");
+            }
+            self.0.run(inputs, ctx)
+        }
+    }
+
+    fn one_slot_server() -> (
+        ServerHandler,
+        mpsc::UnboundedReceiver<ToAgent>,
+        Arc<Mutex<Vec<i64>>>,
+    ) {
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let kernels: HashMap<String, Arc<dyn Kernel>> = [(
+            "add".to_string(),
+            Arc::new(PanicsBelowZero(AddKernel::new(), runs.clone())) as Arc<dyn Kernel>,
+        )]
+        .into();
+        let (to_agent, reports) = mpsc::unbounded_channel();
+        let remote = RemoteData {
+            addr: "127.0.0.1:1".into(),
+            max_bytes: 1 << 20,
+            idle_ttl: Duration::ZERO,
+            wire: DialConfig::new(Role::Server, None),
+        };
+        let sensors = Sensors::start(None, Instant::now(), true);
+        let server = ServerHandler::new(
+            "s".into(),
+            kernels,
+            1,
+            to_agent,
+            remote,
+            CallLimits::unlimited(),
+            sensors,
+        )
+        .unwrap();
+        let client = server.for_peer(&Peer::local(Role::Client, "c"));
+        (client, reports, runs)
+    }
+
+    fn add(x: i64) -> ExecuteRequest {
+        ExecuteRequest {
+            call_id: CallId::new_random(),
+            ticket: None,
+            service: "add".into(),
+            inputs: vec![Value::Int(x)],
+            sent_at_unix_ns: unix_ns(),
+            keep_outputs: Vec::new(),
+            reply_limit_bytes: 0,
+            bulk_outputs: false,
+            copy_kept_below_bytes: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_kernel_fails_its_call_and_the_slot_serves_the_next() {
+        let (server, mut reports, _) = one_slot_server();
+        let err = server
+            .clone()
+            .execute(Context::current(), add(-1))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, CallErrorKind::Internal);
+        assert!(
+            err.message.contains("the kernel panicked: x was negative"),
+            "{}",
+            err.message
+        );
+        let reply = server
+            .clone()
+            .execute(Context::current(), add(41))
+            .await
+            .unwrap();
+        assert_eq!(reply.outputs, [Value::Int(42)]);
+        let oks: Vec<bool> = std::iter::from_fn(|| reports.try_recv().ok())
+            .filter_map(|m| match m {
+                ToAgent::Report(r) => Some(r.ok),
+                ToAgent::Point(_) => None,
+            })
+            .collect();
+        assert_eq!(oks, [false, true]);
+        assert_eq!(server.occupancy(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn calls_on_one_slot_run_in_the_order_they_arrived() {
+        let (server, _reports, runs) = one_slot_server();
+        let calls = (0..20).map(|x| server.clone().execute(Context::current(), add(x)));
+        // join_all polls them in turn: each takes its ticket and hands in its work before
+        // the next arrives.
+        let replies = futures::future::join_all(calls).await;
+        for (x, r) in replies.into_iter().enumerate() {
+            assert_eq!(r.unwrap().outputs, [Value::Int(x as i64 + 1)]);
+        }
+        assert_eq!(*runs.lock().unwrap(), (0..20).collect::<Vec<i64>>());
+        assert_eq!(server.occupancy(), (0, 0));
     }
 }

@@ -14,10 +14,12 @@ pub mod kernels;
 pub mod model_manager;
 pub mod peers;
 pub mod sensors;
+pub mod slots;
 
 pub use config::ServerConfig;
 pub use handler::ServerHandler;
 
+use anyhow::Context as _;
 use gridwise_proto::{Registration, ServerApi, wire};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -119,7 +121,8 @@ pub async fn run_with(
     accept.credentials = cfg.credentials();
     accept.tls = tls;
     accept.limits = cfg.limits()?;
-    let handler = ServerHandler::new(name.clone(), set, slots, to_agent, remote, limits, sensors);
+    let handler = ServerHandler::new(name.clone(), set, slots, to_agent, remote, limits, sensors)
+        .context("starting the slots' threads")?;
     let reg = Registration {
         name: name.clone(),
         instance: handler.instance().to_string(),
@@ -238,7 +241,8 @@ pub fn build_models_and_exit(cfg: ServerConfig) -> anyhow::Result<()> {
         remote,
         handler::CallLimits::unlimited(),
         sensors,
-    );
+    )
+    .context("starting the slots' threads")?;
     model_manager::validate(&cfg.models, &handler)?;
     let bar = indicatif::ProgressBar::new_spinner();
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
