@@ -10,7 +10,7 @@ fn quick_crossing_reports_every_policy_against_the_lp_bound() {
     let agent = Launcher::program(bin("gridwise-agent"));
     let server = Launcher::program(bin("gridwise-server"));
     let mut lines = Vec::new();
-    run_scenario(&agent, server, "crossing", true, &mut |l| lines.push(l)).unwrap();
+    run_scenario(&agent, server, "crossing", true, 1, &mut |l| lines.push(l)).unwrap();
     // crossing is a bag: every policy, lp included.
     assert_eq!(
         lines.len(),

@@ -397,16 +397,19 @@ fn task_graph(calls: &[Call]) -> Result<TaskGraph> {
     Ok(g)
 }
 
-/// One scenario: start its grid, let the models build, run every applicable policy per size.
-/// Each result goes to `emit` as it is measured.
-/// `agent` and `server` say how to start the daemons.
+/// One scenario: start its grid, let the models build, run every applicable policy `repeat`
+/// times per size (in rounds, each in another order), and report each policy's median run.
+/// Each size's results go to `emit` once its rounds are done. `agent` and `server` say how to
+/// start the daemons.
 pub fn run_scenario(
     agent: &Launcher,
     server: Launcher,
     name: &str,
     quick: bool,
+    repeat: usize,
     emit: &mut dyn FnMut(Json),
 ) -> Result<()> {
+    anyhow::ensure!(repeat >= 1, "--repeat must be at least 1");
     let s = scenario(name)?;
     let hb = [
         "--heartbeat-interval-ms",
@@ -475,19 +478,33 @@ pub fn run_scenario(
         let default = GraphPolicy::default_for(&graph);
         let oracle_default = oracle_of(default)?;
         let lower = best_lower_bound(&graph, &etc, None)?;
-        for policy in GraphPolicy::ALL {
-            if policy == GraphPolicy::Lp && !graph.is_bag() {
-                continue;
+        let policies: Vec<GraphPolicy> = GraphPolicy::ALL
+            .into_iter()
+            .filter(|&p| p != GraphPolicy::Lp || graph.is_bag())
+            .collect();
+        let mut runs: Vec<Vec<Result<Measured>>> = policies.iter().map(|_| Vec::new()).collect();
+        for round in 0..repeat {
+            for i in round_order(policies.len(), round, repeat) {
+                let policy = policies[i];
+                eprintln!(
+                    "bench schedule {name}{}: {} calls with {policy}{}…",
+                    if s.sweeps {
+                        format!(" n={size}")
+                    } else {
+                        String::new()
+                    },
+                    calls.len(),
+                    if repeat > 1 {
+                        format!(" (run {} of {repeat})", round + 1)
+                    } else {
+                        String::new()
+                    }
+                );
+                std::thread::sleep(SETTLE);
+                runs[i].push(run_once(&client, &s, &calls, policy));
             }
-            eprintln!(
-                "bench schedule {name}{}: {} calls with {policy}…",
-                if s.sweeps {
-                    format!(" n={size}")
-                } else {
-                    String::new()
-                },
-                calls.len()
-            );
+        }
+        for (policy, runs) in policies.into_iter().zip(runs) {
             let mut line = json!({
                 "bench": "schedule",
                 "scenario": s.name,
@@ -499,16 +516,19 @@ pub fn run_scenario(
                 "lower_bound_s": round(lower.seconds),
                 "lower_bound_kind": lower.kind.name(),
                 "default": policy == default,
+                "runs": runs.len(),
             });
             if s.sweeps {
                 line["size"] = json!(size);
             }
-            match run_once(&client, &s, &calls, policy) {
-                Ok((actual, predicted, chain)) => {
-                    line["makespan_s"] = json!(round(actual));
-                    line["makespan_over_bound"] = json!(round(actual / lower.seconds));
-                    line["predicted_makespan_s"] = json!(round(predicted));
-                    line["chain"] = chain.json();
+            match median_run(runs) {
+                Ok((m, all)) => {
+                    line["makespan_s"] = json!(round(m.makespan_s));
+                    line["makespan_runs_s"] =
+                        json!(all.iter().map(|&x| round(x)).collect::<Vec<_>>());
+                    line["makespan_over_bound"] = json!(round(m.makespan_s / lower.seconds));
+                    line["predicted_makespan_s"] = json!(round(m.predicted_s));
+                    line["chain"] = m.chain.json();
                 }
                 Err(e) => {
                     line["makespan_s"] = Json::Null;
@@ -524,6 +544,43 @@ pub fn run_scenario(
     Ok(())
 }
 
+/// A pause before each run, so that what the run before left to do is done before the next
+/// starts: its reports (servers hold them up to 5 ms), the agent learning from them and writing
+/// them to its database, freeing the values the run kept. Without it the first run after
+/// another measured up to 1% slower on hydropad's 0.1 s runs, whichever policy it was.
+const SETTLE: Duration = Duration::from_millis(250);
+
+/// The order the policies run in, in round `round` of `rounds`: each round starts a fair share
+/// further along the list, so no policy always runs first at a size (the first run after the
+/// bound and the oracle are computed measured up to 1% slower on hydropad, whichever it was).
+fn round_order(policies: usize, round: usize, rounds: usize) -> Vec<usize> {
+    let shift = (round * policies).div_ceil(rounds.max(1));
+    (0..policies)
+        .map(|i| (i + shift) % policies.max(1))
+        .collect()
+}
+
+/// One measured run of a policy.
+struct Measured {
+    makespan_s: f64,
+    predicted_s: f64,
+    chain: Chain,
+}
+
+/// The run of median makespan (the lower middle of an even count) and every run's makespan in
+/// the order they ran; the first error if any run failed.
+fn median_run(runs: Vec<Result<Measured>>) -> Result<(Measured, Vec<f64>)> {
+    let mut ok = runs.into_iter().collect::<Result<Vec<Measured>>>()?;
+    let all: Vec<f64> = ok.iter().map(|m| m.makespan_s).collect();
+    ok.sort_by(|a, b| a.makespan_s.total_cmp(&b.makespan_s));
+    let mid = ok.len().saturating_sub(1) / 2;
+    let m = ok
+        .into_iter()
+        .nth(mid)
+        .ok_or_else(|| anyhow!("no run was made"))?;
+    Ok((m, all))
+}
+
 fn round(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
 }
@@ -535,7 +592,7 @@ fn run_once(
     s: &Scenario,
     calls: &[Call],
     policy: GraphPolicy,
-) -> Result<(f64, f64, Chain)> {
+) -> Result<Measured> {
     let mut g = client.graph();
     let mut refs: Vec<gridwise_client::CallRef> = Vec::with_capacity(calls.len());
     for c in calls {
@@ -577,12 +634,21 @@ fn run_once(
             before,
         })
         .collect();
-    Ok((run.makespan_s, run.plan.makespan_s, Chain::of(&steps)))
+    Ok(Measured {
+        makespan_s: run.makespan_s,
+        predicted_s: run.plan.makespan_s,
+        chain: Chain::of(&steps),
+    })
 }
 
 /// Every scenario named (all by default), one JSON line per policy (and size) to `emit`, then
 /// one summary line per scenario checking the goals.
-pub fn run(scenarios: &[String], quick: bool, emit: &mut dyn FnMut(Json)) -> Result<()> {
+pub fn run(
+    scenarios: &[String],
+    quick: bool,
+    repeat: usize,
+    emit: &mut dyn FnMut(Json),
+) -> Result<()> {
     let exe = std::env::current_exe()?;
     let names: Vec<String> = if scenarios.is_empty() {
         SCENARIOS.iter().map(|s| s.to_string()).collect()
@@ -596,7 +662,7 @@ pub fn run(scenarios: &[String], quick: bool, emit: &mut dyn FnMut(Json)) -> Res
         let mut lines = Vec::new();
         let agent = Launcher::subcommand(exe.clone(), "agent");
         let server = Launcher::subcommand(exe.clone(), "server");
-        run_scenario(&agent, server, n, quick, &mut |l| {
+        run_scenario(&agent, server, n, quick, repeat, &mut |l| {
             lines.push(l.clone());
             emit(l);
         })?;
@@ -677,6 +743,26 @@ pub fn summary(scenario: &str, lines: &[Json]) -> Json {
         out["heft_makespan_s"] = heft[0]["makespan_s"].clone();
         out["default_makespan_s"] = d["makespan_s"].clone();
         out["default_over_heft"] = json!(round(ratios.iter().copied().fold(f64::NAN, f64::max)));
+        // How far HEFT's own runs of one plan spread (worst size): a default within it of
+        // HEFT is not measurably worse.
+        out["heft_run_spread"] = json!(round(worst(
+            heft.iter()
+                .map(|l| -> Option<f64> {
+                    let runs: Vec<f64> = l["makespan_runs_s"]
+                        .as_array()?
+                        .iter()
+                        .filter_map(Json::as_f64)
+                        .collect();
+                    let (lo, hi) = runs
+                        .iter()
+                        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                            (lo.min(x), hi.max(x))
+                        });
+                    let median = f(l, "makespan_s")?;
+                    (runs.len() > 1).then(|| (hi - lo) / median)
+                })
+                .collect()
+        )));
         out["oracle_default_over_oracle_heft"] = json!(round(worst(
             default
                 .iter()
@@ -726,16 +812,45 @@ mod tests {
     }
 
     #[test]
+    fn each_round_starts_another_policy_and_runs_them_all() {
+        assert_eq!(round_order(8, 0, 3), [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(round_order(8, 1, 3), [3, 4, 5, 6, 7, 0, 1, 2]);
+        assert_eq!(round_order(8, 2, 3), [6, 7, 0, 1, 2, 3, 4, 5]);
+        assert_eq!(round_order(3, 0, 1), [0, 1, 2]);
+    }
+
+    #[test]
+    fn the_median_run_is_reported_with_every_run_in_order() {
+        let run = |s: f64| -> Result<Measured> {
+            Ok(Measured {
+                makespan_s: s,
+                predicted_s: s / 2.0,
+                chain: Chain::of(&[]),
+            })
+        };
+        let (m, all) = median_run(vec![run(3.0), run(1.0), run(2.0)]).unwrap();
+        assert_eq!((m.makespan_s, m.predicted_s), (2.0, 1.0));
+        assert_eq!(all, [3.0, 1.0, 2.0]);
+        let (m, _) = median_run(vec![run(4.0), run(1.0)]).unwrap();
+        assert_eq!(m.makespan_s, 1.0);
+        let failed = median_run(vec![run(1.0), Err(anyhow!("server gone"))]);
+        assert!(failed.is_err_and(|e| e.to_string().contains("server gone")));
+    }
+
+    #[test]
     fn summary_sets_the_default_against_heft_and_the_named_bound() {
+        let mut heft = line("heft", 1.25, false);
+        heft["makespan_runs_s"] = json!([1.3, 1.25, 1.2]);
         let lines = [
             line("best-of", 1.0, true),
-            line("heft", 1.25, false),
+            heft,
             line("round-robin", 4.0, false),
         ];
         let s = summary("cholesky", &lines);
         assert_eq!(s["default_policy"], "best-of");
         assert_eq!(s["heft_makespan_s"], 1.25);
         assert_eq!(s["default_over_heft"], 0.8);
+        assert_eq!(s["heft_run_spread"], round(0.1 / 1.25));
         assert_eq!(s["default_over_bound"], 1.25);
         assert_eq!(s["oracle_default_over_bound"], 1.25);
         assert_eq!(s["oracle_default_over_oracle_heft"], round(1.0 / 1.1));

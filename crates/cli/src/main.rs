@@ -362,7 +362,8 @@ enum BenchCmd {
         no_dgemm: bool,
     },
     /// Scheduling quality for real: emulated servers on loopback learn their models, then
-    /// each scenario's graph runs once per policy (hydropad, crossing, cholesky; takes minutes).
+    /// each scenario's graph runs three times per policy, the median reported (hydropad,
+    /// crossing, cholesky; takes minutes).
     Schedule {
         /// One JSON object per line.
         #[arg(long)]
@@ -373,6 +374,11 @@ enum BenchCmd {
         /// Small versions of the scenarios (a smoke test, not the benchmark).
         #[arg(long)]
         quick: bool,
+        /// Runs of each policy per size, in rounds of changing order; each line reports the
+        /// median run (one run's makespan varies by 0.5-1% on a quiet 2-core VM, more than
+        /// equal plans differ). Default: 3, or 1 with --quick.
+        #[arg(long)]
+        repeat: Option<usize>,
     },
     /// Fault tolerance: 10,000 mixed calls on 3 servers while one server is killed and
     /// restarted, one is stopped for 20 s and the agent is killed and restarted (about a
@@ -657,7 +663,13 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 json,
                 scenario,
                 quick,
-            } => bench::schedule::run(scenario, *quick, &mut |line| print_line(*json, &line)),
+                repeat,
+            } => bench::schedule::run(
+                scenario,
+                *quick,
+                repeat.unwrap_or(if *quick { 1 } else { 3 }),
+                &mut |line| print_line(*json, &line),
+            ),
             BenchCmd::Kernels {
                 json,
                 n,

@@ -39,10 +39,15 @@ impl Scored {
 
     /// Shorter makespan, or the same with earlier finishes overall.
     pub fn better_than(&self, other: &Scored) -> bool {
+        self.shorter_than(other)
+            || (!other.shorter_than(self)
+                && self.sum_finish < other.sum_finish - 1e-9 * other.sum_finish.abs())
+    }
+
+    /// Shorter makespan, beyond rounding.
+    pub fn shorter_than(&self, other: &Scored) -> bool {
         let (a, b) = (self.replay.makespan_s, other.replay.makespan_s);
-        let tol = 1e-9 * b.abs().max(1e-12);
-        a < b - tol
-            || (a <= b + tol && self.sum_finish < other.sum_finish - 1e-9 * other.sum_finish.abs())
+        a < b - 1e-9 * b.abs().max(1e-12)
     }
 }
 
