@@ -45,6 +45,15 @@ impl Shared {
     }
 }
 
+impl State {
+    /// Whether an idle slot thread could start the head of the queue now. Threads are woken
+    /// only then, one per freed slot or newly ready head: an instant call giving its slot back
+    /// must not wake every idle thread (tens of thousands of calls a second).
+    fn can_start(&self) -> bool {
+        self.free > 0 && self.queue.front().is_some_and(|(_, job)| job.is_some())
+    }
+}
+
 impl Slots {
     /// `total` slots (at least one), each with its own thread.
     pub fn new(total: usize, server: &str) -> std::io::Result<Self> {
@@ -110,9 +119,9 @@ impl Ticket {
             return;
         };
         st.queue[pos].1 = Some(job);
-        if pos == 0 {
+        if pos == 0 && st.can_start() {
             drop(st);
-            self.shared.changed.notify_all();
+            self.shared.changed.notify_one();
         }
     }
 
@@ -126,6 +135,12 @@ impl Ticket {
         }
         st.queue.pop_front();
         st.free -= 1;
+        let wake = st.can_start();
+        drop(st);
+        if wake {
+            // Another slot is free and the call behind is ready.
+            self.shared.changed.notify_one();
+        }
         Some(InlineSlot {
             shared: self.shared.clone(),
         })
@@ -137,12 +152,13 @@ impl Drop for Ticket {
         let mut st = self.shared.lock();
         if let Some(pos) = st.queue.iter().position(|(id, _)| *id == self.id) {
             let job = st.queue.remove(pos);
+            // The call behind may be ready to go.
+            let wake = pos == 0 && st.can_start();
             drop(st);
             // Work dropped outside the lock: its captures may do anything when dropped.
             drop(job);
-            if pos == 0 {
-                // The call behind may be ready to go.
-                self.shared.changed.notify_all();
+            if wake {
+                self.shared.changed.notify_one();
             }
         }
     }
@@ -155,8 +171,13 @@ pub struct InlineSlot {
 
 impl Drop for InlineSlot {
     fn drop(&mut self) {
-        self.shared.lock().free += 1;
-        self.shared.changed.notify_all();
+        let mut st = self.shared.lock();
+        st.free += 1;
+        let wake = st.can_start();
+        drop(st);
+        if wake {
+            self.shared.changed.notify_one();
+        }
     }
 }
 
@@ -167,13 +188,17 @@ fn run_slot(shared: &Shared) {
         if st.closed {
             return;
         }
-        let head_ready = st.queue.front().is_some_and(|(_, job)| job.is_some());
-        if st.free > 0 && head_ready {
+        if st.can_start() {
             let Some((_, Some(job))) = st.queue.pop_front() else {
                 unreachable!("the head was checked to hold its work")
             };
             st.free -= 1;
+            let wake = st.can_start();
             drop(st);
+            if wake {
+                // Another slot is free and the call behind is ready: an idle thread starts it.
+                shared.changed.notify_one();
+            }
             job();
             st = shared.lock();
             st.free += 1;
@@ -258,6 +283,30 @@ mod tests {
         assert_eq!(seen.recv_timeout(WAIT).unwrap(), 2);
         release.send(()).unwrap();
         release.send(()).unwrap();
+    }
+
+    #[test]
+    fn calls_ready_at_once_start_on_every_idle_slot() {
+        let slots = Slots::new(3, "t").unwrap();
+        // Let every slot's thread go to sleep first.
+        std::thread::sleep(Duration::from_millis(50));
+        let (started, seen) = mpsc::channel();
+        let (release, gate) = mpsc::channel::<()>();
+        let gate = Arc::new(Mutex::new(gate));
+        let tickets: Vec<Ticket> = (0..3).map(|_| slots.enter()).collect();
+        // Handed in last first: only the head's arrival may wake a thread, which must then
+        // see that the next is ready too.
+        for (i, t) in tickets.iter().enumerate().rev() {
+            let (started, gate) = (started.clone(), gate.clone());
+            t.submit(Box::new(move || {
+                started.send(i).unwrap();
+                let _ = gate.lock().unwrap().recv();
+            }));
+        }
+        let mut all: Vec<usize> = (0..3).map(|_| seen.recv_timeout(WAIT).unwrap()).collect();
+        all.sort_unstable();
+        assert_eq!(all, [0, 1, 2]);
+        drop(release);
     }
 
     #[test]
