@@ -1,7 +1,8 @@
 //! `gridwise bench schedule`: scheduling quality, run for real. Each scenario starts an agent
 //! and emulated servers on loopback; the servers build their performance models with GBBP (the
-//! agent never sees the emulation's true speed functions); then the scenario's graph runs once
-//! per policy through the client's graph API, and the measured makespan is set beside:
+//! agent never sees the emulation's true speed functions); then the scenario's graph runs
+//! through the client's graph API `repeat` times per policy (`round_order`, `SETTLE`), and
+//! the median measured makespan (`makespan_s`; every run's in `makespan_runs_s`) is set beside:
 //!
 //! - `oracle_makespan_s`: HEFT computed offline with the true speed functions (and the agent's
 //!   default links), replayed — what a scheduler that knew everything would predict with HEFT;
@@ -15,7 +16,8 @@
 //!   kernels, and the gaps between them by what each call waited for.
 //!
 //! The summary line sets the default policy's measured makespan beside HEFT's
-//! (`heft_makespan_s`, `default_over_heft`) and beside the bound.
+//! (`heft_makespan_s`, `default_over_heft`, with `heft_run_spread`, how far HEFT's own runs
+//! spread) and beside the bound.
 //!
 //! Scenarios (seed 003 §5.3 and the issue): `hydropad` (two servers, one of which pages beyond
 //! a size and cannot run the largest; size swept), `crossing` (8 servers whose speed functions
