@@ -463,9 +463,10 @@ pub struct RegisterReply {
 /// A server's load at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoadSample {
-    /// Kernels running now: at most the server's slots.
+    /// Calls running now (their kernel, or waiting in their slot for memory): at most the
+    /// server's slots.
     pub running: u32,
-    /// Calls waiting for a slot.
+    /// Calls waiting for a slot, or holding one while their inputs arrive.
     pub queued: u32,
     /// One-minute load average of the host (0 where unknown).
     pub loadavg_1m: f64,

@@ -68,7 +68,7 @@ impl ServerArgs {
     }
 
     /// Loads the settings and runs the server: network I/O on one thread (no hops per RPC),
-    /// kernels on one thread per slot (`slots.rs`).
+    /// kernels on one thread per slot (`slots.rs`; instant ones on the I/O thread).
     pub fn run_blocking(&self) -> anyhow::Result<()> {
         let cfg = self.load()?;
         if self.build_models_and_exit {

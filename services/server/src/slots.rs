@@ -1,22 +1,25 @@
-//! A server's slots: one thread per slot runs the calls admitted here, one at a time each, in
-//! the order they arrived.
+//! A server's slots: one thread per slot runs the calls admitted here, one at a time each.
 //!
 //! A call takes its place in the queue on arrival ([`Slots::enter`]), while its remote inputs
-//! are still being pulled, and hands in its work once they are in ([`Ticket::submit`]). A slot
-//! thread that finishes a call takes the next one itself: on a busy server consecutive calls
-//! start back to back. With a semaphore and the runtime's blocking pool, every call waited for
-//! the async runtime to wake up, pass the permit on and hand the kernel to a blocking thread
-//! that had gone to sleep: 0.16 ms between consecutive calls on the 2-core VM, 12 ms along the
-//! critical chain of `bench schedule`'s tiled Cholesky.
+//! are still being pulled, and hands in its work once they are in ([`Ticket::submit`]). Slots
+//! go to waiting calls in arrival order, as a fair semaphore's permits would: a call holds its
+//! slot while it waits for its inputs, and a call behind it takes another slot if there is
+//! one. A slot thread that finishes a call starts the next ready one itself: on a busy server
+//! consecutive calls start back to back. With a semaphore and the runtime's blocking pool,
+//! every call waited for the async runtime to wake up, pass the permit on and hand the kernel
+//! to a blocking thread that had gone to sleep: 0.16 ms between consecutive calls on the
+//! 2-core VM, 12 ms along the critical chain of `bench schedule`'s tiled Cholesky.
 //!
-//! The head of the queue is served first even when a call behind it is ready: a task graph's
-//! plan assumes each server runs its calls in the order they were sent.
+//! On a one-slot server calls therefore run in the order they arrived, whatever order their
+//! inputs come in: a task graph's plan assumes each server runs its calls in the order they
+//! were sent.
 
 use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// Work handed to a slot: it runs on the slot's thread and must not panic (kernels are run
-/// under `catch_unwind` by their caller).
+/// Work handed to a slot: it runs on the slot's thread (a panic is caught there and frees the
+/// slot, but the caller should catch its own: kernels are run under `catch_unwind`).
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
 /// The slots of one server and the calls waiting for them.
@@ -27,14 +30,20 @@ pub struct Slots {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
-    total: usize,
 }
 
+/// Every slot is free, held by a call that has not started, or running one:
+/// `free + holding.len() + running` is the number of slots.
 struct State {
-    /// Slots no call holds.
     free: usize,
-    /// Calls waiting, first come first; `None` until the call's work is handed in.
+    /// Calls waiting for a slot, by ticket (increasing), first come first; `None` until the
+    /// call's work is handed in.
     queue: VecDeque<(u64, Option<Job>)>,
+    /// Calls holding a slot that have not started: waiting for their inputs (`None`) or for a
+    /// slot thread to take their work.
+    holding: Vec<(u64, Option<Job>)>,
+    /// Calls running, on a slot's thread or inline.
+    running: usize,
     next_ticket: u64,
     closed: bool,
 }
@@ -43,14 +52,56 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Wakes idle slot threads for `ready` calls that can start. Threads are woken only
+    /// then: an instant call giving its slot back must not wake every idle thread (tens of
+    /// thousands of calls a second).
+    fn wake(&self, ready: usize) {
+        match ready {
+            0 => {}
+            1 => self.changed.notify_one(),
+            _ => self.changed.notify_all(),
+        }
+    }
 }
 
 impl State {
-    /// Whether an idle slot thread could start the head of the queue now. Threads are woken
-    /// only then, one per freed slot or newly ready head: an instant call giving its slot back
-    /// must not wake every idle thread (tens of thousands of calls a second).
-    fn can_start(&self) -> bool {
-        self.free > 0 && self.queue.front().is_some_and(|(_, job)| job.is_some())
+    /// Gives the free slots to the calls at the head of the queue; how many of those are
+    /// ready to start.
+    fn grant(&mut self) -> usize {
+        let mut ready = 0;
+        while self.free > 0 {
+            let Some(call) = self.queue.pop_front() else {
+                break;
+            };
+            self.free -= 1;
+            ready += usize::from(call.1.is_some());
+            self.holding.push(call);
+        }
+        ready
+    }
+
+    /// The work of the earliest call that holds a slot and is ready, now running.
+    fn take_ready(&mut self) -> Option<Job> {
+        let i = self.holding.iter().position(|(_, job)| job.is_some())?;
+        let (_, job) = self.holding.remove(i);
+        self.running += 1;
+        job
+    }
+
+    /// Gives back a running call's slot; how many calls are ready to start with it.
+    fn finish(&mut self) -> usize {
+        self.running -= 1;
+        self.free += 1;
+        self.grant()
+    }
+
+    fn queued_at(&self, id: u64) -> Option<usize> {
+        self.queue.binary_search_by_key(&id, |(t, _)| *t).ok()
+    }
+
+    fn holding_at(&self, id: u64) -> Option<usize> {
+        self.holding.iter().position(|(t, _)| *t == id)
     }
 }
 
@@ -62,38 +113,43 @@ impl Slots {
             state: Mutex::new(State {
                 free: total,
                 queue: VecDeque::new(),
+                holding: Vec::with_capacity(total),
+                running: 0,
                 next_ticket: 0,
                 closed: false,
             }),
             changed: Condvar::new(),
-            total,
         });
+        let slots = Self { shared };
         for i in 0..total {
-            let s = shared.clone();
+            let s = slots.shared.clone();
+            // On failure `slots` drops here, which stops the threads already started.
             std::thread::Builder::new()
                 .name(format!("{server}-slot-{i}"))
                 .spawn(move || run_slot(&s))?;
         }
-        Ok(Self { shared })
+        Ok(slots)
     }
 
-    /// A place in the queue for a call that just arrived. Dropping the ticket before its work
-    /// ran takes the call out of the queue (its work, if handed in, is dropped unrun).
+    /// A place in the queue for a call that just arrived (a slot at once if one is free).
+    /// Dropping the ticket before its work started gives its place or its slot up; its
+    /// work, if handed in, is dropped unrun.
     pub fn enter(&self) -> Ticket {
         let mut st = self.shared.lock();
         let id = st.next_ticket;
         st.next_ticket += 1;
         st.queue.push_back((id, None));
+        st.grant();
         Ticket {
             shared: self.shared.clone(),
             id,
         }
     }
 
-    /// Calls holding a slot and calls waiting for one, now.
+    /// Calls running and calls waiting (for a slot, or holding one for their inputs), now.
     pub fn occupancy(&self) -> (usize, usize) {
         let st = self.shared.lock();
-        (self.shared.total - st.free, st.queue.len())
+        (st.running, st.queue.len() + st.holding.len())
     }
 }
 
@@ -111,36 +167,26 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// Hands in the call's work: a slot thread runs it once every call before it has started
-    /// and a slot is free.
+    /// Hands in the call's work: a slot thread runs it once the call holds a slot.
     pub fn submit(&self, job: Job) {
         let mut st = self.shared.lock();
-        let Some(pos) = st.queue.iter().position(|(id, _)| *id == self.id) else {
-            return;
-        };
-        st.queue[pos].1 = Some(job);
-        if pos == 0 && st.can_start() {
+        if let Some(i) = st.holding_at(self.id) {
+            st.holding[i].1 = Some(job);
             drop(st);
-            self.shared.changed.notify_one();
+            self.shared.wake(1);
+        } else if let Some(i) = st.queued_at(self.id) {
+            st.queue[i].1 = Some(job);
         }
     }
 
-    /// Takes a free slot for the caller's own thread, if this call is next and one is free:
-    /// for work too short to be worth a hand-over to a slot thread. The slot is given back
-    /// when the returned guard drops.
+    /// Runs the call on the caller's own thread, if it holds a slot now: for work too short
+    /// to be worth a hand-over to a slot thread. The slot is given back when the returned
+    /// guard drops.
     pub fn try_inline(&self) -> Option<InlineSlot> {
         let mut st = self.shared.lock();
-        if st.free == 0 || st.queue.front().is_none_or(|(id, _)| *id != self.id) {
-            return None;
-        }
-        st.queue.pop_front();
-        st.free -= 1;
-        let wake = st.can_start();
-        drop(st);
-        if wake {
-            // Another slot is free and the call behind is ready.
-            self.shared.changed.notify_one();
-        }
+        let i = st.holding_at(self.id)?;
+        st.holding.remove(i);
+        st.running += 1;
         Some(InlineSlot {
             shared: self.shared.clone(),
         })
@@ -150,17 +196,20 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut st = self.shared.lock();
-        if let Some(pos) = st.queue.iter().position(|(id, _)| *id == self.id) {
-            let job = st.queue.remove(pos);
-            // The call behind may be ready to go.
-            let wake = pos == 0 && st.can_start();
-            drop(st);
-            // Work dropped outside the lock: its captures may do anything when dropped.
-            drop(job);
-            if wake {
-                self.shared.changed.notify_one();
-            }
-        }
+        let (job, ready) = if let Some(i) = st.holding_at(self.id) {
+            let (_, job) = st.holding.remove(i);
+            st.free += 1;
+            (job, st.grant())
+        } else if let Some(i) = st.queued_at(self.id) {
+            (st.queue.remove(i).and_then(|(_, job)| job), 0)
+        } else {
+            // Started (or run inline): its slot comes back when it ends.
+            return;
+        };
+        drop(st);
+        // Work dropped outside the lock: its captures may do anything when dropped.
+        drop(job);
+        self.shared.wake(ready);
     }
 }
 
@@ -171,37 +220,26 @@ pub struct InlineSlot {
 
 impl Drop for InlineSlot {
     fn drop(&mut self) {
-        let mut st = self.shared.lock();
-        st.free += 1;
-        let wake = st.can_start();
-        drop(st);
-        if wake {
-            self.shared.changed.notify_one();
-        }
+        let ready = self.shared.lock().finish();
+        self.shared.wake(ready);
     }
 }
 
-/// A slot's thread: runs the head of the queue whenever its work is in and a slot is free.
+/// A slot's thread: runs the ready calls that hold slots.
 fn run_slot(shared: &Shared) {
     let mut st = shared.lock();
     loop {
         if st.closed {
             return;
         }
-        if st.can_start() {
-            let Some((_, Some(job))) = st.queue.pop_front() else {
-                unreachable!("the head was checked to hold its work")
-            };
-            st.free -= 1;
-            let wake = st.can_start();
+        if let Some(job) = st.take_ready() {
             drop(st);
-            if wake {
-                // Another slot is free and the call behind is ready: an idle thread starts it.
-                shared.changed.notify_one();
-            }
-            job();
+            // A panic must not take the thread and its slot with it.
+            let _ = catch_unwind(AssertUnwindSafe(job));
             st = shared.lock();
-            st.free += 1;
+            // This thread takes one of the calls now ready itself.
+            let ready = st.finish();
+            shared.wake(ready.saturating_sub(1));
             continue;
         }
         st = shared.changed.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -310,7 +348,31 @@ mod tests {
     }
 
     #[test]
-    fn only_the_next_call_may_take_a_free_slot_inline() {
+    fn a_call_waiting_for_its_inputs_holds_one_slot_not_all() {
+        let slots = Slots::new(2, "t").unwrap();
+        let (tx, rx) = mpsc::channel();
+        // The first call holds a slot while its inputs are pulled (no work yet) ...
+        let pulling = slots.enter();
+        let ready = slots.enter();
+        ready.submit(Box::new(move || tx.send(()).unwrap()));
+        // ... and the next one runs on the other slot meanwhile.
+        rx.recv_timeout(WAIT).unwrap();
+        drop(pulling);
+    }
+
+    #[test]
+    fn work_that_panics_gives_its_slot_back() {
+        let slots = Slots::new(1, "t").unwrap();
+        let boom = slots.enter();
+        let next = slots.enter();
+        boom.submit(Box::new(|| panic!("the work panicked")));
+        let (tx, rx) = mpsc::channel();
+        next.submit(Box::new(move || tx.send(()).unwrap()));
+        rx.recv_timeout(WAIT).unwrap();
+    }
+
+    #[test]
+    fn only_a_call_holding_a_slot_may_run_inline() {
         let slots = Slots::new(1, "t").unwrap();
         let a = slots.enter();
         let b = slots.enter();

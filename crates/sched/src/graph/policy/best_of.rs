@@ -162,7 +162,13 @@ pub fn solve(graph: &TaskGraph, etc: &EtcMatrix, comm: &CommModel) -> Result<Bes
         }
     }
     let budget = search_budget(n, graph.edge_count());
-    let (best, used) = improve(&p, best, budget);
+    // The search walks plateaus by earlier finishes; only a shorter plan replaces its start.
+    let (found, used) = improve(&p, best.clone(), budget);
+    let best = if found.shorter_than(&best) {
+        found
+    } else {
+        best
+    };
     Ok(BestOf {
         makespan_s: best.replay.makespan_s,
         mapping: best.mapping,

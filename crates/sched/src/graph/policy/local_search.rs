@@ -21,6 +21,7 @@ use crate::graph::replay::{Replay, replay_unchecked};
 const TARGETS_PER_TASK: usize = 8;
 
 /// A mapping and its replay.
+#[derive(Clone)]
 pub(crate) struct Scored {
     pub mapping: Mapping,
     pub replay: Replay,
