@@ -557,9 +557,7 @@ const SETTLE: Duration = Duration::from_millis(250);
 /// bound and the oracle are computed measured up to 1% slower on hydropad, whichever it was).
 fn round_order(policies: usize, round: usize, rounds: usize) -> Vec<usize> {
     let shift = (round * policies).div_ceil(rounds.max(1));
-    (0..policies)
-        .map(|i| (i + shift) % policies.max(1))
-        .collect()
+    (0..policies).map(|i| (i + shift) % policies).collect()
 }
 
 /// One measured run of a policy.

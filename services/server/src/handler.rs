@@ -498,10 +498,10 @@ impl ServerHandler {
     }
 
     /// Runs an admitted call in its turn and checks its outputs. The kernel runs on a slot's
-    /// thread once every call that arrived before it has started; an instant kernel runs on
-    /// this task if its slot is free at once. A call needing more memory than calls may take
-    /// uncharged takes it only once it holds its slot (in arrival order, as the slots serve
-    /// calls; taking it before would let waiting calls hold memory the head call needs).
+    /// thread once the call holds a slot (slots go to calls in arrival order); an instant
+    /// kernel runs on this task if the call holds its slot already. A call needing more memory
+    /// than calls may take uncharged takes it only once it holds its slot (taking it before
+    /// would let waiting calls hold memory the calls holding slots need).
     async fn run_call(
         &self,
         kernel: Arc<dyn Kernel>,

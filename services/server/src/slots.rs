@@ -254,6 +254,20 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(5);
 
+    /// Work that says it started (its number on `started`), then waits for the gate to
+    /// open (a message on the gate's channel, or the channel closed).
+    fn gated(
+        i: usize,
+        started: &mpsc::Sender<usize>,
+        gate: &Arc<Mutex<mpsc::Receiver<()>>>,
+    ) -> Job {
+        let (started, gate) = (started.clone(), gate.clone());
+        Box::new(move || {
+            started.send(i).unwrap();
+            let _ = gate.lock().unwrap().recv();
+        })
+    }
+
     #[test]
     fn calls_run_in_arrival_order_even_when_a_later_one_is_ready_first() {
         let slots = Slots::new(1, "t").unwrap();
@@ -306,11 +320,7 @@ mod tests {
         let gate = Arc::new(Mutex::new(gate));
         let tickets: Vec<Ticket> = (0..3).map(|_| slots.enter()).collect();
         for (i, t) in tickets.iter().enumerate() {
-            let (started, gate) = (started.clone(), gate.clone());
-            t.submit(Box::new(move || {
-                started.send(i).unwrap();
-                gate.lock().unwrap().recv().unwrap();
-            }));
+            t.submit(gated(i, &started, &gate));
         }
         let mut first: Vec<usize> = (0..2).map(|_| seen.recv_timeout(WAIT).unwrap()).collect();
         first.sort_unstable();
@@ -332,14 +342,10 @@ mod tests {
         let (release, gate) = mpsc::channel::<()>();
         let gate = Arc::new(Mutex::new(gate));
         let tickets: Vec<Ticket> = (0..3).map(|_| slots.enter()).collect();
-        // Handed in last first: only the head's arrival may wake a thread, which must then
-        // see that the next is ready too.
+        // Each holds a slot from its arrival, and each handing in its work must wake a thread
+        // of its own (last first: no later call's arrival may do it for an earlier one).
         for (i, t) in tickets.iter().enumerate().rev() {
-            let (started, gate) = (started.clone(), gate.clone());
-            t.submit(Box::new(move || {
-                started.send(i).unwrap();
-                let _ = gate.lock().unwrap().recv();
-            }));
+            t.submit(gated(i, &started, &gate));
         }
         let mut all: Vec<usize> = (0..3).map(|_| seen.recv_timeout(WAIT).unwrap()).collect();
         all.sort_unstable();
@@ -377,9 +383,9 @@ mod tests {
         let a = slots.enter();
         let b = slots.enter();
         assert!(b.try_inline().is_none());
-        let held = a.try_inline().expect("a is next and the slot is free");
+        let held = a.try_inline().expect("a holds the slot");
         assert_eq!(slots.occupancy(), (1, 1));
-        // The slot is taken: b waits even at the head.
+        // The slot is taken: b still waits for it.
         assert!(b.try_inline().is_none());
         let (tx, rx) = mpsc::channel();
         b.submit(Box::new(move || tx.send(()).unwrap()));

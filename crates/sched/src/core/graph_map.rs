@@ -374,14 +374,12 @@ impl GraphSnapshot {
         // Offered, but the model says the call does not fit: classic GridSolve cannot know.
         let mut blind_spots = Vec::new();
         // A call holds its server for its kernel and for what the server's calls cost besides
-        // (starting the kernel's thread, building the reply), as its recent calls showed.
+        // (starting the kernel's thread, building the reply), as its recent calls showed
+        // (finite and ≥ 0: `CallOverhead` records nothing else).
         let overhead: Vec<f64> = self
             .servers
             .iter()
-            .map(|e| {
-                let o = e.host().overhead.estimate().mean;
-                if o.is_finite() { o.max(0.0) } else { 0.0 }
-            })
+            .map(|e| e.host().overhead.estimate().mean)
             .collect();
         for (t, call) in calls.iter().enumerate() {
             for (col, e) in self.servers.iter().enumerate() {
