@@ -276,6 +276,7 @@ fn outputs_py<'py>(py: Python<'py>, outs: &[Value]) -> PyResult<Bound<'py, PyLis
 struct Native {
     rt: tokio::runtime::Runtime,
     client: GridClient,
+    calls: gridwise_client::blocking::SyncCalls,
     handles: Mutex<HashMap<(String, Option<String>), FunctionHandle>>,
 }
 
@@ -366,6 +367,7 @@ impl Native {
         Ok(Native {
             rt,
             client,
+            calls: Default::default(),
             handles: Mutex::new(HashMap::new()),
         })
     }
@@ -406,9 +408,13 @@ impl Native {
         // One task on the client's runtime: a call's two round trips then cross threads once
         // each way, not once per round trip.
         let client = self.client.clone();
-        let task = self.rt.spawn(async move { client.call(&h, inputs).await });
         let r = py
-            .detach(|| gridwise_client::blocking::wait_for_task(self.rt.handle(), task))
+            .detach(|| {
+                self.calls.run(
+                    self.rt.handle(),
+                    async move { client.call(&h, inputs).await },
+                )
+            })
             .map_err(|e| {
                 to_py(GrpcError::communication(format!(
                     "the call's task did not finish: {e}"

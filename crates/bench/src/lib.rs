@@ -16,5 +16,6 @@ pub mod mapping;
 pub mod models;
 pub mod predict;
 pub mod rpc;
+mod rpc_floors;
 pub mod schedule;
 pub mod transfer;
