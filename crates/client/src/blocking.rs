@@ -54,7 +54,8 @@ pub const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 /// How long the client's runtime thread stays awake after a blocking call returns, unless
 /// the next call begins sooner. A runtime thread asleep in `epoll_wait` must be woken by the
 /// next call's task: on the 2-core VM of `bench rpc` that cost about 20 µs of a 115 µs call,
-/// a sixth of it. Staying awake costs at most this much CPU per call.
+/// a sixth of it. Staying awake costs at most this much CPU per call, and only callers that
+/// called again within it last time are waited for (see [`SyncCalls`]).
 pub const LINGER: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Keeps the runtime thread polling (tokio polls its I/O without sleeping while a task is
@@ -67,12 +68,33 @@ async fn stay_awake(calls: Arc<AtomicU64>, call: u64, linger: std::time::Duratio
 }
 
 /// Synchronous calls made on one client runtime: each runs as one task on the runtime's
-/// thread, waited for on the caller's ([`wait_for_task`]); after each the runtime thread stays
-/// awake for [`LINGER`] unless the next call begins sooner. Clones count the same calls.
-#[derive(Clone, Debug, Default)]
+/// thread, waited for on the caller's ([`wait_for_task`]). After a call that began within
+/// [`LINGER`] of the previous one's end, the runtime thread stays awake for `LINGER` unless
+/// the next call begins sooner: a program calling in a loop finds it awake, one calling now
+/// and then costs no CPU for it. Clones count the same calls.
+#[derive(Clone, Debug)]
 pub struct SyncCalls {
     /// Calls begun so far: a runtime thread staying awake stops when the next one begins.
     begun: Arc<AtomicU64>,
+    /// When the last call returned to its caller, in ns after `epoch` (`u64::MAX`: none yet).
+    last_end_ns: Arc<AtomicU64>,
+    epoch: std::time::Instant,
+}
+
+impl Default for SyncCalls {
+    fn default() -> Self {
+        SyncCalls {
+            begun: Arc::default(),
+            last_end_ns: Arc::new(AtomicU64::new(u64::MAX)),
+            epoch: std::time::Instant::now(),
+        }
+    }
+}
+
+/// Whether a call beginning at `now_ns` came within [`LINGER`] of the previous call's end at
+/// `last_end_ns` (`u64::MAX`: there was none), i.e. whether its caller calls in a loop.
+fn back_to_back(last_end_ns: u64, now_ns: u64) -> bool {
+    last_end_ns != u64::MAX && now_ns.saturating_sub(last_end_ns) <= LINGER.as_nanos() as u64
 }
 
 impl SyncCalls {
@@ -82,14 +104,23 @@ impl SyncCalls {
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
+        let looping = back_to_back(self.last_end_ns.load(Ordering::Relaxed), self.now_ns());
         let begun = self.begun.clone();
         let this = begun.fetch_add(1, Ordering::Relaxed) + 1;
         let task = rt.spawn(async move {
             let out = call.await;
-            tokio::spawn(stay_awake(begun, this, LINGER));
+            if looping {
+                tokio::spawn(stay_awake(begun, this, LINGER));
+            }
             out
         });
-        wait_for_task(rt, task)
+        let out = wait_for_task(rt, task);
+        self.last_end_ns.store(self.now_ns(), Ordering::Relaxed);
+        out
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
     }
 }
 
@@ -485,6 +516,18 @@ mod tests {
         }
         calls.fetch_add(1, Ordering::Relaxed);
         assert_eq!(stay.as_mut().poll(&mut cx), Poll::Ready(()));
+    }
+
+    #[test]
+    fn only_a_caller_calling_again_within_the_linger_is_waited_for() {
+        let linger = LINGER.as_nanos() as u64;
+        assert!(!back_to_back(u64::MAX, 5), "the first call");
+        assert!(back_to_back(1_000, 1_000 + linger / 2));
+        assert!(back_to_back(1_000, 1_000 + linger));
+        assert!(
+            !back_to_back(1_000, 1_000 + 2 * linger),
+            "a caller that paused"
+        );
     }
 
     #[tokio::test]
