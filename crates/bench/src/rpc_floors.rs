@@ -187,16 +187,7 @@ struct ClientRuntime {
 
 impl ClientRuntime {
     fn start() -> anyhow::Result<ClientRuntime> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let handle = rt.handle().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let driver = std::thread::spawn(move || {
-            rt.block_on(async {
-                let _ = stopped.await;
-            })
-        });
+        let (handle, stop, driver) = gridwise_client::blocking::start_runtime()?;
         Ok(ClientRuntime {
             handle,
             stop,

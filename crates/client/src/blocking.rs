@@ -145,9 +145,10 @@ pub fn wait_for_task<T>(
     }
 }
 
-/// Starts a current-thread runtime on its own thread; returns its handle, the stop signal and
-/// the thread.
-fn start_runtime() -> Result<(Handle, oneshot::Sender<()>, JoinHandle<()>), GrpcError> {
+/// Starts the runtime a blocking client drives its calls on: current-thread, on a thread of
+/// its own; returns its handle, the stop signal and the thread. `bench rpc`'s floors start
+/// theirs with it too.
+pub fn start_runtime() -> Result<(Handle, oneshot::Sender<()>, JoinHandle<()>), GrpcError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -222,9 +223,8 @@ impl Client {
 
     /// Runs `fut` as a task on the client's runtime thread and waits for it here. A call
     /// makes two round trips (agent, server): polled on the caller's thread, each would cross
-    /// to the runtime thread and back; as one task it crosses once each way. The runtime
-    /// thread then stays awake for [`LINGER`], so that a caller calling again at once finds it
-    /// awake.
+    /// to the runtime thread and back; as one task it crosses once each way ([`SyncCalls`],
+    /// which also keeps the runtime thread awake between calls made in a loop).
     fn run_on_runtime<T, F>(&self, fut: F) -> Result<T, GrpcError>
     where
         F: Future<Output = Result<T, GrpcError>> + Send + 'static,
