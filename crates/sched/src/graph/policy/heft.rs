@@ -1,11 +1,12 @@
 //! HEFT (Topcuoglu, Hariri & Wu 2002): tasks in decreasing upward rank, each to the server
 //! where it finishes earliest, allowed to slip into an idle gap left earlier on a server.
 //!
-//! Cost: ranks O(N·M + E); placement O(E·M) for input arrival plus, per (task, server), a binary
-//! search and a short forward scan over that server's busy intervals. Intervals sit in sorted
-//! vectors per slot, so gaps are the spaces between neighbours and need no separate structure.
+//! Cost: ranks O(N·M + E); placement O(E·M) for input arrival plus, per (task, slot), two
+//! reads where no idle gap on the slot is long enough for the task, else a binary search and a
+//! short forward scan over its busy intervals ([`Timelines`]).
 
 use super::schedule::{Plan, Problem};
+use super::timelines::Timelines;
 use crate::graph::dag::{TaskGraph, TaskIdx};
 use crate::graph::platform::{CommModel, EtcMatrix};
 use crate::graph::{MapError, Mapping};
@@ -26,13 +27,13 @@ pub(crate) fn place_with_insertion(
     lookahead: Option<&[f64]>,
 ) -> Plan {
     let (n, m, etc) = (p.tasks(), p.servers(), p.etc);
-    let mut busy = timelines(etc);
+    let mut busy = Timelines::new(etc);
     let mut plan = Plan::new(n, m);
     let mut ready = vec![0.0; m];
     for &t in order {
         plan.data_ready_all(p, t, &mut ready);
-        // (score, finish, start, server, lane, insert position)
-        let mut best: Option<(f64, f64, f64, usize, usize, usize)> = None;
+        // (score, finish, start, lane)
+        let mut best: Option<(f64, f64, f64, usize)> = None;
         let row = etc.row(t);
         for s in 0..m {
             let d = row[s];
@@ -50,35 +51,23 @@ pub(crate) fn place_with_insertion(
             {
                 continue;
             }
-            for (lane, intervals) in busy[s].iter().enumerate() {
-                let (start, at) = earliest_gap(intervals, ready[s], d);
+            for lane in busy.lanes_of(s) {
+                let start = busy.earliest_start(lane, ready[s], d);
                 let finish = start + d;
                 let score = finish + ahead;
                 if best.is_none_or(|b| score < b.0 || (score == b.0 && finish < b.1)) {
-                    best = Some((score, finish, start, s, lane, at));
+                    best = Some((score, finish, start, lane));
                 }
             }
         }
         // Problem::new guarantees a feasible server for every task.
-        let Some((_, finish, start, s, lane, at)) = best else {
+        let Some((_, finish, start, lane)) = best else {
             unreachable!("task {t} has a feasible server")
         };
-        busy[s][lane].insert(at, (start, finish));
-        plan.place(t, s, start, finish);
+        busy.occupy(lane, start, finish);
+        plan.place(t, busy.server_of(lane), start, finish);
     }
     plan
-}
-
-/// busy[s][lane] = sorted, disjoint (start, end) intervals, from the queued work on.
-fn timelines(etc: &EtcMatrix) -> Vec<Vec<Vec<(f64, f64)>>> {
-    (0..etc.servers())
-        .map(|s| {
-            etc.free_at(s)
-                .into_iter()
-                .map(|f| if f > 0.0 { vec![(0.0, f)] } else { Vec::new() })
-                .collect()
-        })
-        .collect()
 }
 
 /// Tasks by decreasing upward rank; ties by topological position, so (ranks never increasing
@@ -103,42 +92,24 @@ pub(crate) fn priority_order(p: &Problem) -> Vec<TaskIdx> {
 pub(crate) fn upward_ranks(p: &Problem) -> Vec<f64> {
     let (lat, spb) = p.comm.mean_link();
     let lat = lat + p.comm.dispatch_s();
-    let mut rank = vec![0.0; p.tasks()];
-    for &t in p.adj.topo.iter().rev() {
-        let (sum, count) = p
-            .etc
-            .row(t)
+    let mean_etc = p.etc.per_task(|row| {
+        let (sum, count) = row
             .iter()
             .filter(|v| v.is_finite())
             .fold((0.0, 0usize), |(s, c), v| (s + v, c + 1));
-        let mean = if count > 0 { sum / count as f64 } else { 0.0 };
+        if count > 0 { sum / count as f64 } else { 0.0 }
+    });
+    let mut rank = vec![0.0; p.tasks()];
+    for &t in p.adj.topo.iter().rev() {
         let tail = p
             .adj
             .succs(t)
             .iter()
             .map(|&(c, bytes)| lat + bytes as f64 * spb + rank[c])
             .fold(0.0, f64::max);
-        rank[t] = mean + tail;
+        rank[t] = mean_etc[t] + tail;
     }
     rank
-}
-
-/// The earliest start at or after `ready` where `dur` fits between the intervals of one slot,
-/// and the position to insert the new interval at.
-#[inline]
-fn earliest_gap(intervals: &[(f64, f64)], ready: f64, dur: f64) -> (f64, usize) {
-    // Intervals ending by `ready` cannot be in the way; ends are sorted because intervals are.
-    let mut i = intervals.partition_point(|iv| iv.1 <= ready);
-    let mut start = ready;
-    while i < intervals.len() {
-        let (a, b) = intervals[i];
-        if start + dur <= a {
-            break;
-        }
-        start = start.max(b);
-        i += 1;
-    }
-    (start, i)
 }
 
 #[cfg(test)]
@@ -146,16 +117,6 @@ mod tests {
     use super::*;
     use crate::graph::dag::Task;
     use crate::graph::replay::replay;
-
-    #[test]
-    fn gap_search() {
-        let iv = [(0.0, 2.0), (5.0, 6.0), (6.5, 9.0)];
-        assert_eq!(earliest_gap(&iv, 0.0, 3.0), (2.0, 1));
-        assert_eq!(earliest_gap(&iv, 0.0, 3.5), (9.0, 3));
-        assert_eq!(earliest_gap(&iv, 3.0, 0.5), (3.0, 1));
-        assert_eq!(earliest_gap(&iv, 5.5, 0.5), (6.0, 2));
-        assert_eq!(earliest_gap(&[], 1.0, 1.0), (1.0, 0));
-    }
 
     #[test]
     fn insertion_fills_a_gap_before_an_already_placed_task() {

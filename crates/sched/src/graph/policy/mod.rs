@@ -17,6 +17,7 @@ pub mod peft;
 pub mod round_robin;
 mod schedule;
 pub mod sufferage;
+mod timelines;
 
 use crate::graph::dag::TaskGraph;
 use crate::graph::platform::{CommModel, EtcMatrix};

@@ -1,6 +1,6 @@
 //! What every list-scheduling policy shares: input checks, the partial schedule being built,
-//! when a task's inputs can arrive on each server, and server timelines (append-only for the
-//! batch and online heuristics, with insertion into idle gaps for HEFT).
+//! when a task's inputs can arrive on each server, and append-only server timelines for the
+//! batch and online heuristics (HEFT's, with insertion into idle gaps, are in `timelines`).
 
 use crate::graph::dag::{Adjacency, TaskGraph, TaskIdx};
 use crate::graph::platform::{CommModel, EtcMatrix, check_shapes};
