@@ -9,7 +9,7 @@ use gridwise_kernels::{LoadSpec, LoadTrace};
 use gridwise_proto::Complexity;
 use gridwise_sched::CommModel;
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -549,29 +549,26 @@ impl Scenario {
         let servers: usize = classes.iter().map(|c| c.count).sum();
         let link_err =
             |e: gridwise_sched::PlatformError| ScenarioError::invalid("links", e.to_string());
-        let mut comm = CommModel::uniform(servers, self.links.latency_s, self.links.bandwidth)
-            .map_err(link_err)?;
-        // First server index of each class, to expand class overrides to server pairs.
-        let mut first = BTreeMap::new();
-        let mut next = 0;
-        for c in &classes {
-            first.insert(c.name.as_str(), (next, c.count));
-            next += c.count;
-        }
+        // Links by class pair, the overrides in order (each sets both directions).
+        let k = classes.len();
+        let index: HashMap<&str, usize> = classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.as_str(), i))
+            .collect();
+        let mut links = vec![(self.links.latency_s, self.links.bandwidth); k * k];
         for l in &self.links.classes {
-            let (fa, na) = first[l.from.as_str()];
-            let (fb, nb) = first[l.to.as_str()];
-            for a in fa..fa + na {
-                for b in fb..fb + nb {
-                    if a != b {
-                        comm.set_link(a, b, l.latency_s, l.bandwidth)
-                            .map_err(link_err)?;
-                        comm.set_link(b, a, l.latency_s, l.bandwidth)
-                            .map_err(link_err)?;
-                    }
-                }
-            }
+            let (a, b) = (index[l.from.as_str()], index[l.to.as_str()]);
+            links[a * k + b] = (l.latency_s, l.bandwidth);
+            links[b * k + a] = (l.latency_s, l.bandwidth);
         }
+        let class_of: Vec<usize> = classes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| std::iter::repeat_n(i, c.count))
+            .collect();
+        debug_assert_eq!(class_of.len(), servers);
+        let comm = CommModel::by_class(&class_of, |a, b| links[a * k + b]).map_err(link_err)?;
         Platform::new(classes, comm)
     }
 

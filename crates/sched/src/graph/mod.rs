@@ -9,12 +9,14 @@
 //! from a seed.
 
 pub mod bounds;
+mod comm;
 pub mod dag;
 pub mod generate;
 pub mod lower_bound;
 pub mod platform;
 pub mod policy;
 pub mod replay;
+mod shared_rows;
 pub mod spread;
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! What a mapper knows about the servers: each task's time on each server ([`EtcMatrix`]) and
-//! what moving data between servers costs ([`CommModel`]).
+//! what moving data between servers costs ([`CommModel`], in `comm`).
 
+pub use super::comm::CommModel;
 use super::dag::{TaskGraph, TaskIdx};
+use super::shared_rows::SharedRows;
 use thiserror::Error;
 
 /// A graph, ETC matrix and communication model that disagree on how many tasks or servers
@@ -109,9 +111,7 @@ pub struct EtcMatrix {
     /// Distinct rows, row-major: `values[r * servers + server]`.
     values: Vec<f64>,
     /// Per task, its row in `values`.
-    row_of: Vec<u32>,
-    /// Per stored row, how many tasks read it.
-    refs: Vec<u32>,
+    rows: SharedRows,
     slots: Vec<usize>,
     // Per server, per slot: when it frees from work already queued (s from the graph's
     // start); empty when every slot is free at once.
@@ -167,12 +167,6 @@ impl EtcMatrix {
         {
             return Err(shape_error());
         }
-        let mut refs = vec![0u32; stored];
-        for &r in &row_of {
-            if let Some(c) = refs.get_mut(r as usize) {
-                *c += 1;
-            }
-        }
         if let Some(i) = rows.iter().position(|v| v.is_nan() || *v < 0.0) {
             let row = (i / servers) as u32;
             // A stored row no task reads is an error only for the values it would not show.
@@ -188,8 +182,7 @@ impl EtcMatrix {
             tasks,
             servers,
             values: rows,
-            row_of,
-            refs,
+            rows: SharedRows::new(row_of, stored),
             slots: vec![1; servers],
             busy: Vec::new(),
         })
@@ -197,17 +190,10 @@ impl EtcMatrix {
 
     /// The row `task` may write to: its own, copied out of a row other tasks share.
     fn own_row(&mut self, task: TaskIdx) -> usize {
-        let r = self.row_of[task] as usize;
-        if self.refs[r] <= 1 {
-            return r;
-        }
-        self.refs[r] -= 1;
-        let new = self.refs.len();
-        self.values
-            .extend_from_within(r * self.servers..(r + 1) * self.servers);
-        self.refs.push(1);
-        self.row_of[task] = new as u32;
-        new
+        let (values, servers) = (&mut self.values, self.servers);
+        self.rows.own(task, |r| {
+            values.extend_from_within(r * servers..(r + 1) * servers);
+        })
     }
 
     /// Replaces one entry (the caller keeps it finite and ≥ 0, as [`new`](Self::new) checks).
@@ -319,17 +305,15 @@ impl EtcMatrix {
             });
         }
         // Tasks sharing a row and a footprint share the excluded row too.
-        let mut excluded: std::collections::HashMap<(u32, u64), u32> =
+        let mut excluded: std::collections::HashMap<(usize, u64), usize> =
             std::collections::HashMap::new();
         for (t, task) in graph.tasks().enumerate() {
             if !mem_capacity.iter().any(|&cap| task.mem_bytes > cap) {
                 continue;
             }
-            let key = (self.row_of[t], task.mem_bytes);
+            let key = (self.rows.row(t), task.mem_bytes);
             if let Some(&r) = excluded.get(&key) {
-                self.refs[key.0 as usize] -= 1;
-                self.refs[r as usize] += 1;
-                self.row_of[t] = r;
+                self.rows.point(t, r);
                 continue;
             }
             let r = self.own_row(t);
@@ -338,7 +322,7 @@ impl EtcMatrix {
                     self.values[r * self.servers + s] = f64::INFINITY;
                 }
             }
-            excluded.insert(key, r as u32);
+            excluded.insert(key, r);
         }
         Ok(())
     }
@@ -356,13 +340,13 @@ impl EtcMatrix {
     /// Seconds for `task` on `server` (infinite if it cannot run there).
     #[inline]
     pub fn get(&self, task: TaskIdx, server: usize) -> f64 {
-        self.values[self.row_of[task] as usize * self.servers + server]
+        self.values[self.rows.row(task) * self.servers + server]
     }
 
     /// All servers' times for `task`.
     #[inline]
     pub fn row(&self, task: TaskIdx) -> &[f64] {
-        let r = self.row_of[task] as usize;
+        let r = self.rows.row(task);
         &self.values[r * self.servers..(r + 1) * self.servers]
     }
 
@@ -397,148 +381,18 @@ impl EtcMatrix {
     /// may read a few hundred rows, and a pass over every task's 1,000 values was a tenth of
     /// mapping them.
     pub fn per_task<T: Copy>(&self, f: impl Fn(&[f64]) -> T) -> Vec<T> {
-        let of_row: Vec<Option<T>> = (0..self.refs.len())
+        let of_row: Vec<Option<T>> = (0..self.rows.rows())
             .map(|r| {
-                (self.refs[r] > 0)
+                self.rows
+                    .is_read(r)
                     .then(|| f(&self.values[r * self.servers..(r + 1) * self.servers]))
             })
             .collect();
-        self.row_of
+        self.rows
+            .row_of()
             .iter()
             .map(|&r| of_row[r as usize].expect("a row some task reads"))
             .collect()
-    }
-}
-
-/// Latency and bandwidth between every ordered pair of servers, and what every data edge costs
-/// on top wherever its ends are (its dispatch: 0 unless set); a transfer between two tasks on
-/// the same server costs only the dispatch (the output is already there).
-#[derive(Clone, Debug, PartialEq)]
-pub struct CommModel {
-    servers: usize,
-    latency_s: Vec<f64>,
-    /// Seconds per byte; kept inverted so a transfer is a multiply and infinite bandwidth is 0.
-    s_per_byte: Vec<f64>,
-    dispatch_s: f64,
-}
-
-impl CommModel {
-    /// Every transfer is free (zero latency, infinite bandwidth).
-    pub fn free(servers: usize) -> Self {
-        CommModel {
-            servers,
-            latency_s: vec![0.0; servers * servers],
-            s_per_byte: vec![0.0; servers * servers],
-            dispatch_s: 0.0,
-        }
-    }
-
-    /// Charges every data edge `dispatch_s` more, on one server or across two: what it takes,
-    /// once a producer has finished, for its consumer to start for that reason. A graph run
-    /// sends a consumer only once its producer's reply is back at the client, so even an
-    /// output that stays where it is costs the client a round trip.
-    pub fn with_dispatch(mut self, dispatch_s: f64) -> Result<Self, PlatformError> {
-        if !(dispatch_s >= 0.0 && dispatch_s.is_finite()) {
-            return Err(PlatformError::Dispatch(dispatch_s));
-        }
-        self.dispatch_s = dispatch_s;
-        Ok(self)
-    }
-
-    /// What every data edge costs on top of its link (see [`CommModel::with_dispatch`]).
-    pub fn dispatch_s(&self) -> f64 {
-        self.dispatch_s
-    }
-
-    /// The same latency (s) and bandwidth (bytes/s) between every pair of distinct servers.
-    pub fn uniform(servers: usize, latency_s: f64, bandwidth: f64) -> Result<Self, PlatformError> {
-        let mut c = Self::free(servers);
-        for a in 0..servers {
-            for b in 0..servers {
-                if a != b {
-                    c.set_link(a, b, latency_s, bandwidth)?;
-                }
-            }
-        }
-        Ok(c)
-    }
-
-    /// Sets the link `from -> to` (one direction; links may be asymmetric). `f64::INFINITY`
-    /// bandwidth means bytes cost nothing, only latency.
-    pub fn set_link(
-        &mut self,
-        from: usize,
-        to: usize,
-        latency_s: f64,
-        bandwidth: f64,
-    ) -> Result<(), PlatformError> {
-        for server in [from, to] {
-            if server >= self.servers {
-                return Err(PlatformError::UnknownServer {
-                    server,
-                    servers: self.servers,
-                });
-            }
-        }
-        // Written positively so NaN (which fails every comparison) is rejected too.
-        let valid = latency_s >= 0.0 && latency_s.is_finite() && bandwidth > 0.0;
-        if !valid {
-            return Err(PlatformError::Link {
-                from,
-                to,
-                latency_s,
-                bandwidth,
-            });
-        }
-        let i = from * self.servers + to;
-        self.latency_s[i] = latency_s;
-        self.s_per_byte[i] = 1.0 / bandwidth;
-        Ok(())
-    }
-
-    pub fn servers(&self) -> usize {
-        self.servers
-    }
-
-    /// Seconds to move `bytes` from a task on `from` to a task on `to`: the dispatch +
-    /// latency + bytes ÷ bandwidth, and only the dispatch on the same server.
-    #[inline]
-    pub fn transfer_s(&self, from: usize, to: usize, bytes: u64) -> f64 {
-        if from == to {
-            return self.dispatch_s;
-        }
-        let i = from * self.servers + to;
-        self.dispatch_s + self.latency_s[i] + bytes as f64 * self.s_per_byte[i]
-    }
-
-    /// The links out of `from`, to every server in order: (latency s, seconds per byte),
-    /// without the dispatch. The entry for `from` itself is whatever was set for it (nothing,
-    /// normally); a transfer there costs the dispatch only, whatever it says (see
-    /// [`CommModel::transfer_s`]).
-    #[inline]
-    pub fn links_from(&self, from: usize) -> (&[f64], &[f64]) {
-        let row = from * self.servers..(from + 1) * self.servers;
-        (&self.latency_s[row.clone()], &self.s_per_byte[row])
-    }
-
-    /// Latency and seconds-per-byte averaged over ordered pairs of distinct servers: HEFT ranks
-    /// with the mean transfer because placements are not known yet.
-    pub fn mean_link(&self) -> (f64, f64) {
-        let m = self.servers;
-        if m < 2 {
-            return (0.0, 0.0);
-        }
-        let (mut lat, mut spb) = (0.0, 0.0);
-        for a in 0..m {
-            for b in 0..m {
-                if a != b {
-                    lat += self.latency_s[a * m + b];
-                    spb += self.s_per_byte[a * m + b];
-                }
-            }
-        }
-        let pairs = (m * (m - 1)) as f64;
-        (lat / pairs, spb / pairs)
     }
 }
 
@@ -618,26 +472,5 @@ mod tests {
         assert!(e.feasible(0, 0) && !e.feasible(0, 1));
         assert!(e.feasible(1, 0) && e.feasible(1, 1));
         assert_eq!(e.min_per_task(), [1.0, 3.0]);
-    }
-
-    #[test]
-    fn transfers_cost_latency_plus_bytes_over_bandwidth_except_locally() {
-        let mut c = CommModel::uniform(3, 0.01, 1e6).unwrap();
-        assert_eq!(c.transfer_s(0, 0, 1_000_000), 0.0);
-        assert!((c.transfer_s(0, 1, 1_000_000) - 1.01).abs() < 1e-12);
-        c.set_link(1, 2, 0.5, f64::INFINITY).unwrap();
-        assert_eq!(c.transfer_s(1, 2, 123), 0.5);
-        assert!(c.set_link(0, 1, -1.0, 1.0).is_err());
-        assert!(c.set_link(0, 1, 0.0, 0.0).is_err());
-        assert!(c.set_link(0, 3, 0.0, 1.0).is_err());
-        assert_eq!(CommModel::free(1).mean_link(), (0.0, 0.0));
-        // A dispatch is charged on every edge, on one server or across two.
-        let d = c.clone().with_dispatch(0.25).unwrap();
-        assert_eq!(d.transfer_s(0, 0, 1_000_000), 0.25);
-        assert!((d.transfer_s(0, 1, 1_000_000) - 1.26).abs() < 1e-12);
-        assert_eq!(d.links_from(0), c.links_from(0));
-        for bad in [-1.0, f64::NAN, f64::INFINITY] {
-            assert!(c.clone().with_dispatch(bad).is_err(), "{bad}");
-        }
     }
 }
