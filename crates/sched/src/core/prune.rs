@@ -40,6 +40,7 @@ use gridwise_predict::{
 };
 use gridwise_proto::{CallProfile, Candidate, Etc};
 use std::cmp::{Ordering, Reverse};
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, HashMap};
 use tiers::Tiers;
 
@@ -431,13 +432,17 @@ impl AgentCore {
                     }
                 }
                 _ => {
-                    let Some(Reverse(Next(bound, t))) = tiers.pop() else {
+                    // The tier stays at the head of the heap while its next server is taken
+                    // and its bound raised in place: one sift, where a pop and a push take two.
+                    let Some(mut head) = tiers.peek_mut() else {
                         break;
                     };
+                    let Reverse(Next(bound, t)) = *head;
                     if top.kth().is_some_and(|k| bound > k.0) {
                         break;
                     }
                     let Some((frees_at, pos)) = b.tiers.nth_in_free_order(t, walked[t]) else {
+                        PeekMut::pop(head);
                         continue;
                     };
                     walked[t] += 1;
@@ -460,7 +465,9 @@ impl AgentCore {
                     }
                     if let Some((f, next)) = b.tiers.nth_in_free_order(t, walked[t]) {
                         prefetch(&class.at[next]);
-                        tiers.push(Reverse(Next(tier_bound(t, f), t)));
+                        *head = Reverse(Next(tier_bound(t, f), t));
+                    } else {
+                        PeekMut::pop(head);
                     }
                 }
             }
