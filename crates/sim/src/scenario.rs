@@ -546,7 +546,6 @@ impl Scenario {
                 load,
             });
         }
-        let servers: usize = classes.iter().map(|c| c.count).sum();
         let link_err =
             |e: gridwise_sched::PlatformError| ScenarioError::invalid("links", e.to_string());
         // Links by class pair, the overrides in order (each sets both directions).
@@ -567,7 +566,6 @@ impl Scenario {
             .enumerate()
             .flat_map(|(i, c)| std::iter::repeat_n(i, c.count))
             .collect();
-        debug_assert_eq!(class_of.len(), servers);
         let comm = CommModel::by_class(&class_of, |a, b| links[a * k + b]).map_err(link_err)?;
         Platform::new(classes, comm)
     }

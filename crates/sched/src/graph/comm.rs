@@ -42,15 +42,10 @@ impl PartialEq for CommModel {
 impl CommModel {
     /// Every transfer is free (zero latency, infinite bandwidth).
     pub fn free(servers: usize) -> Self {
-        Self::one_row(servers, 0.0, 0.0)
-    }
-
-    /// Every server sends by one row holding `latency_s` and `s_per_byte` throughout.
-    fn one_row(servers: usize, latency_s: f64, s_per_byte: f64) -> Self {
         CommModel {
             servers,
-            latency_s: vec![latency_s; servers],
-            s_per_byte: vec![s_per_byte; servers],
+            latency_s: vec![0.0; servers],
+            s_per_byte: vec![0.0; servers],
             rows: SharedRows::new(vec![0; servers], 1),
             dispatch_s: 0.0,
         }
@@ -75,11 +70,7 @@ impl CommModel {
 
     /// The same latency (s) and bandwidth (bytes/s) between every pair of distinct servers.
     pub fn uniform(servers: usize, latency_s: f64, bandwidth: f64) -> Result<Self, PlatformError> {
-        if servers < 2 {
-            return Ok(Self::free(servers));
-        }
-        check_link(0, 1, latency_s, bandwidth)?;
-        Ok(Self::one_row(servers, latency_s, 1.0 / bandwidth))
+        Self::by_class(&vec![0; servers], |_, _| (latency_s, bandwidth))
     }
 
     /// Links by server class: server `s` is of class `class_of[s]`, and `link(a, b)` is the
