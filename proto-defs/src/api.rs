@@ -49,6 +49,10 @@ pub trait AgentApi {
     async fn divide(
         request: crate::divide::DivideRequest,
     ) -> Result<crate::divide::DivideReply, RpcError>;
+    /// A client could not reach `server`, one of the candidates of the ranking that gave it
+    /// `ticket` (still pending): the agent ranks that server behind the others for a while
+    /// instead of waiting for its heartbeat timeout.
+    async fn unreachable(ticket: Ticket, server: ServerId);
 }
 
 /// A compute server: runs calls.

@@ -62,6 +62,7 @@ impl DivideRequest {
                 .0
                 .saturating_add(self.out_bytes.1.saturating_mul(x)),
             remote_in: Vec::new(),
+            inline_bytes: 0,
         }
     }
 }

@@ -20,6 +20,11 @@ pub struct CallProfile {
     /// Inputs that live on servers: (holder address, bytes). The server that runs the call
     /// pulls them, so where they are weighs in the choice.
     pub remote_in: Vec<(String, u64)>,
+    /// Bytes of the inputs that travel inside the request frame (not on a bulk connection,
+    /// not pulled): a server whose `max_frame_bytes` is smaller would close the connection
+    /// on it, so the agent does not send the call there. 0 from peers that do not say.
+    #[serde(default)]
+    pub inline_bytes: u64,
 }
 
 impl CallProfile {
@@ -643,6 +648,11 @@ pub enum Ack {
     Ok,
     /// The agent does not know this server (it restarted, or marked it down): register again.
     Reregister,
+    /// Another process registered under this server's name while this one was silent past
+    /// the heartbeat timeout and did not answer at its address: it holds the name now
+    /// (`gridwise status` shows where). This server may register again, and gets the name
+    /// back only once that one is gone in turn.
+    Replaced,
 }
 
 /// Time spent on one call, as the server saw it (seconds).

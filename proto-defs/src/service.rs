@@ -577,6 +577,7 @@ impl ServiceDesc {
                 .sum(),
             out_bytes: self.output_bytes_estimate(inputs),
             remote_in,
+            inline_bytes: inputs.iter().map(Value::inline_bytes).sum(),
         })
     }
 
@@ -628,6 +629,8 @@ impl ServiceDesc {
             out_bytes: self.outputs().map(bytes).sum(),
             sizes: ordered,
             remote_in: Vec::new(),
+            // Unknown without the values: nothing is ruled out by a server's frame limit.
+            inline_bytes: 0,
         })
     }
 

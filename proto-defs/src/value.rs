@@ -310,6 +310,23 @@ impl Value {
         }
     }
 
+    /// Whether it travels on a bulk connection rather than inside an RPC's frame: bytes and
+    /// arrays of at least [`BULK_MIN_BYTES`].
+    pub fn goes_bulk(&self) -> bool {
+        matches!(self, Value::Bytes(_) | Value::Vector(_) | Value::Matrix(_))
+            && self.payload_bytes() >= BULK_MIN_BYTES
+    }
+
+    /// Bytes it puts inside the request frame that carries it: none when it goes on a bulk
+    /// connection or is pulled by the server (a remote reference).
+    pub fn inline_bytes(&self) -> u64 {
+        if self.goes_bulk() || matches!(self, Value::Ref(_)) {
+            0
+        } else {
+            self.payload_bytes()
+        }
+    }
+
     /// A JSON rendering for command-line output: numbers, strings, arrays (matrices as rows).
     pub fn to_json(&self) -> serde_json::Value {
         use serde_json::json;

@@ -38,6 +38,7 @@ fn profile() -> CallProfile {
         in_bytes: 160_000,
         out_bytes: 80_000,
         remote_in: vec![("10.0.0.1:7100".into(), 80_000)],
+        inline_bytes: 0,
     }
 }
 

@@ -35,6 +35,7 @@ fn profile(n: i64) -> CallProfile {
         in_bytes: 8,
         out_bytes: 8,
         remote_in: Vec::new(),
+        inline_bytes: 0,
     }
 }
 

@@ -166,6 +166,7 @@ fn profile(n: i64) -> CallProfile {
         in_bytes: (16 * n * n) as u64,
         out_bytes: (8 * n * n) as u64,
         remote_in: Vec::new(),
+        inline_bytes: 0,
     }
 }
 

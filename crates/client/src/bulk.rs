@@ -4,7 +4,7 @@
 //! the server that staged them, into buffers of their final size.
 
 use crate::client::{Attempt, Inner, call_failed};
-use gridwise_proto::wire::bulk::{BulkError, goes_bulk};
+use gridwise_proto::wire::bulk::BulkError;
 use gridwise_proto::{CallErrorKind, DataHandle, RemoteRef, Value, wire};
 
 impl Inner {
@@ -19,7 +19,7 @@ impl Inner {
         let mut sent = Vec::with_capacity(inputs.len());
         let mut staged = Vec::new();
         for v in inputs {
-            if !goes_bulk(v) {
+            if !v.goes_bulk() {
                 sent.push(v.clone());
                 continue;
             }

@@ -11,7 +11,7 @@ use gridwise_proto::wire;
 use gridwise_proto::{
     AgentStatus, CallError, CallErrorKind, CallId, CallProfile, Candidate, DataHandle, ErrorCode,
     Etc, ExecuteReply, ExecuteRequest, LinkInfo, ModelExport, ModelSummary, Pong, RankOptions,
-    Ranking, RemoteRef, ServerStatus, ServiceDesc, ServiceSummary, Ticket, Timing, Value,
+    Ranking, RemoteRef, ServerId, ServerStatus, ServiceDesc, ServiceSummary, Ticket, Timing, Value,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -81,8 +81,11 @@ async fn unless_cancelled<F: Future>(cancel: Option<&CancelFlag>, fut: F) -> Opt
 pub(crate) enum Attempt {
     /// It ran: the reply, and the execute round trip in seconds.
     Done(ExecuteReply, f64),
-    /// The server could not be reached, or refused before running it: another may take it.
+    /// The server refused before running it: another may take it.
     NotRun(String),
+    /// The server could not be reached at all (no connection): another may take it, and the
+    /// agent is told, so that it stops ranking that server first.
+    Unreached(String),
     /// It was sent, and then the server died or stopped answering: it may have run, and it may
     /// be what brought the server down.
     Crashed(String),
@@ -110,6 +113,18 @@ impl From<GrpcError> for Failure {
 const CRASHES_TOLERATED: usize = 2;
 
 impl Inner {
+    /// Tells the agent, in the background, that the server `server` (a candidate of the
+    /// ranking that gave `ticket`) could not be reached. Sent before the next candidate is
+    /// tried, so the ticket is still pending when it arrives.
+    pub(crate) fn tell_unreachable(self: &Arc<Self>, ticket: Ticket, server: ServerId) {
+        let inner = self.clone();
+        self.rt.spawn(async move {
+            if let Err(e) = inner.conn.unreachable(ticket, server).await {
+                tracing::debug!(%server, "could not tell the agent the server is unreachable: {e}");
+            }
+        });
+    }
+
     /// Gives up an assignment in the background.
     pub(crate) fn release_later(self: &Arc<Self>, ticket: Ticket) {
         let inner = self.clone();
@@ -196,7 +211,7 @@ impl Inner {
         };
         let conn = match conn {
             Ok(c) => c,
-            Err(e) => return Attempt::NotRun(format!("{who}: {}", e.message)),
+            Err(e) => return Attempt::Unreached(format!("{who}: {}", e.message)),
         };
         if cancel.is_some_and(CancelFlag::is_cancelled) {
             return cancelled();
@@ -288,11 +303,7 @@ impl Inner {
         };
         // Large values travel on bulk connections and remote ones are pulled by the server:
         // only the rest must fit one frame. The server judges the outputs the same way.
-        let inline_in: u64 = inputs
-            .iter()
-            .filter(|v| !wire::bulk::goes_bulk(v) && !matches!(v, Value::Ref(_)))
-            .map(Value::payload_bytes)
-            .sum();
+        let inline_in: u64 = inputs.iter().map(Value::inline_bytes).sum();
         if inline_in > limit {
             let advice = "pass fewer small values in one call, or raise max_frame_bytes";
             return Err(over("inputs", inline_in, advice).into());
@@ -367,6 +378,11 @@ impl Inner {
                 }
                 Attempt::NotRun(why) => {
                     tracing::debug!(server = %who, "not run there, trying the next server: {why}");
+                    failures.push(why);
+                }
+                Attempt::Unreached(why) => {
+                    tracing::debug!(server = %who, "unreachable, trying the next server: {why}");
+                    self.tell_unreachable(ranking.ticket, cand.server_id);
                     failures.push(why);
                 }
                 Attempt::Crashed(why) => {

@@ -8,8 +8,8 @@ use crate::liveness::Liveness;
 use gridwise_proto::wire::{self, DialConfig};
 use gridwise_proto::{
     AgentApiClient, AgentStatus, CallProfile, Candidate, GraphPlan, GraphRequest, LinkInfo,
-    ModelExport, ModelSummary, RankOptions, Ranking, RpcError, ServerApiClient, ServiceDesc,
-    ServiceSummary, Ticket,
+    ModelExport, ModelSummary, RankOptions, Ranking, RpcError, ServerApiClient, ServerId,
+    ServiceDesc, ServiceSummary, Ticket,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -369,6 +369,16 @@ impl Conn {
     /// `AgentApi::release`.
     pub(crate) async fn release(&self, ticket: Ticket) -> Result<(), GrpcError> {
         self.agent_call(|c, ctx| async move { c.release(ctx, ticket).await })
+            .await
+    }
+
+    /// `AgentApi::unreachable`.
+    pub(crate) async fn unreachable(
+        &self,
+        ticket: Ticket,
+        server: ServerId,
+    ) -> Result<(), GrpcError> {
+        self.agent_call(|c, ctx| async move { c.unreachable(ctx, ticket, server).await })
             .await
     }
 

@@ -899,6 +899,10 @@ impl Job {
                 Attempt::NotRun(why) => {
                     tracing::debug!(call = %spec.name, "planned server did not take it, ranking afresh: {why}");
                 }
+                Attempt::Unreached(why) => {
+                    tracing::debug!(call = %spec.name, "planned server unreachable, ranking afresh: {why}");
+                    inner.tell_unreachable(spec.ticket, spec.server.server_id);
+                }
                 Attempt::Crashed(why) => {
                     tracing::warn!(call = %spec.name, "{why}; ranking afresh");
                     crashes.push(why);

@@ -67,6 +67,12 @@ async fn when_every_server_fails_each_is_named_and_the_ticket_released() {
     }
     assert_eq!(grid.server("s3").executes.load(Ordering::SeqCst), 1);
     wait_until(|| grid.agent.released.lock().unwrap().len() == 1).await;
+    // Only the server nobody could connect to is reported unreachable (the others answered
+    // and refused), with the ticket of the ranking that named it.
+    wait_until(|| !grid.agent.unreachable.lock().unwrap().is_empty()).await;
+    let told = grid.agent.unreachable.lock().unwrap().clone();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].0, grid.agent.released.lock().unwrap()[0]);
 }
 
 async fn wait_until(mut cond: impl FnMut() -> bool) {

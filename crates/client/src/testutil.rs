@@ -81,6 +81,8 @@ pub struct AgentState {
     pub ranks: AtomicU64,
     /// Tickets given back.
     pub released: Mutex<Vec<Ticket>>,
+    /// Servers clients said they could not reach, with the ticket they said it with.
+    pub unreachable: Mutex<Vec<(Ticket, ServerId)>>,
     next_ticket: AtomicU64,
     /// Delay before answering rank, ms.
     pub rank_delay_ms: AtomicU64,
@@ -183,6 +185,9 @@ impl AgentApi for TestAgent {
     }
     async fn release(self, _: Context, ticket: Ticket) {
         self.0.released.lock().unwrap().push(ticket);
+    }
+    async fn unreachable(self, _: Context, ticket: Ticket, server: ServerId) {
+        self.0.unreachable.lock().unwrap().push((ticket, server));
     }
     async fn model_points(self, _: Context, _: ServerId, _: Vec<ModelPoint>) -> Ack {
         Ack::Ok

@@ -164,6 +164,7 @@ mod tests {
             in_bytes: 1_000_000,
             out_bytes: 2_000_000,
             remote_in: Vec::new(),
+            inline_bytes: 0,
         }
     }
 
@@ -222,6 +223,7 @@ mod tests {
             in_bytes: 0,
             out_bytes: 0,
             remote_in: Vec::new(),
+            inline_bytes: 0,
         };
         fn view<'a>(h: &'a HostKnowledge, o: &'a OfferKnowledge) -> ServerView<'a> {
             ServerView {

@@ -22,6 +22,7 @@ mod graph_map;
 mod learned;
 mod models;
 mod prune;
+mod trust;
 
 pub use admission::{Refusal, Registering};
 
@@ -71,7 +72,7 @@ struct Call<'a> {
 impl Call<'_> {
     /// Whether `e` can hold the call (memory budget, frame limit).
     fn fits(&self, e: &ServerEntry) -> bool {
-        e.can_hold(self.footprint)
+        e.can_hold(self.footprint, self.profile.inline_bytes)
     }
 }
 
@@ -208,18 +209,24 @@ impl AgentCore {
         reports: &[CallReport],
         now: Duration,
     ) -> Outcome<Ack> {
-        // What was predicted of each call, for the prediction error it is reported with.
+        let here = self.registry.slot_of(server);
+        // What was predicted of each call, for the prediction error it is reported with; and
+        // whether a call the agent ranked here was done here, which confirms the server.
+        let mut confirmed = false;
         let predicted_kernel_s: Vec<Option<f64>> = reports
             .iter()
             .map(|r| {
-                r.ticket
-                    .and_then(|t| self.reservations.take(t))
-                    .map(|a| a.compute_s)
+                let (slot, a) = r.ticket.and_then(|t| self.reservations.take_from(t))?;
+                confirmed |= r.ok && Some(slot) == here;
+                Some(a.compute_s)
             })
             .collect();
-        let Some(slot) = self.registry.slot_of(server) else {
+        let Some(slot) = here else {
             return Outcome::nothing(Ack::Reregister);
         };
+        if confirmed {
+            self.confirm(slot);
+        }
         let mut changed = Vec::new();
         // Whatever the calls teach (points, misfits, rates, the client link) may move the
         // bounds pruning uses, for every service the server offers.
@@ -528,21 +535,19 @@ impl AgentCore {
     ) -> Result<(Vec<Candidate>, usize, ServiceIdx, bool), RpcError> {
         let (service, source, call) = self.call(profile, opts, now)?;
         let limit = self.config.max_candidates;
-        if policy == Policy::Mct
-            && call.predictor.is_none()
-            && let Some((candidates, first)) = self.pruned_mct(&call, &source, limit)
-        {
-            return Ok((
-                candidates,
-                first,
-                service,
-                matches!(source, Source::Pinned(_)),
-            ));
-        }
-        self.collect(keyed, policy, &call, &source)?;
-        policy::order(policy, keyed, limit, self.turn(service));
-        let candidates = self.candidates(keyed, &call, &source);
-        let first = source.slots()[keyed[0].pos];
+        let pruned = (policy == Policy::Mct && call.predictor.is_none())
+            .then(|| self.pruned_mct(&call, &source, limit))
+            .flatten();
+        let (mut candidates, mut first) = match pruned {
+            Some(found) => found,
+            None => {
+                self.collect(keyed, policy, &call, &source)?;
+                policy::order(policy, keyed, limit, self.turn(service));
+                let candidates = self.candidates(keyed, &call, &source);
+                (candidates, source.slots()[keyed[0].pos])
+            }
+        };
+        self.with_a_confirmed(&mut candidates, &mut first, &call, &source, limit);
         Ok((
             candidates,
             first,
@@ -617,10 +622,14 @@ impl AgentCore {
                 ),
             ));
         }
+        if !e.can_hold(profile.footprint_bytes(), profile.inline_bytes) {
+            return Err(beyond_limits(&profile.service, profile, e));
+        }
         Ok((svc.idx, Source::Pinned(slot)))
     }
 
-    /// Fills `keyed` with the live servers of `source` and their policy keys.
+    /// Fills `keyed` with the live servers of `source` and their policy keys: those no client
+    /// failed to reach lately, or the suspected ones when they are all there is.
     fn collect(
         &self,
         keyed: &mut Vec<Keyed>,
@@ -628,12 +637,32 @@ impl AgentCore {
         call: &Call<'_>,
         source: &Source<'_>,
     ) -> Result<(), RpcError> {
+        let result = self.collect_among(keyed, policy, call, source, false);
+        if keyed.is_empty()
+            && source
+                .slots()
+                .iter()
+                .any(|&s| self.registry.entry(s).is_suspected(call.now))
+        {
+            return self.collect_among(keyed, policy, call, source, true);
+        }
+        result
+    }
+
+    fn collect_among(
+        &self,
+        keyed: &mut Vec<Keyed>,
+        policy: Policy,
+        call: &Call<'_>,
+        source: &Source<'_>,
+        suspects: bool,
+    ) -> Result<(), RpcError> {
         keyed.clear();
         let mut cannot_run: Vec<&str> = Vec::new();
         let mut too_big: Vec<&ServerEntry> = Vec::new();
         for (pos, &slot) in source.slots().iter().enumerate() {
             let e = self.registry.entry(slot);
-            if !e.is_up() {
+            if !e.is_up() || (!suspects && e.is_suspected(call.now)) {
                 continue;
             }
             if !call.fits(e) {
@@ -700,7 +729,8 @@ impl AgentCore {
             .collect()
     }
 
-    /// Whether `e` may get the call at all: up, able to hold it, and not ruled out by its model.
+    /// Whether `e` may get the call at all: up, able to hold it, and not ruled out by its model
+    /// (suspicion is the ranking's to weigh, not a bar).
     fn eligible(&self, e: &ServerEntry, call: &Call<'_>) -> bool {
         e.is_up()
             && call.fits(e)
@@ -727,19 +757,53 @@ impl AgentCore {
     }
 }
 
-/// No live server can hold the call: say what it needs and the most any server offers.
+/// No live server can hold the call: say what it needs and the most any server offers. A
+/// resource limit refuses it, as a server's own would (`GRPC_RPC_REFUSED`): servers exist.
 fn too_big_error(call: &Call<'_>, biggest: &ServerEntry) -> RpcError {
     let p = call.profile;
     let mb = |b: u64| b as f64 / 1e6;
-    let detail = format!(
-        "it needs {:.1} MB of memory (inputs and outputs, twice), and the largest memory budget is {:.1} MB ({}); use smaller sizes, or raise memory_budget_bytes where the memory exists",
-        mb(p.footprint_bytes()),
-        mb(biggest.memory_budget_bytes()),
-        biggest.name()
-    );
+    let detail = if p.footprint_bytes() > biggest.memory_budget_bytes() {
+        format!(
+            "it needs {:.1} MB of memory (inputs and outputs, twice), and the largest memory budget is {:.1} MB ({}); use smaller sizes, or raise memory_budget_bytes where the memory exists",
+            mb(p.footprint_bytes()),
+            mb(biggest.memory_budget_bytes()),
+            biggest.name()
+        )
+    } else {
+        format!(
+            "its request carries {:.2} MB of small inputs in one frame, more than the servers' max_frame_bytes allow; pass fewer small values in one call, or raise max_frame_bytes on the servers",
+            mb(p.inline_bytes)
+        )
+    };
     RpcError::new(
-        ErrorCode::ServerNotFound,
+        ErrorCode::RpcRefused,
         format!("no live server can take `{}`: {detail}", call.svc.name()),
+    )
+}
+
+/// A call pinned to a server that cannot hold it: refused before anything is sent, with the
+/// sizes, as the server itself would refuse it (`GRPC_RPC_REFUSED`, a resource limit).
+fn beyond_limits(service: &str, p: &CallProfile, e: &ServerEntry) -> RpcError {
+    let mb = |b: u64| b as f64 / 1e6;
+    let why = if p.footprint_bytes() > e.memory_budget_bytes() {
+        format!(
+            "it needs {:.2} MB of memory (inputs and outputs, twice) and the server's memory_budget_bytes is {:.2} MB",
+            mb(p.footprint_bytes()),
+            mb(e.memory_budget_bytes())
+        )
+    } else {
+        format!(
+            "its request carries {:.2} MB inside one frame and the server's max_frame_bytes is {:.2} MB",
+            mb(p.inline_bytes),
+            mb(e.max_frame_bytes())
+        )
+    };
+    RpcError::new(
+        ErrorCode::RpcRefused,
+        format!(
+            "resource limit: `{service}` cannot run on server `{}`: {why}; send it to a larger server, or make the call smaller",
+            e.name()
+        ),
     )
 }
 

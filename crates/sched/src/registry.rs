@@ -75,6 +75,22 @@ pub struct ServerEntry {
     /// The largest frame the server sends or receives, bytes: a call whose inputs are larger
     /// is not sent there.
     max_frame_bytes: u64,
+    /// What it has shown of its claims: see `core/trust.rs`.
+    pub(crate) trust: Trust,
+}
+
+/// What the agent believes of a server's claims until calls show them (decided in
+/// `core/trust.rs`; kept here with the rest of the entry).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Trust {
+    /// A call the agent ranked there was reported done there, by this process.
+    pub(crate) confirmed: bool,
+    /// The rates its registration claimed above what the grid's confirmed servers show,
+    /// held back until a call confirms it: the default rate and per-service rates.
+    pub(crate) held: Option<(f64, Vec<(String, f64)>)>,
+    /// A client failed to reach it: it is ranked behind the servers clients can reach until
+    /// then (time since the agent started).
+    pub(crate) suspect_until: Duration,
 }
 
 impl ServerEntry {
@@ -252,13 +268,25 @@ impl ServerEntry {
         self.state == ServerState::Up
     }
 
+    /// Whether a call the agent ranked there was reported done by this process: what it
+    /// claimed at registration has been shown by work.
+    pub fn is_confirmed(&self) -> bool {
+        self.trust.confirmed
+    }
+
+    /// Whether a client failed to reach it lately (it is ranked behind the others).
+    pub fn is_suspected(&self, now: Duration) -> bool {
+        now < self.trust.suspect_until
+    }
+
     /// Whether a call fits what the server accepts: its memory budget for the call's
-    /// `footprint` ([`CallProfile::footprint_bytes`]). Its frame limit is no bar: large
-    /// values travel on bulk connections, and the client keeps the rest within its own frames.
+    /// `footprint` ([`CallProfile::footprint_bytes`]), and its frame limit for the `inline`
+    /// bytes the request carries (large values travel on bulk connections, and those are
+    /// not bound by it).
     ///
     /// [`CallProfile::footprint_bytes`]: gridwise_proto::CallProfile::footprint_bytes
-    pub fn can_hold(&self, footprint: u64) -> bool {
-        footprint <= self.memory_budget_bytes
+    pub fn can_hold(&self, footprint: u64, inline: u64) -> bool {
+        footprint <= self.memory_budget_bytes && inline <= self.max_frame_bytes
     }
 
     /// Its data for `service`, if it offers it.
@@ -305,6 +333,9 @@ pub struct Registry {
     // Per service, the slots of the servers offering it (up or down), sorted by server name so
     // that policies break ties and rotate by name without sorting per decision.
     providers: Vec<Vec<usize>>,
+    // Servers up and confirmed: a ranking without any of them looks for one only when some
+    // exist, so a grid where none is confirmed yet pays nothing for the look.
+    confirmed_up: usize,
 }
 
 impl Registry {
@@ -319,6 +350,37 @@ impl Registry {
 
     pub(crate) fn entry_mut(&mut self, slot: usize) -> &mut ServerEntry {
         &mut self.servers[slot]
+    }
+
+    /// Changes the server in `slot` by `f`, keeping the count of confirmed live servers.
+    pub(crate) fn change<R>(&mut self, slot: usize, f: impl FnOnce(&mut ServerEntry) -> R) -> R {
+        let counted = |e: &ServerEntry| e.is_up() && e.trust.confirmed;
+        let before = counted(&self.servers[slot]);
+        let r = f(&mut self.servers[slot]);
+        let after = counted(&self.servers[slot]);
+        match (before, after) {
+            (false, true) => self.confirmed_up += 1,
+            (true, false) => self.confirmed_up -= 1,
+            _ => {}
+        }
+        r
+    }
+
+    /// Sets the server's default rate and the per-service `rates` it offers (claims that a
+    /// call confirmed).
+    pub(crate) fn set_rates(&mut self, slot: usize, default_rate: f64, rates: &[(String, f64)]) {
+        let e = &mut self.servers[slot];
+        e.host.default_rate = default_rate;
+        for (name, rate) in rates {
+            if let Some(i) = e.services.iter().position(|s| s == name) {
+                e.offers[i].known.rate = Some(*rate);
+            }
+        }
+    }
+
+    /// How many servers are up and confirmed.
+    pub fn confirmed_up(&self) -> usize {
+        self.confirmed_up
     }
 
     /// The slot of the server with `id`.
@@ -427,13 +489,20 @@ impl Registry {
         e.cores = reg.cores;
         e.memory_budget_bytes = reg.memory_budget_bytes;
         e.max_frame_bytes = reg.max_frame_bytes;
-        e.instance = instance;
-        e.state = ServerState::Up;
         e.joined = false;
         e.restored = false;
         e.last_heard = now;
         e.load = LoadSample::default();
-        (slot, e.id)
+        let id = e.id;
+        self.change(slot, |e| {
+            if e.instance != instance {
+                // Another process: what the last one showed proves nothing of this one.
+                e.trust = Trust::default();
+            }
+            e.instance = instance;
+            e.state = ServerState::Up;
+        });
+        (slot, id)
     }
 
     /// Forgets the server in `slot` entirely. The last server takes its slot: returns the
@@ -447,6 +516,7 @@ impl Registry {
         for svc in services {
             self.remove_provider(svc, slot);
         }
+        self.change(slot, |e| e.state = ServerState::Down);
         let last = self.servers.len() - 1;
         let gone = self.servers.swap_remove(slot);
         self.by_name.remove(&gone.name);
@@ -502,6 +572,7 @@ impl Registry {
             restored: false,
             memory_budget_bytes: u64::MAX,
             max_frame_bytes: u64::MAX,
+            trust: Trust::default(),
         });
         self.by_name.insert(name.to_string(), slot);
         self.by_id.insert(id, slot);
@@ -554,10 +625,11 @@ impl Registry {
     /// slots and ids.
     pub(crate) fn sweep(&mut self, now: Duration, timeout: Duration) -> Vec<(usize, ServerId)> {
         let mut down = Vec::new();
-        for (slot, e) in self.servers.iter_mut().enumerate() {
+        for slot in 0..self.servers.len() {
+            let e = &self.servers[slot];
             if e.is_up() && now.saturating_sub(e.last_heard) > timeout {
-                e.state = ServerState::Down;
                 down.push((slot, e.id));
+                self.change(slot, |e| e.state = ServerState::Down);
             }
         }
         down

@@ -67,9 +67,19 @@ impl Reservations {
 
     /// Removes `ticket` wherever it is pending, returning what was assumed of it.
     pub fn take(&mut self, ticket: Ticket) -> Option<Assignment> {
+        self.take_from(ticket).map(|(_, a)| a)
+    }
+
+    /// [`take`](Self::take), with the server slot it was pending on.
+    pub fn take_from(&mut self, ticket: Ticket) -> Option<(usize, Assignment)> {
         let slot = self.index.remove(ticket)?;
         self.touch(slot);
-        self.queues[slot].remove(ticket)
+        self.queues[slot].remove(ticket).map(|a| (slot, a))
+    }
+
+    /// Whether `ticket` is pending and held by `who` (or by nobody).
+    pub fn is_held_by(&self, ticket: Ticket, who: u64) -> bool {
+        self.index.held_by(ticket, who)
     }
 
     /// [`release`](Self::release) if `who` holds `ticket` (or nobody does).

@@ -65,5 +65,6 @@ pub fn dgemm_profile(m: i64, n: i64, k: i64) -> CallProfile {
         in_bytes: 0,
         out_bytes: 0,
         remote_in: Vec::new(),
+        inline_bytes: 0,
     }
 }

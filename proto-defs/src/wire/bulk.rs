@@ -126,11 +126,6 @@ impl Header {
     }
 }
 
-/// Whether `v` travels on a bulk connection rather than inside an RPC.
-pub fn goes_bulk(v: &Value) -> bool {
-    Header::of(v).is_some_and(|(h, _)| h.bytes >= BULK_MIN_BYTES)
-}
-
 /// What the dialling side asks.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum BulkRequest {

@@ -276,9 +276,20 @@ impl AgentHandler {
         self.peer.role == Role::Server
     }
 
-    /// The server this connection registered, if `id` is it.
-    fn bound_to(&self, id: ServerId) -> bool {
-        self.is_server() && lock(&self.bound).as_ref().is_some_and(|b| b.id == id)
+    /// Whether this connection may speak for server `id`: it registered it, and its process
+    /// still holds the entry. The answer to give otherwise.
+    fn speaks_for(&self, id: ServerId) -> Result<(), Ack> {
+        let instance = match lock(&self.bound).as_ref() {
+            Some(b) if self.is_server() && b.id == id => b.reg.instance.clone(),
+            _ => return Err(Ack::Reregister),
+        };
+        match self.core().replaced(id, &instance) {
+            Some(ack) => {
+                tracing::warn!(server = %id, peer = %self.peer.addr, "a replaced server process still speaks for its old entry: told so");
+                Err(ack)
+            }
+            None => Ok(()),
+        }
     }
 
     /// Asks the server at `addr` who it is.
@@ -346,19 +357,27 @@ impl AgentHandler {
                 "`{name}` may not register: this server's certificate is for `{certified}`; a server registers under its certificate's name"
             )));
         }
+        let source = self.peer.addr.ip().to_string();
+        // Before any dial: a flood of registrations costs at most the limit's dials.
+        let allowed = self.core().may_register(&source, self.now());
+        if let Err(e) = allowed {
+            tracing::debug!(peer = %self.peer.addr, %name, "registration refused: {}", e.message);
+            return Err(e);
+        }
         if let Err(e) = self.verify(&reg).await {
             tracing::warn!(peer = %self.peer.addr, %name, "registration refused: {}", e.message);
             return Err(e);
         }
         let mut ctx = Registering {
-            source: self.peer.addr.ip().to_string(),
+            source,
+            verified: self.shared.dial.is_some(),
             holder_gone: false,
         };
         let mut result = self.core().register_from(reg.clone(), &ctx, self.now());
         if let Err(Refusal::Contested { addr, instance, .. }) = &result
             && self.holder_gone(addr, instance).await
         {
-            tracing::info!(%name, old = %addr, "the name's previous server no longer answers there: replacing it");
+            tracing::warn!(%name, old = %addr, new = %reg.addr, "the name's previous server is down and no longer answers at its address: the name passes to the new process");
             ctx.holder_gone = true;
             result = self.core().register_from(reg.clone(), &ctx, self.now());
         }
@@ -387,8 +406,8 @@ impl AgentHandler {
 
     /// A heartbeat from the connection's server: saved at its first.
     fn beat(&self, hb: Heartbeat) -> Ack {
-        if !self.bound_to(hb.server_id) {
-            return Ack::Reregister;
+        if let Err(ack) = self.speaks_for(hb.server_id) {
+            return ack;
         }
         let out = self.core().heartbeat(&hb, self.now());
         self.persist_learned(out.learned);
@@ -408,8 +427,8 @@ impl AgentApi for AgentHandler {
     }
 
     async fn report(self, _: Context, server: ServerId, reports: Vec<CallReport>) -> Ack {
-        if !self.bound_to(server) {
-            return Ack::Reregister;
+        if let Err(ack) = self.speaks_for(server) {
+            return ack;
         }
         let out = self.core().report(server, &reports, self.now());
         self.persist_learned(out.learned);
@@ -486,8 +505,8 @@ impl AgentApi for AgentHandler {
     }
 
     async fn model_points(self, _: Context, server: ServerId, points: Vec<ModelPoint>) -> Ack {
-        if !self.bound_to(server) {
-            return Ack::Reregister;
+        if let Err(ack) = self.speaks_for(server) {
+            return ack;
         }
         let out = self.core().model_points(server, &points);
         self.persist_learned(out.learned);
@@ -495,8 +514,8 @@ impl AgentApi for AgentHandler {
     }
 
     async fn links(self, _: Context, server: ServerId, samples: Vec<LinkSample>) -> Ack {
-        if !self.bound_to(server) {
-            return Ack::Reregister;
+        if let Err(ack) = self.speaks_for(server) {
+            return ack;
         }
         self.core().record_links(server, &samples, self.now())
     }
@@ -537,6 +556,18 @@ impl AgentApi for AgentHandler {
         request: gridwise_proto::DivideRequest,
     ) -> Result<gridwise_proto::DivideReply, RpcError> {
         self.core().divide(&request, self.now())
+    }
+
+    async fn unreachable(self, _: Context, ticket: Ticket, server: ServerId) {
+        let now = self.now();
+        if self
+            .core()
+            .unreachable(ticket, server, &self.peer.principal, now)
+        {
+            tracing::info!(%server, peer = %self.peer.addr, "a client could not reach the server: ranked behind the others for a heartbeat timeout");
+        } else {
+            tracing::debug!(%server, %ticket, peer = %self.peer.addr, "an unreachable report without a pending ticket of this client: ignored");
+        }
     }
 
     async fn models(self, _: Context) -> Vec<ModelSummary> {

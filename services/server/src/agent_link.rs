@@ -91,6 +91,17 @@ async fn probe_agent(
     })
 }
 
+/// The wait before registering again after the agent refused a registration.
+const REFUSED_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Says, loudly, that another process took this server's name while it was silent.
+fn replaced(name: &str) {
+    tracing::error!(
+        server = %name,
+        "another process registered as `{name}` while this server was silent past the agent's heartbeat timeout; it holds the name now (`gridwise status` shows where), and this server gets no calls under it. Registering again: the name comes back only once that process is gone (stop it, or give one of the two another `name`)"
+    );
+}
+
 /// Keeps the server registered and reporting until the process ends.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
@@ -159,7 +170,15 @@ pub async fn run(
                     }
                     // Keep taking messages meanwhile, so the channel does not grow unbounded.
                     outbox.take_all(&mut inbox);
-                    tokio::time::sleep(backoff).await;
+                    // A refusal (the name held elsewhere, a limit) holds for a while: asking
+                    // often only makes the agent dial this server again.
+                    let refused = e.downcast_ref::<gridwise_proto::RpcError>().is_some();
+                    let wait = if refused {
+                        backoff.max(REFUSED_BACKOFF)
+                    } else {
+                        backoff
+                    };
+                    tokio::time::sleep(wait).await;
                     backoff = (backoff * 2).min(REGISTER_BACKOFF_MAX);
                 }
             }
@@ -211,6 +230,10 @@ pub async fn run(
                     Ok(Ack::Ok) => {}
                     Ok(Ack::Reregister) => {
                         tracing::warn!("the agent no longer knows this server: registering again");
+                        linked = None;
+                    }
+                    Ok(Ack::Replaced) => {
+                        replaced(&reg.name);
                         linked = None;
                     }
                     Err(e) => {
@@ -276,8 +299,9 @@ async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize) -> bool {
             .report(wire::context(RPC_TIMEOUT), link.id, batch)
             .await;
         match r {
-            // A new agent cannot use tickets of the old one; the batch is spent either way.
-            Ok(Ack::Reregister) => {
+            // A new agent cannot use tickets of the old one (nor a replaced process report for
+            // its successor); the batch is spent either way.
+            Ok(Ack::Reregister | Ack::Replaced) => {
                 outbox.reports.drain(..n);
                 return false;
             }
@@ -295,7 +319,7 @@ async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize) -> bool {
 fn delivered(r: Result<Ack, tarpc::client::RpcError>, n: usize, what: &str) -> bool {
     match r {
         Ok(Ack::Ok) => true,
-        Ok(Ack::Reregister) => false,
+        Ok(Ack::Reregister | Ack::Replaced) => false,
         Err(e) => {
             tracing::warn!("sending {n} {what} failed ({e}); keeping them for later");
             false

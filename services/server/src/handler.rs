@@ -437,9 +437,7 @@ impl ServerHandler {
     /// its client collects them at once (or the idle limit frees them).
     fn stage_outputs(&self, mut outputs: Vec<Value>, req_keep: &[u32]) -> Vec<Value> {
         for (i, slot) in outputs.iter_mut().enumerate() {
-            if req_keep.contains(&(i as u32))
-                || matches!(slot, Value::Ref(_))
-                || !gridwise_proto::wire::bulk::goes_bulk(slot)
+            if req_keep.contains(&(i as u32)) || matches!(slot, Value::Ref(_)) || !slot.goes_bulk()
             {
                 continue;
             }

@@ -2,25 +2,39 @@
 //! source, names that cannot be taken from a live server, and the forgetting of servers that
 //! never proved alive or have been gone too long.
 //!
-//! A name belongs to the server that holds it while that server is up. A registration under a
-//! live name is accepted only with the secret the agent issued to the holder (it is the holder
-//! coming back, e.g. after a missed-heartbeat verdict) or when the shell has found the holder's
-//! process gone ([`Registering::holder_gone`]: it dialled the holder's address and nobody, or
-//! another process, answered). Anything else is [`Refusal::Contested`]: the shell decides by
-//! dialling, the core never does I/O.
+//! A name belongs to the process holding it (and to its registration secret) until the agent
+//! has declared that process down *and* found it gone. A registration under a held name is
+//! accepted when it:
+//! - carries the holder's secret (the holder itself, coming back after a missed-heartbeat
+//!   verdict);
+//! - or answers at the holder's own address, as the shell verified by dialling it
+//!   ([`Registering::verified`]): the holder's process no longer listens there (a restart in
+//!   place);
+//! - or comes once the holder is down (silent past the heartbeat timeout, or restored from the
+//!   store and not back yet) and the shell has dialled the holder's address and found nobody,
+//!   or another process, there ([`Registering::holder_gone`]).
+//!
+//! A live holder therefore always wins: a frozen server (SIGSTOP, a full connection table)
+//! keeps its name for the heartbeat timeout, and a newcomer elsewhere is refused without the
+//! agent dialling anyone. For a down holder the core answers [`Refusal::Contested`] and the
+//! shell decides by dialling; the core never does I/O.
 
 use super::AgentCore;
 use crate::catalog::ServiceIdx;
-use gridwise_proto::{ErrorCode, RegisterReply, Registration, RpcError, ServerId, Ticket};
+use gridwise_proto::{Ack, ErrorCode, RegisterReply, Registration, RpcError, ServerId, Ticket};
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::time::Duration;
 
-/// Where a registration comes from and what the shell found out about the name's holder.
+/// Where a registration comes from and what the shell found out by dialling.
 #[derive(Clone, Debug, Default)]
 pub struct Registering {
-    /// The peer address (or any key) registrations are limited per.
+    /// The peer address (or any key) registrations are capped per.
     pub source: String,
+    /// The shell dialled the registration's address and this very process (its instance)
+    /// answered there; in-process registrations, which have no address to fake, count as
+    /// verified.
+    pub verified: bool,
     /// The shell dialled the current holder of the name and it is gone (nothing answers, or a
     /// different process does).
     pub holder_gone: bool,
@@ -31,7 +45,7 @@ pub struct Registering {
 pub enum Refusal {
     /// Refused outright, with what to do.
     Refused(RpcError),
-    /// The name is held by a server that is up, and the registration does not carry its
+    /// The name is held by a server that is down, and the registration does not carry its
     /// secret: the shell should dial the holder and retry with `holder_gone` if it is gone.
     Contested {
         name: String,
@@ -51,8 +65,8 @@ impl Refusal {
             Refusal::Contested { name, addr, .. } => RpcError::new(
                 ErrorCode::RpcRefused,
                 format!(
-                    "the name `{name}` is held by a live server at {addr}; give this server \
-                     another `name` (two servers may not share one)"
+                    "the name `{name}` is held by a server that still answers at {addr}; give \
+                     this server another `name` (two servers may not share one)"
                 ),
             ),
         }
@@ -97,22 +111,47 @@ impl RegistrationLimiter {
 
 impl AgentCore {
     /// A server joins, or re-joins under its name (keeping its id). For tests and in-process
-    /// use: the registration has no particular source and cannot take a live server's name
-    /// without its secret.
+    /// use: the registration has no particular source, is where it says it is, and cannot
+    /// take a live server's name elsewhere without its secret.
     pub fn register(
         &mut self,
         reg: Registration,
         now: Duration,
     ) -> Result<RegisterReply, RpcError> {
-        self.register_from(reg, &Registering::default(), now)
+        let ctx = Registering {
+            verified: true,
+            ..Registering::default()
+        };
+        self.register_from(reg, &ctx, now)
             .map_err(Refusal::into_rpc)
+    }
+
+    /// Takes one registration attempt from `source` out of its rate limit, refusing when it
+    /// has none left: asked before the shell dials anyone, so a flood of registrations costs
+    /// at most the limit's dials.
+    pub fn may_register(&mut self, source: &str, now: Duration) -> Result<(), RpcError> {
+        let cfg = &self.config;
+        if self
+            .limiter
+            .allow(source, now, cfg.registrations_per_s, cfg.registration_burst)
+        {
+            return Ok(());
+        }
+        Err(RpcError::new(
+            ErrorCode::RpcRefused,
+            format!(
+                "too many registrations from {source}: at most {} per second (burst {}); retry \
+                 shortly",
+                cfg.registrations_per_s, cfg.registration_burst
+            ),
+        ))
     }
 
     /// A server joins from `ctx.source`, or re-joins under its name (keeping its id and what
     /// was learned of it). Nothing changes unless the whole registration is acceptable.
     pub fn register_from(
         &mut self,
-        reg: Registration,
+        mut reg: Registration,
         ctx: &Registering,
         now: Duration,
     ) -> Result<RegisterReply, Refusal> {
@@ -137,32 +176,7 @@ impl AgentCore {
                 reg.name
             ));
         }
-        let cfg = &self.config;
-        if !ctx.source.is_empty()
-            && !self.limiter.allow(
-                &ctx.source,
-                now,
-                cfg.registrations_per_s,
-                cfg.registration_burst,
-            )
-        {
-            return refuse(format!(
-                "too many registrations from {}: at most {} per second (burst {}); retry shortly",
-                ctx.source, cfg.registrations_per_s, cfg.registration_burst
-            ));
-        }
-        if let Some(e) = self.registry.by_name(&reg.name)
-            && e.is_up()
-        {
-            let proven = !e.secret().is_empty() && reg.secret.as_deref() == Some(e.secret());
-            if !proven && !ctx.holder_gone {
-                return Err(Refusal::Contested {
-                    name: e.name().to_string(),
-                    addr: e.addr().to_string(),
-                    instance: e.instance().to_string(),
-                });
-            }
-        }
+        self.may_take_name(&reg, ctx, now)?;
         let from_source = if ctx.source.is_empty() {
             0
         } else {
@@ -207,16 +221,68 @@ impl AgentCore {
         self.rr_turns.resize(self.catalog.len(), 0);
         self.invalidate_rate_orders();
         let secret = self.new_secret(&reg.name);
+        let held = self.hold_claims(&mut reg);
         let (slot, server_id) = self.registry.register(reg, &services, now);
         // A registration is a new process: whatever was queued on the old one died with it.
         self.reservations.drop_server(slot);
         let e = self.registry.entry_mut(slot);
         e.set_credentials(&secret, &ctx.source);
+        e.trust.held = held;
         Ok(RegisterReply {
             server_id,
             heartbeat_interval_ms: u64::try_from(self.config.heartbeat_interval.as_millis())
                 .unwrap_or(u64::MAX),
             secret,
+        })
+    }
+
+    /// What to answer the process `instance` when it speaks for server `id`: `None` while it
+    /// holds the entry (or the agent does not know the id: the event's own answer says so),
+    /// [`Ack::Replaced`] when another process has taken the name since — it must not beat for
+    /// the new holder.
+    pub fn replaced(&self, id: ServerId, instance: &str) -> Option<Ack> {
+        let e = self.registry.get(id)?;
+        (e.instance() != instance).then_some(Ack::Replaced)
+    }
+
+    /// Whether `reg` may take its name (see the module's rules): nothing is held, or it is
+    /// the holder, or the holder is provably gone.
+    fn may_take_name(
+        &self,
+        reg: &Registration,
+        ctx: &Registering,
+        now: Duration,
+    ) -> Result<(), Refusal> {
+        let Some(e) = self.registry.by_name(&reg.name) else {
+            return Ok(());
+        };
+        let holder = !e.secret().is_empty() && reg.secret.as_deref() == Some(e.secret());
+        let in_its_place = ctx.verified && reg.addr == e.addr();
+        if holder || in_its_place {
+            return Ok(());
+        }
+        if e.is_up() {
+            let heard = now.saturating_sub(e.last_heard()).as_secs_f64();
+            return Err(Refusal::Refused(RpcError::new(
+                ErrorCode::RpcRefused,
+                format!(
+                    "the name `{}` is held by a live server at {} (heard from {heard:.1} s ago); \
+                     a name passes to another process only once its holder has been silent for \
+                     the heartbeat timeout ({:?}) and no longer answers at its address. Give \
+                     this server another `name`, or stop the other one",
+                    e.name(),
+                    e.addr(),
+                    self.config.heartbeat_timeout
+                ),
+            )));
+        }
+        if ctx.holder_gone {
+            return Ok(());
+        }
+        Err(Refusal::Contested {
+            name: e.name().to_string(),
+            addr: e.addr().to_string(),
+            instance: e.instance().to_string(),
         })
     }
 

@@ -75,13 +75,15 @@ impl AgentCore {
                 .collect();
             p
         };
-        let slots: Vec<usize> = self
-            .registry
-            .providers(svc.idx)
-            .iter()
-            .copied()
-            .filter(|&s| self.registry.entry(s).is_up())
-            .collect();
+        let slots: Vec<usize> = self.reachable(
+            self.registry
+                .providers(svc.idx)
+                .iter()
+                .copied()
+                .filter(|&s| self.registry.entry(s).is_up())
+                .collect(),
+            now,
+        );
         if slots.is_empty() {
             return Err(RpcError::new(
                 ErrorCode::ServerNotFound,

@@ -150,12 +150,15 @@ impl AgentCore {
             })?;
             services.push(svc.idx);
         }
-        let mut slots: Vec<usize> = (0..self.registry.len())
-            .filter(|&s| {
-                let e = self.registry.entry(s);
-                e.is_up() && services.iter().any(|svc| e.offers(*svc))
-            })
-            .collect();
+        let mut slots: Vec<usize> = self.reachable(
+            (0..self.registry.len())
+                .filter(|&s| {
+                    let e = self.registry.entry(s);
+                    e.is_up() && services.iter().any(|svc| e.offers(*svc))
+                })
+                .collect(),
+            now,
+        );
         if slots.is_empty() {
             return Err(RpcError::new(
                 ErrorCode::ServerNotFound,

@@ -27,6 +27,7 @@ fn beat(c: &mut AgentCore, id: ServerId, at: f64) -> Ack {
 fn from(source: &str) -> Registering {
     Registering {
         source: source.into(),
+        verified: true,
         holder_gone: false,
     }
 }
@@ -58,6 +59,7 @@ fn profile(service: &str, sizes: &[(&str, i64)]) -> CallProfile {
         in_bytes: 0,
         out_bytes: 0,
         remote_in: Vec::new(),
+        inline_bytes: 0,
     }
 }
 
@@ -77,53 +79,86 @@ fn ok_report(service: &str, sizes: &[(&str, i64)], kernel_s: f64) -> CallReport 
 }
 
 #[test]
-fn a_live_servers_name_is_taken_only_with_its_secret_or_once_it_is_gone() {
+fn a_live_servers_name_is_kept_by_its_secret_until_it_is_down_and_gone() {
     let mut c = AgentCore::new(CoreConfig::default());
+    let mut first_reg = reg("s1");
+    first_reg.instance = "first".into();
     let first = c
-        .register_from(reg("s1"), &from("10.0.0.1"), secs(0.0))
+        .register_from(first_reg, &from("10.0.0.1"), secs(0.0))
         .unwrap();
     beat(&mut c, first.server_id, 0.0);
-    // An impostor under the same name: contested, and the shell is told where the holder is.
+    // An impostor elsewhere, while the holder is up (say frozen for two seconds): refused
+    // outright, even if the shell found the holder silent at its address.
     let mut impostor = reg("s1");
     impostor.addr = "10.0.0.66:7100".into();
     impostor.instance = "other".into();
+    let silent = Registering {
+        source: "10.0.0.66".into(),
+        verified: true,
+        holder_gone: true,
+    };
     let refusal = c
-        .register_from(impostor.clone(), &from("10.0.0.66"), secs(1.0))
+        .register_from(impostor.clone(), &silent, secs(2.0))
         .unwrap_err();
-    assert_eq!(
-        refusal,
-        Refusal::Contested {
-            name: "s1".into(),
-            addr: "s1.example:7000".into(),
-            instance: String::new(),
-        }
-    );
+    let Refusal::Refused(e) = refusal else {
+        panic!("a live holder's name is not contested: {refusal:?}")
+    };
+    assert!(e.message.contains("held by a live server"), "{e}");
     assert_eq!(c.server_by_name("s1").unwrap().addr(), "s1.example:7000");
     // A wrong secret is no better.
     impostor.secret = Some("0".repeat(32));
     assert!(
-        c.register_from(impostor.clone(), &from("10.0.0.66"), secs(1.0))
+        c.register_from(impostor.clone(), &silent, secs(2.0))
             .is_err()
     );
     // The holder itself, coming back with its secret, keeps its id.
     let mut back = reg("s1");
+    back.instance = "first".into();
     back.secret = Some(first.secret.clone());
-    let again = c.register_from(back, &from("10.0.0.1"), secs(2.0)).unwrap();
+    let again = c.register_from(back, &from("10.0.0.1"), secs(2.5)).unwrap();
     assert_eq!(again.server_id, first.server_id);
-    // Once the shell found the holder's process gone, a new process may take the name.
-    let gone = Registering {
+    // A restart in place: a new process answering at the holder's own address.
+    let mut in_place = reg("s1");
+    in_place.instance = "second".into();
+    let here = Registering {
         source: "10.0.0.1".into(),
-        holder_gone: true,
+        verified: true,
+        holder_gone: false,
     };
-    let restarted = c.register_from(reg("s1"), &gone, secs(3.0)).unwrap();
+    let restarted = c.register_from(in_place, &here, secs(3.0)).unwrap();
     assert_eq!(restarted.server_id, first.server_id);
-    // A down server's name is free to take.
+    assert_eq!(c.replaced(first.server_id, "second"), None);
     beat(&mut c, restarted.server_id, 3.0);
+    // Down (silent past the timeout): the shell must still find it gone before the name
+    // passes on.
     c.sweep(secs(20.0));
+    impostor.secret = None;
+    let refusal = c
+        .register_from(impostor.clone(), &from("10.0.0.66"), secs(21.0))
+        .unwrap_err();
     assert!(
-        c.register_from(impostor, &from("10.0.0.66"), secs(21.0))
-            .is_ok()
+        matches!(&refusal, Refusal::Contested { addr, instance, .. }
+            if addr == "s1.example:7000" && instance == "second"),
+        "{refusal:?}"
     );
+    let gone = Registering {
+        holder_gone: true,
+        ..silent.clone()
+    };
+    let taken = c.register_from(impostor, &gone, secs(21.0)).unwrap();
+    assert_eq!(taken.server_id, first.server_id);
+    // The old process, resuming, is told its entry was taken and by whom; the new holder is
+    // not.
+    assert_eq!(c.replaced(first.server_id, "second"), Some(Ack::Replaced));
+    assert_eq!(c.server(taken.server_id).unwrap().addr(), "10.0.0.66:7100");
+    assert_eq!(c.replaced(first.server_id, "other"), None);
+    beat(&mut c, taken.server_id, 21.0);
+    // Its registration cannot take the name back from the live new holder, secret or not.
+    let mut old = reg("s1");
+    old.instance = "second".into();
+    old.secret = Some(restarted.secret.clone());
+    let refusal = c.register_from(old, &silent, secs(22.0)).unwrap_err();
+    assert!(matches!(refusal, Refusal::Refused(_)), "{refusal:?}");
 }
 
 #[test]
@@ -146,16 +181,18 @@ fn registrations_are_rate_limited_and_capped_per_source() {
     // Another source is not held back by the first.
     c.register_from(reg("t0"), &from("10.0.0.10"), secs(0.0))
         .unwrap();
-    // The burst is spent (4 tries from 10.0.0.9, one more allowed), then refused until refilled.
-    let _ = c.register_from(reg("s4"), &from("10.0.0.9"), secs(0.0));
-    let e = c
-        .register_from(reg("s5"), &from("10.0.0.9"), secs(0.0))
-        .unwrap_err()
-        .into_rpc();
+    // Attempts are limited before anything is dialled: the burst of 5 is spent, then refused
+    // until it refills, and another source is not held back.
+    for _ in 0..5 {
+        c.may_register("10.0.0.9", secs(0.0)).unwrap();
+    }
+    let e = c.may_register("10.0.0.9", secs(0.0)).unwrap_err();
     assert!(
         e.message.contains("too many registrations from 10.0.0.9"),
         "{e}"
     );
+    c.may_register("10.0.0.10", secs(0.0)).unwrap();
+    c.may_register("10.0.0.9", secs(1.1)).unwrap();
 }
 
 #[test]
@@ -283,7 +320,8 @@ fn calls_go_only_where_they_fit_in_memory() {
     // Beyond every budget: refused at the agent, saying what it needs and what exists.
     p.out_bytes = 40 << 30;
     let e = c.rank(&p, &RankOptions::default(), secs(0.0)).unwrap_err();
-    assert_eq!(e.code, ErrorCode::ServerNotFound);
+    // A resource limit: servers exist, and the call is refused as theirs would refuse it.
+    assert_eq!(e.code, ErrorCode::RpcRefused);
     assert!(
         e.message.contains("memory budget") && e.message.contains("(big)"),
         "{e}"
@@ -389,4 +427,189 @@ fn a_restarted_agent_waits_briefly_for_the_servers_it_knew() {
     let id = c.register(reg("a"), secs(1.0)).unwrap().server_id;
     assert!(!c.awaiting_servers(secs(1.0)));
     assert_eq!(beat(&mut c, id, 1.5), Ack::Ok);
+}
+
+/// Ranks `profile` on the server `name` alone and reports it done there: what confirms it.
+fn run_on(c: &mut AgentCore, name: &str, at: f64) {
+    let opts = RankOptions {
+        pin_server: Some(name.into()),
+        ..RankOptions::default()
+    };
+    let p = dgemm_profile(100, 100, 100);
+    let r = c.rank(&p, &opts, secs(at)).unwrap();
+    let id = c.server_by_name(name).unwrap().id();
+    let mut done = ok_report("dgemm", &[("m", 100), ("n", 100), ("k", 100)], 0.002);
+    done.ticket = Some(r.ticket);
+    c.report(id, &[done], secs(at));
+}
+
+/// Three servers at 1e9 op/s, each confirmed by a call.
+fn confirmed_grid() -> AgentCore {
+    let mut c = AgentCore::new(CoreConfig::default());
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        let id = c
+            .register_from(reg(name), &from(&format!("10.0.0.{i}")), secs(0.0))
+            .unwrap()
+            .server_id;
+        beat(&mut c, id, 0.0);
+        run_on(&mut c, name, 0.0);
+        assert!(c.server_by_name(name).unwrap().is_confirmed());
+    }
+    c
+}
+
+#[test]
+fn claimed_rates_above_what_confirmed_servers_show_wait_for_a_call() {
+    let mut c = confirmed_grid();
+    let mut ghost = reg("ghost");
+    ghost.default_rate = 1e15;
+    ghost.rates = vec![("dgemm".into(), 1e15)];
+    let id = c
+        .register_from(ghost, &from("10.0.0.66"), secs(1.0))
+        .unwrap()
+        .server_id;
+    beat(&mut c, id, 1.0);
+    let g = c.server_by_name("ghost").unwrap();
+    assert!(!g.is_confirmed());
+    assert_eq!(
+        g.default_rate(),
+        1e9,
+        "held at the confirmed servers' median"
+    );
+    let dgemm = c.catalog.get("dgemm").unwrap().idx;
+    assert_eq!(c.server_by_name("ghost").unwrap().rate(dgemm), Some(1e9));
+    // A claim below the median stands as it is.
+    let mut slow = reg("slow");
+    slow.default_rate = 1e8;
+    c.register_from(slow, &from("10.0.0.67"), secs(1.0))
+        .unwrap();
+    assert_eq!(c.server_by_name("slow").unwrap().default_rate(), 1e8);
+    // A call ranked there and reported done confirms it: its claims stand.
+    run_on(&mut c, "ghost", 2.0);
+    let g = c.server_by_name("ghost").unwrap();
+    assert!(g.is_confirmed());
+    assert_eq!(g.default_rate(), 1e15);
+    assert_eq!(g.rate(dgemm), Some(1e15));
+    // A report of a call the agent did not rank there confirms nothing.
+    let mut other = reg("other");
+    other.default_rate = 1e15;
+    let oid = c
+        .register_from(other, &from("10.0.0.68"), secs(3.0))
+        .unwrap()
+        .server_id;
+    beat(&mut c, oid, 3.0);
+    c.report(
+        oid,
+        &[ok_report("dgemm", &[("m", 1), ("n", 1), ("k", 1)], 0.1)],
+        secs(3.0),
+    );
+    assert!(!c.server_by_name("other").unwrap().is_confirmed());
+    // With nothing confirmed (a new grid), there is nothing to hold claims against.
+    let mut fresh = AgentCore::new(CoreConfig::default());
+    let mut first = reg("first");
+    first.default_rate = 1e15;
+    fresh.register(first, secs(0.0)).unwrap();
+    assert_eq!(fresh.server_by_name("first").unwrap().default_rate(), 1e15);
+}
+
+#[test]
+fn a_server_clients_cannot_reach_is_ranked_behind_at_once() {
+    let mut c = confirmed_grid();
+    let p = dgemm_profile(200, 200, 200);
+    let rank = |c: &mut AgentCore, at: f64| {
+        c.rank_for(Some("me"), &p, &RankOptions::default(), secs(at))
+            .unwrap()
+    };
+    let first = rank(&mut c, 1.0);
+    let top = first.candidates[0].clone();
+    // Only the client the ticket was issued to may say so, and only while it is pending.
+    assert!(!c.unreachable(first.ticket, top.server_id, "someone else", secs(1.0)));
+    assert!(!c.unreachable(Ticket(7), top.server_id, "me", secs(1.0)));
+    assert!(c.unreachable(first.ticket, top.server_id, "me", secs(1.0)));
+    let next = rank(&mut c, 1.1);
+    assert!(
+        next.candidates.iter().all(|x| x.name != top.name),
+        "{:?}",
+        next.candidates
+    );
+    // Only suspects left: they are still offered rather than nothing.
+    for x in &next.candidates {
+        assert!(c.unreachable(next.ticket, x.server_id, "me", secs(1.1)));
+    }
+    let last = rank(&mut c, 1.2);
+    assert_eq!(last.candidates.len(), 3);
+    // After a heartbeat timeout the suspicion is over.
+    for name in ["a", "b", "c"] {
+        let id = c.server_by_name(name).unwrap().id();
+        beat(&mut c, id, 11.0);
+    }
+    assert!(
+        !c.server_by_name(&top.name)
+            .unwrap()
+            .is_suspected(secs(11.5))
+    );
+}
+
+#[test]
+fn a_ranking_keeps_a_confirmed_server_among_unproven_ones() {
+    let mut c = AgentCore::new(CoreConfig {
+        max_candidates: 3,
+        ..CoreConfig::default()
+    });
+    let real = c
+        .register_from(reg("real"), &from("10.0.0.1"), secs(0.0))
+        .unwrap()
+        .server_id;
+    beat(&mut c, real, 0.0);
+    run_on(&mut c, "real", 0.0);
+    // The real server is busy; five new servers are idle and claim its speed.
+    let p = dgemm_profile(500, 500, 500);
+    for _ in 0..4 {
+        let opts = RankOptions {
+            pin_server: Some("real".into()),
+            ..RankOptions::default()
+        };
+        c.rank(&p, &opts, secs(0.5)).unwrap();
+    }
+    for i in 0..5 {
+        let id = c
+            .register_from(reg(&format!("new{i}")), &from("10.0.0.66"), secs(0.5))
+            .unwrap()
+            .server_id;
+        beat(&mut c, id, 0.5);
+    }
+    let r = c.rank(&p, &RankOptions::default(), secs(0.6)).unwrap();
+    let names: Vec<&str> = r.candidates.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(names[0].starts_with("new"), "{names:?}");
+    assert_eq!(names[2], "real", "{names:?}");
+}
+
+#[test]
+fn a_pinned_call_beyond_the_servers_frame_is_refused_with_the_sizes() {
+    let mut c = AgentCore::new(CoreConfig::default());
+    let mut small = reg("small");
+    small.max_frame_bytes = 64 * 1024;
+    let id = c.register(small, secs(0.0)).unwrap().server_id;
+    beat(&mut c, id, 0.0);
+    let mut p = dgemm_profile(100, 100, 100);
+    p.in_bytes = 900_000;
+    p.inline_bytes = 900_000;
+    let opts = RankOptions {
+        pin_server: Some("small".into()),
+        ..RankOptions::default()
+    };
+    let e = c.rank(&p, &opts, secs(0.1)).unwrap_err();
+    assert_eq!(e.code, ErrorCode::RpcRefused);
+    assert!(e.message.contains("resource limit"), "{e}");
+    assert!(
+        e.message.contains("0.90 MB") && e.message.contains("0.07 MB"),
+        "{e}"
+    );
+    // Unpinned, the same: a resource limit, not "no server".
+    let e = c.rank(&p, &RankOptions::default(), secs(0.1)).unwrap_err();
+    assert_eq!(e.code, ErrorCode::RpcRefused, "{e}");
+    // The same bytes on a bulk connection (not inline) are no bar.
+    p.inline_bytes = 1000;
+    c.rank(&p, &opts, secs(0.1)).unwrap();
 }

@@ -159,6 +159,7 @@ fn solve_profile(n: i64) -> CallProfile {
         in_bytes: 8,
         out_bytes: 8,
         remote_in: Vec::new(),
+        inline_bytes: 0,
     }
 }
 

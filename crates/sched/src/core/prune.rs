@@ -368,9 +368,12 @@ impl AgentCore {
 
         // Whether the server may get the call at all: up, able to hold it, and not ruled out by
         // its model (what `collect` checks; the model's size-only part read from the class).
+        // Suspected servers are left to the full scan, which takes them only when nothing
+        // else can run the call.
         let eligible = |pos: usize| {
             let e = self.registry.entry(slots[pos]);
             e.is_up()
+                && !e.is_suspected(call.now)
                 && call.fits(e)
                 && class.at[pos].feasible_at
                 && self

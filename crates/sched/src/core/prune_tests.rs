@@ -254,6 +254,7 @@ fn run_with(
                     service: "dgemm".into(),
                     sizes: vec![("m".into(), *m), ("n".into(), *nn), ("k".into(), *kk)],
                     in_bytes: *i,
+                    inline_bytes: 0,
                     out_bytes: *o,
                     remote_in: remote
                         .iter()
@@ -312,6 +313,7 @@ fn run_with(
                     in_bytes: 10,
                     out_bytes: 10,
                     remote_in: Vec::new(),
+                    inline_bytes: 0,
                 };
                 check(&mut c, &p, now, false);
             }

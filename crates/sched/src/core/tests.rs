@@ -101,7 +101,9 @@ fn register_assigns_ids_and_replaces_by_name() {
     let r3 = c.register(again.clone(), secs(1.0)).unwrap();
     // Every registration issues a new secret; the old one is spent.
     assert_ne!(r3.secret, r1.secret);
-    assert!(c.register(again, secs(1.0)).is_err());
+    let mut stale = again;
+    stale.addr = "third:9".into();
+    assert!(c.register(stale, secs(1.0)).is_err());
     assert_eq!(r3.server_id, r1.server_id);
     let a = c.server_by_name("a").unwrap();
     assert_eq!(a.addr(), "elsewhere:9");
@@ -138,10 +140,11 @@ fn restart_drops_the_old_queue() {
     c.rank(&dgemm_profile(1000, 1000, 1000), &mct(), Duration::ZERO)
         .unwrap();
     assert_eq!(c.pending(), 1);
-    // A new process under the name, whose predecessor the shell found gone.
+    // A new process under the name, answering at its predecessor's address.
     let gone = Registering {
         source: "10.0.0.1".into(),
-        holder_gone: true,
+        verified: true,
+        holder_gone: false,
     };
     c.register_from(registration("a", &[dgemm()]), &gone, secs(0.5))
         .unwrap();
@@ -649,6 +652,7 @@ fn reports_feed_history_for_services_without_complexity() {
         in_bytes: 0,
         out_bytes: 0,
         remote_in: Vec::new(),
+        inline_bytes: 0,
     };
     let e = c.explain(&p, &mct(), Duration::ZERO).unwrap();
     assert_eq!(
