@@ -130,7 +130,8 @@ fn a_call_too_large_for_any_server_is_refused_before_it_runs_and_no_server_dies(
     let e = c
         .call_keep(&dgemm, dgemm_args(16_000, 16_000, 1), &[0])
         .unwrap_err();
-    assert_eq!(e.code, ErrorCode::ServerNotFound, "{e}");
+    // A resource limit: refused, as the server itself would refuse it.
+    assert_eq!(e.code, ErrorCode::RpcRefused, "{e}");
     assert!(e.message.contains("memory budget"), "{e}");
     // Sent straight to a server, bypassing the agent: the server refuses it the same way.
     let rt = raw::runtime();
@@ -323,6 +324,170 @@ fn a_live_servers_name_cannot_be_taken_over() {
         "{}",
         g.logs()
     );
+}
+
+/// Calls `executed` so far on the server at `addr`, as its own ping says.
+fn executed_at(rt: &tokio::runtime::Runtime, addr: &str) -> Option<u64> {
+    rt.block_on(async {
+        let cl = raw::server(addr, &raw::dial(Role::Client, None, "probe"))
+            .await
+            .ok()?;
+        Some(cl.ping(raw::ctx()).await.ok()?.executed)
+    })
+}
+
+#[test]
+fn a_frozen_servers_name_is_not_taken_and_a_replaced_server_gets_it_back() {
+    let _one = serial();
+    let mut g = Grid::agent(&[
+        "--heartbeat-interval-ms",
+        "200",
+        "--heartbeat-timeout-ms",
+        "5000",
+    ]);
+    g.server("s1", "calibrate = false\nslots = 4\n");
+    g.server("s2", "calibrate = false\nslots = 4\n");
+    g.wait_up(2);
+    let real = g.servers[0].addr.clone();
+    let real_pid = g.servers[0].pid();
+    let c = g.client();
+    let s1_add = || c.function_handle_init("add", "s1").unwrap();
+    let rt = raw::runtime();
+    let s1_addr = |c: &gridwise_client::Client| {
+        let st = c.status().unwrap();
+        st.servers
+            .iter()
+            .find(|s| s.name == "s1")
+            .unwrap()
+            .addr
+            .clone()
+    };
+
+    // 1. Frozen for less than the heartbeat timeout: a second process under the name (same
+    // server token, its own address) is refused, however silent the holder is.
+    signal(real_pid, libc::SIGSTOP);
+    g.server("s1", "calibrate = false\nslots = 4\n");
+    let impostor = g.servers[2].addr.clone();
+    let refused = eventually(Duration::from_secs(10), || {
+        g.logs().contains("held by a live server")
+    });
+    signal(real_pid, libc::SIGCONT);
+    assert!(refused, "{}", g.logs());
+    assert_eq!(s1_addr(&c), real);
+    for i in 0..20 {
+        let r = c.call(&s1_add(), ints(&[i])).unwrap();
+        assert_eq!(r.outputs, ints(&[i + 1]));
+    }
+    assert_eq!(
+        executed_at(&rt, &impostor),
+        Some(0),
+        "the impostor ran nothing"
+    );
+    assert!(executed_at(&rt, &real).unwrap() >= 20);
+
+    // 2. Frozen past the timeout: declared down and silent at its address, its name passes
+    // to the waiting process; resumed, it is told so and says it.
+    signal(real_pid, libc::SIGSTOP);
+    let taken = eventually(Duration::from_secs(30), || s1_addr(&c) == impostor);
+    signal(real_pid, libc::SIGCONT);
+    assert!(taken, "{}", g.logs());
+    assert!(
+        eventually(Duration::from_secs(10), || g
+            .logs()
+            .contains("another process registered as `s1`")),
+        "{}",
+        g.logs()
+    );
+    // It cannot take the name back while the new holder lives.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s1_addr(&c), impostor);
+
+    // 3. Once that process is gone, the first one registers again and calls pinned to `s1`
+    // reach it, without a restart.
+    g.servers[2].kill();
+    assert!(
+        eventually(Duration::from_secs(30), || s1_addr(&c) == real
+            && c.status().unwrap().servers.iter().any(
+                |s| s.name == "s1" && s.state == gridwise_proto::ServerState::Up
+            )),
+        "{}",
+        g.logs()
+    );
+    let before = executed_at(&rt, &real).unwrap();
+    for i in 0..5 {
+        let r = c.call(&s1_add(), ints(&[i])).unwrap();
+        assert_eq!(r.outputs, ints(&[i + 1]));
+    }
+    assert_eq!(executed_at(&rt, &real).unwrap(), before + 5);
+}
+
+#[test]
+fn ghost_servers_claiming_huge_rates_cannot_empty_the_grid() {
+    let _one = serial();
+    let mut extra: Vec<&str> = vec!["--heartbeat-interval-ms", "200"];
+    extra.extend(["--server-token", "for-servers"]);
+    let mut g = Grid::agent(&extra);
+    for name in ["s1", "s2", "s3"] {
+        g.server(name, "calibrate = false\nslots = 4\n");
+    }
+    g.wait_up(3);
+    let c = g.client();
+    let add = c.function_handle_default("add").unwrap();
+    // The real servers are confirmed by the calls they run.
+    for i in 0..30 {
+        c.call(&add, ints(&[i])).unwrap();
+    }
+    let rt = raw::runtime();
+    let agent = g.agent.addr.clone();
+    let ghosts = rt.block_on(async {
+        let dial = raw::dial(Role::Server, Some("for-servers"), "ghost");
+        let cl = raw::agent(&agent, &dial).await.unwrap();
+        let add = cl
+            .describe(raw::ctx(), "add".into())
+            .await
+            .unwrap()
+            .unwrap();
+        gridwise_localgrid::ghost::raise(&agent, &dial, "ghost", 40, &[add], 1e15).await
+    });
+    assert_eq!(ghosts.accepted, 40, "{:?}", ghosts.refusals);
+    assert_eq!(c.status().unwrap().servers.len(), 43);
+    // Every call is answered, and by a real server; each ghost costs at most one try before
+    // the agent hears from the client that nobody reaches it.
+    let mut tries = 0;
+    for i in 0..200 {
+        let r = c
+            .call(&add, ints(&[i]))
+            .unwrap_or_else(|e| panic!("call {i}: {e}\n{}", g.logs()));
+        assert_eq!(r.outputs, ints(&[i + 1]));
+        assert!(r.server.starts_with('s'), "{}", r.server);
+        tries += r.attempts;
+    }
+    assert!(tries <= 200 + 40, "{tries} tries for 200 calls");
+    drop(ghosts);
+}
+
+#[test]
+fn a_call_pinned_to_a_server_whose_frames_are_too_small_is_refused_with_the_sizes() {
+    let _one = serial();
+    let mut g = Grid::agent(&FAST_HEARTBEATS);
+    g.server("small", "calibrate = false\nmax_frame_bytes = 65536\n");
+    g.server("big", "calibrate = false\n");
+    g.wait_up(2);
+    let c = g.client();
+    // Two 200 × 200 matrices: 0.64 MB inside the request (each below the bulk threshold).
+    let pinned = c.function_handle_init("dgemm", "small").unwrap();
+    let e = c.call(&pinned, dgemm_args(200, 200, 200)).unwrap_err();
+    assert_eq!(e.code, ErrorCode::RpcRefused, "{e}");
+    assert!(
+        e.message.contains("resource limit")
+            && e.message.contains("0.64 MB")
+            && e.message.contains("max_frame_bytes is 0.07 MB"),
+        "{e}"
+    );
+    // Unpinned, it goes where it fits.
+    let any = c.function_handle_default("dgemm").unwrap();
+    let r = c.call(&any, dgemm_args(200, 200, 200)).unwrap();
+    assert_eq!(r.server, "big");
 }
 
 #[test]

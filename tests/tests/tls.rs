@@ -69,9 +69,10 @@ fn a_tls_grid_runs_calls_and_refuses_every_wrong_certificate() {
     };
     assert!(err.contains("TLS connections only"), "{err}");
 
-    // A certificate from another CA fails the handshake.
+    // A certificate from another CA fails the handshake, as an unknown issuer even when that
+    // CA has the same grid name.
     let other = tempfile::tempdir().unwrap();
-    gridwise_certs::init(other.path(), "other", 30).unwrap();
+    gridwise_certs::init(other.path(), "local", 30).unwrap();
     gridwise_certs::issue(other.path(), CertRole::Client, "mallory", &[], 30).unwrap();
     let Err(err) = client_with(&g, Some(files(other.path(), "mallory"))) else {
         panic!("a certificate from another CA was accepted")
@@ -82,6 +83,11 @@ fn a_tls_grid_runs_calls_and_refuses_every_wrong_certificate() {
             .logs()
             .contains("TLS handshake refused")),
         "the agent logs the refused handshake:\n{}",
+        g.logs()
+    );
+    assert!(
+        g.logs().contains("UnknownIssuer") && !g.logs().contains("BadSignature"),
+        "{}",
         g.logs()
     );
 

@@ -71,9 +71,16 @@ pub fn init(dir: &Path, grid: &str, days: u32) -> anyhow::Result<Issued> {
             dir.display()
         );
     }
+    let key = KeyPair::generate()?;
+    // Each CA's name is its own: two grids' CAs under one name make a peer of the other grid
+    // fail on the signature ("BadSignature") instead of the issuer ("UnknownIssuer").
+    let id: String = key.public_key_raw()[1..9]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, format!("{grid} grid CA"));
+    dn.push(DnType::CommonName, format!("{grid} grid CA {id}"));
     dn.push(DnType::OrganizationName, "gridwise");
     params.distinguished_name = dn;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -83,7 +90,6 @@ pub fn init(dir: &Path, grid: &str, days: u32) -> anyhow::Result<Issued> {
         KeyUsagePurpose::DigitalSignature,
     ];
     validity(&mut params, days);
-    let key = KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
     write_new(&files.key, &key.serialize_pem(), true)?;
     write_new(&files.cert, &cert.pem(), false)?;

@@ -140,7 +140,13 @@ impl Liveness {
                 }
             }
             let started = Instant::now();
-            let answered = tokio::time::timeout(self.interval, async {
+            // The verdict falls due three intervals after the last answer, not after a third
+            // ping's own wait: a ping that would outlast that deadline waits only until it,
+            // so a server that freezes just after answering loses its calls within three
+            // intervals on a busy host too.
+            let left = self.limit().saturating_sub(last_ok.elapsed());
+            let wait = self.interval.min(left.max(Duration::from_millis(1)));
+            let answered = tokio::time::timeout(wait, async {
                 if client.is_none() {
                     let (framed, _) = wire::connect(&addr, &self.dial, "client liveness")
                         .await

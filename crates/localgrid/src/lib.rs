@@ -3,6 +3,8 @@
 //! and also when the thread that started it dies (Linux parent-death signal), so no run leaves
 //! strays behind.
 
+pub mod ghost;
+
 use anyhow::Context;
 use gridwise_client::Client;
 use gridwise_proto::{BuildState, ServerState};

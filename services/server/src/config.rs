@@ -128,9 +128,25 @@ impl Default for ServerConfig {
     }
 }
 
+/// Refuses an address that is not `host:port` (a port from 1 to 65535), naming the setting:
+/// a server told to find its agent at `nohostport` would otherwise retry forever.
+fn check_host_port(key: &str, addr: &str) -> anyhow::Result<()> {
+    let port = addr
+        .rsplit_once(':')
+        .filter(|(host, _)| !host.trim_matches(['[', ']']).is_empty())
+        .and_then(|(_, port)| port.parse::<u16>().ok())
+        .filter(|p| *p > 0);
+    anyhow::ensure!(
+        port.is_some(),
+        "{key} = \"{addr}\" is not host:port (e.g. \"127.0.0.1:7000\" or \"agent.example:7000\")"
+    );
+    Ok(())
+}
+
 impl ServerConfig {
     /// Refuses settings no server could honour, saying which and what is allowed.
     pub fn check(&self) -> anyhow::Result<()> {
+        check_host_port("agent", &self.agent)?;
         if let Some(load) = &self.load {
             load.trace().map_err(|e| anyhow::anyhow!("load: {e}"))?;
             anyhow::ensure!(
@@ -258,6 +274,12 @@ mod tests {
             ("client_token = \"c\"", "server_token"),
             ("idle_timeout_s = 0.0", "idle_timeout_s"),
             ("report_batch_max = 0", "report_batch_max"),
+            (
+                "agent = \"nohostport\"",
+                "agent = \"nohostport\" is not host:port",
+            ),
+            ("agent = \"host:0\"", "is not host:port"),
+            ("agent = \":7000\"", "is not host:port"),
         ] {
             let c: ServerConfig = toml::from_str(text).unwrap();
             let e = c.check().unwrap_err().to_string();
