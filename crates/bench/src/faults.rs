@@ -14,6 +14,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod adversarial;
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct FaultsBench {
@@ -23,6 +25,8 @@ pub struct FaultsBench {
     pub window: usize,
     /// How long the frozen server stays stopped.
     pub freeze: Duration,
+    /// Calls in the adversarial phase (0: no such phase).
+    pub adversarial_calls: usize,
 }
 
 impl Default for FaultsBench {
@@ -31,6 +35,7 @@ impl Default for FaultsBench {
             calls: 10_000,
             window: 32,
             freeze: Duration::from_secs(20),
+            adversarial_calls: 5_000,
         }
     }
 }
@@ -43,12 +48,25 @@ const DGEMM_N: u64 = 64;
 const STALL: Duration = Duration::from_secs(120);
 
 /// The kinds of calls, their inputs and their right answers.
-struct Mix {
+pub(crate) struct Mix {
     handles: [FunctionHandle; 3],
     ones: Value,
 }
 
 impl Mix {
+    /// Handles of the mix's services on `client`'s grid.
+    pub(crate) fn on(client: &Client) -> anyhow::Result<Mix> {
+        Ok(Mix {
+            handles: ["add", "sleep", "dgemm"]
+                .map(|s| client.function_handle_default(s))
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("three handles"))?,
+            ones: Value::matrix_f64(DGEMM_N, DGEMM_N, &vec![1.0; (DGEMM_N * DGEMM_N) as usize]),
+        })
+    }
+
     /// Call `i`: 60 % `add`, 20 % `sleep 0`, 2 % `sleep 1`, 18 % a 64³ `dgemm`.
     fn kind(i: usize) -> usize {
         match i % 50 {
@@ -136,21 +154,8 @@ pub fn run_faults(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
     let grid = Arc::new(Mutex::new(grid));
     let lock = || grid.lock().unwrap_or_else(|p| p.into_inner());
 
-    let mix = Mix {
-        handles: ["add", "sleep", "dgemm"]
-            .map(|s| client.function_handle_default(s))
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()?
-            .try_into()
-            .map_err(|_| anyhow::anyhow!("three handles"))?,
-        ones: Value::matrix_f64(DGEMM_N, DGEMM_N, &vec![1.0; (DGEMM_N * DGEMM_N) as usize]),
-    };
+    let mix = Mix::on(&client)?;
     let schedule = Schedule::for_calls(opts.calls);
-    let mut sessions: HashMap<SessionId, usize> = HashMap::new();
-    let (mut sent, mut done) = (0usize, 0usize);
-    let (mut wrong, mut failed, mut retried) = (0usize, 0usize, 0usize);
-    let mut failures: Vec<String> = Vec::new();
-    let mut rank_us: Vec<f64> = Vec::with_capacity(opts.calls);
     // Kernels the killed server had run before it died.
     let mut executed_by_the_dead = 0u64;
     let frozen_detected: Arc<Mutex<Option<f64>>> = Arc::default();
@@ -167,54 +172,7 @@ pub fn run_faults(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
         "bench faults: {} calls, {} in flight …",
         opts.calls, opts.window
     );
-    let submit = |i: usize, sessions: &mut HashMap<SessionId, usize>| -> anyhow::Result<()> {
-        let id = client.call_async(&mix.handles[Mix::kind(i)], mix.inputs(i))?;
-        sessions.insert(id, i);
-        Ok(())
-    };
-    while sent < opts.window.min(opts.calls) {
-        submit(sent, &mut sessions)?;
-        sent += 1;
-    }
-    let mut last_completion = Instant::now();
-    while done < opts.calls {
-        // Polled rather than waited for, so that a call that never completes ends the run
-        // (counted as lost) instead of hanging it.
-        let outstanding: Vec<SessionId> = sessions.keys().copied().collect();
-        let id = match client.probe_or(&outstanding) {
-            Ok(id) => id,
-            Err(_) if last_completion.elapsed() < STALL => {
-                std::thread::sleep(Duration::from_micros(200));
-                continue;
-            }
-            Err(_) => {
-                eprintln!(
-                    "bench faults: nothing completed for {STALL:?}; {} call(s) lost",
-                    sessions.len()
-                );
-                break;
-            }
-        };
-        last_completion = Instant::now();
-        let i = sessions.remove(&id).unwrap_or(usize::MAX);
-        let r = client.wait(id);
-        done += 1;
-        match r {
-            Ok(r) => {
-                if i == usize::MAX || !mix.right(i, &r) {
-                    wrong += 1;
-                }
-                retried += (r.attempts > 1) as usize;
-                rank_us.push(r.rank_s * 1e6);
-            }
-            Err(e) => {
-                failed += 1;
-                if failures.len() < 10 {
-                    eprintln!("bench faults: call {i} failed: {e}");
-                    failures.push(e.to_string());
-                }
-            }
-        }
+    let batch = run_batch(&client, &mix, opts.calls, opts.window, "faults", |done| {
         if done == schedule.kill_server {
             eprintln!("bench faults: {done} done; SIGKILL s1");
             let mut g = lock();
@@ -235,20 +193,7 @@ pub fn run_faults(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
                 let g = lock();
                 (g.servers[1].pid(), g.servers[1].addr.clone())
             };
-            let stopped = Instant::now();
-            signal(pid, libc::SIGSTOP);
-            let (c, detected, freeze) = (client.clone(), frozen_detected.clone(), opts.freeze);
-            helpers.push(std::thread::spawn(move || {
-                while stopped.elapsed() < freeze {
-                    if detected.lock().unwrap().is_none()
-                        && c.unresponsive_servers().contains(&addr)
-                    {
-                        *detected.lock().unwrap() = Some(stopped.elapsed().as_secs_f64());
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                signal(pid, libc::SIGCONT);
-            }));
+            helpers.push(freeze(&client, pid, addr, opts.freeze, &frozen_detected));
         }
         if done == schedule.kill_agent {
             eprintln!("bench faults: {done} done; SIGKILL the agent and start it again");
@@ -273,18 +218,8 @@ pub fn run_faults(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
                 let _ = hold.lock().unwrap_or_else(|p| p.into_inner()).recv();
             }));
         }
-        if done % 1000 == 0 {
-            eprintln!(
-                "bench faults: {done}/{} done, {failed} failed, {:.1} s",
-                opts.calls,
-                started.elapsed().as_secs_f64()
-            );
-        }
-        if sent < opts.calls {
-            submit(sent, &mut sessions)?;
-            sent += 1;
-        }
-    }
+        Ok(())
+    })?;
     // Counted while every daemon still runs; then the helpers may end.
     let executed_total: u64 = {
         let g = lock();
@@ -296,32 +231,164 @@ pub fn run_faults(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
     for h in helpers {
         let _ = h.join();
     }
-    // Calls never submitted because the run stopped early count as lost too.
-    let lost = sessions.len() + (opts.calls - sent);
-    let completed = (opts.calls - failed) as u64;
-    let rank_p99 = if rank_us.is_empty() {
-        0.0
-    } else {
-        Data::new(rank_us).percentile(99)
-    };
-    for f in &failures {
-        eprintln!("bench faults: failed: {f}");
-    }
-    let out = json!({
+    let completed = (opts.calls - batch.failed) as u64;
+    let mut out = json!({
         "bench": "faults",
         "calls": opts.calls,
-        "lost": lost,
-        "wrong": wrong,
-        "failed": failed,
-        "retried": retried,
+        "lost": batch.lost,
+        "wrong": batch.wrong,
+        "failed": batch.failed,
+        "retried": batch.retried,
         "duplicate_executions": executed_total.saturating_sub(completed),
         "frozen_detected_s": *frozen_detected.lock().unwrap(),
         "agent_recovery_s": *agent_recovery.lock().unwrap(),
-        "rank_p99_us": (rank_p99 * 10.0).round() / 10.0,
+        "rank_p99_us": batch.rank_p99_us(),
         "heartbeat_interval_s": BEAT.as_secs_f64(),
         "wall_s": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
     });
     drop(client);
     drop(grid);
+    if opts.adversarial_calls > 0 {
+        out["adversarial"] = adversarial::run(opts)?;
+    }
     Ok(out)
+}
+
+/// How a batch of calls ended.
+pub(crate) struct Batch {
+    /// Calls that never completed (or were never sent because the run stopped early).
+    pub(crate) lost: usize,
+    pub(crate) wrong: usize,
+    pub(crate) failed: usize,
+    /// Calls that took more than one try.
+    pub(crate) retried: usize,
+    /// Tries over all calls that completed.
+    pub(crate) tries: u64,
+    rank_us: Vec<f64>,
+}
+
+impl Batch {
+    /// The 99th percentile of the agent's ranking time, µs (one decimal).
+    pub(crate) fn rank_p99_us(&self) -> f64 {
+        if self.rank_us.is_empty() {
+            return 0.0;
+        }
+        let p = Data::new(self.rank_us.clone()).percentile(99);
+        (p * 10.0).round() / 10.0
+    }
+}
+
+/// Runs `calls` calls of the mix, `window` in flight, and checks each answer; `on_done(n)`
+/// runs after the n-th completion (where the faults strike).
+pub(crate) fn run_batch(
+    client: &Client,
+    mix: &Mix,
+    calls: usize,
+    window: usize,
+    label: &str,
+    mut on_done: impl FnMut(usize) -> anyhow::Result<()>,
+) -> anyhow::Result<Batch> {
+    let started = Instant::now();
+    let mut sessions: HashMap<SessionId, usize> = HashMap::new();
+    let (mut sent, mut done) = (0usize, 0usize);
+    let mut b = Batch {
+        lost: 0,
+        wrong: 0,
+        failed: 0,
+        retried: 0,
+        tries: 0,
+        rank_us: Vec::with_capacity(calls),
+    };
+    let mut failures: Vec<String> = Vec::new();
+    let submit = |i: usize, sessions: &mut HashMap<SessionId, usize>| -> anyhow::Result<()> {
+        let id = client.call_async(&mix.handles[Mix::kind(i)], mix.inputs(i))?;
+        sessions.insert(id, i);
+        Ok(())
+    };
+    while sent < window.min(calls) {
+        submit(sent, &mut sessions)?;
+        sent += 1;
+    }
+    let mut last_completion = Instant::now();
+    while done < calls {
+        // Polled rather than waited for, so that a call that never completes ends the run
+        // (counted as lost) instead of hanging it.
+        let outstanding: Vec<SessionId> = sessions.keys().copied().collect();
+        let id = match client.probe_or(&outstanding) {
+            Ok(id) => id,
+            Err(_) if last_completion.elapsed() < STALL => {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            Err(_) => {
+                eprintln!(
+                    "bench {label}: nothing completed for {STALL:?}; {} call(s) lost",
+                    sessions.len()
+                );
+                break;
+            }
+        };
+        last_completion = Instant::now();
+        let i = sessions.remove(&id).unwrap_or(usize::MAX);
+        let r = client.wait(id);
+        done += 1;
+        match r {
+            Ok(r) => {
+                if i == usize::MAX || !mix.right(i, &r) {
+                    b.wrong += 1;
+                }
+                b.retried += (r.attempts > 1) as usize;
+                b.tries += u64::from(r.attempts);
+                b.rank_us.push(r.rank_s * 1e6);
+            }
+            Err(e) => {
+                b.failed += 1;
+                if failures.len() < 10 {
+                    eprintln!("bench {label}: call {i} failed: {e}");
+                    failures.push(e.to_string());
+                }
+            }
+        }
+        on_done(done)?;
+        if done % 1000 == 0 {
+            eprintln!(
+                "bench {label}: {done}/{calls} done, {} failed, {:.1} s",
+                b.failed,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        if sent < calls {
+            submit(sent, &mut sessions)?;
+            sent += 1;
+        }
+    }
+    // Calls never submitted because the run stopped early count as lost too.
+    b.lost = sessions.len() + (calls - sent);
+    for f in &failures {
+        eprintln!("bench {label}: failed: {f}");
+    }
+    Ok(b)
+}
+
+/// Stops the server `pid` (at `addr`) for `freeze`, noting in `detected` how long the client
+/// took to call it unresponsive; the returned thread resumes it.
+pub(crate) fn freeze(
+    client: &Arc<Client>,
+    pid: u32,
+    addr: String,
+    freeze: Duration,
+    detected: &Arc<Mutex<Option<f64>>>,
+) -> std::thread::JoinHandle<()> {
+    let stopped = Instant::now();
+    signal(pid, libc::SIGSTOP);
+    let (c, detected) = (client.clone(), detected.clone());
+    std::thread::spawn(move || {
+        while stopped.elapsed() < freeze {
+            if detected.lock().unwrap().is_none() && c.unresponsive_servers().contains(&addr) {
+                *detected.lock().unwrap() = Some(stopped.elapsed().as_secs_f64());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal(pid, libc::SIGCONT);
+    })
 }

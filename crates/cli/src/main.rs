@@ -381,8 +381,9 @@ enum BenchCmd {
         repeat: Option<usize>,
     },
     /// Fault tolerance: 10,000 mixed calls on 3 servers while one server is killed and
-    /// restarted, one is stopped for 20 s and the agent is killed and restarted (about a
-    /// minute).
+    /// restarted, one is stopped for 20 s and the agent is killed and restarted; then an
+    /// adversarial phase on a fresh grid: 100 ghost servers claiming 10¹⁵ op/s and a second
+    /// process under a frozen server's name (about two minutes).
     Faults {
         /// One JSON object.
         #[arg(long)]
@@ -396,6 +397,9 @@ enum BenchCmd {
         /// How long the frozen server stays stopped, s.
         #[arg(long, default_value_t = 20.0)]
         freeze_s: f64,
+        /// Calls in the adversarial phase (0 skips it).
+        #[arg(long, default_value_t = 5_000)]
+        adversarial_calls: usize,
     },
     /// Predictions on shared machines: every predictor's error and interval coverage on
     /// emulated servers under load traces and on the real dgemm server beside busy
@@ -719,10 +723,12 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 calls,
                 window,
                 freeze_s,
+                adversarial_calls,
             } => {
                 let out = bench::faults::run_faults(&bench::faults::FaultsBench {
                     calls: *calls,
                     window: *window,
+                    adversarial_calls: *adversarial_calls,
                     freeze: std::time::Duration::try_from_secs_f64(*freeze_s).map_err(|_| {
                         anyhow::anyhow!("--freeze-s must be a number of seconds ≥ 0")
                     })?,

@@ -108,21 +108,32 @@ impl From<GrpcError> for Failure {
     }
 }
 
+/// The longest a failover waits for the agent to hear that a candidate was unreachable.
+const UNREACHABLE_WAIT: Duration = Duration::from_millis(200);
+
 /// Crash-like failures after which a call is given up: once a server has died under it, the
 /// call is tried on one more server; if that one dies too, the call may be what kills them.
 const CRASHES_TOLERATED: usize = 2;
 
 impl Inner {
-    /// Tells the agent, in the background, that the server `server` (a candidate of the
-    /// ranking that gave `ticket`) could not be reached. Sent before the next candidate is
-    /// tried, so the ticket is still pending when it arrives.
-    pub(crate) fn tell_unreachable(self: &Arc<Self>, ticket: Ticket, server: ServerId) {
+    /// Tells the agent that the server `server` (a candidate of the ranking that gave
+    /// `ticket`) could not be reached, waiting a moment for the agent to take it: the ticket
+    /// must still be pending when the message arrives, and the next candidate's report would
+    /// clear it. A slow agent does not hold the call up longer than `UNREACHABLE_WAIT`.
+    pub(crate) async fn tell_unreachable(self: &Arc<Self>, ticket: Ticket, server: ServerId) {
         let inner = self.clone();
-        self.rt.spawn(async move {
-            if let Err(e) = inner.conn.unreachable(ticket, server).await {
-                tracing::debug!(%server, "could not tell the agent the server is unreachable: {e}");
+        let told = self
+            .rt
+            .spawn(async move { inner.conn.unreachable(ticket, server).await });
+        match tokio::time::timeout(UNREACHABLE_WAIT, told).await {
+            Ok(Ok(Err(e))) => {
+                tracing::debug!(%server, "could not tell the agent the server is unreachable: {e}")
             }
-        });
+            Err(_) => {
+                tracing::debug!(%server, "the agent is slow to hear of an unreachable server")
+            }
+            _ => {}
+        }
     }
 
     /// Gives up an assignment in the background.
@@ -382,7 +393,7 @@ impl Inner {
                 }
                 Attempt::Unreached(why) => {
                     tracing::debug!(server = %who, "unreachable, trying the next server: {why}");
-                    self.tell_unreachable(ranking.ticket, cand.server_id);
+                    self.tell_unreachable(ranking.ticket, cand.server_id).await;
                     failures.push(why);
                 }
                 Attempt::Crashed(why) => {

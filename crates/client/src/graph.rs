@@ -901,7 +901,9 @@ impl Job {
                 }
                 Attempt::Unreached(why) => {
                     tracing::debug!(call = %spec.name, "planned server unreachable, ranking afresh: {why}");
-                    inner.tell_unreachable(spec.ticket, spec.server.server_id);
+                    inner
+                        .tell_unreachable(spec.ticket, spec.server.server_id)
+                        .await;
                 }
                 Attempt::Crashed(why) => {
                     tracing::warn!(call = %spec.name, "{why}; ranking afresh");

@@ -547,7 +547,7 @@ impl AgentCore {
                 (candidates, source.slots()[keyed[0].pos])
             }
         };
-        self.with_a_confirmed(&mut candidates, &mut first, &call, &source, limit);
+        self.with_confirmed(&mut candidates, &mut first, &call, &source, limit);
         Ok((
             candidates,
             first,

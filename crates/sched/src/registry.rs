@@ -91,6 +91,8 @@ pub(crate) struct Trust {
     /// A client failed to reach it: it is ranked behind the servers clients can reach until
     /// then (time since the agent started).
     pub(crate) suspect_until: Duration,
+    /// Suspicions since a call last ran there: each doubles the next one's length.
+    pub(crate) suspicions: u32,
 }
 
 impl ServerEntry {

@@ -527,10 +527,12 @@ fn a_server_clients_cannot_reach_is_ranked_behind_at_once() {
     assert!(!c.unreachable(Ticket(7), top.server_id, "me", secs(1.0)));
     assert!(c.unreachable(first.ticket, top.server_id, "me", secs(1.0)));
     let next = rank(&mut c, 1.1);
+    let names: Vec<&str> = next.candidates.iter().map(|x| x.name.as_str()).collect();
+    assert_ne!(names[0], top.name, "{names:?}");
+    // A confirmed server comes back only to fill the confirmed half of the places, last.
     assert!(
-        next.candidates.iter().all(|x| x.name != top.name),
-        "{:?}",
-        next.candidates
+        names.iter().position(|n| *n == top.name) == Some(names.len() - 1),
+        "{names:?}"
     );
     // Only suspects left: they are still offered rather than nothing.
     for x in &next.candidates {
@@ -551,25 +553,27 @@ fn a_server_clients_cannot_reach_is_ranked_behind_at_once() {
 }
 
 #[test]
-fn a_ranking_keeps_a_confirmed_server_among_unproven_ones() {
+fn confirmed_servers_keep_half_of_a_rankings_places_among_unproven_ones() {
     let mut c = AgentCore::new(CoreConfig {
-        max_candidates: 3,
+        max_candidates: 4,
         ..CoreConfig::default()
     });
-    let real = c
-        .register_from(reg("real"), &from("10.0.0.1"), secs(0.0))
-        .unwrap()
-        .server_id;
-    beat(&mut c, real, 0.0);
-    run_on(&mut c, "real", 0.0);
-    // The real server is busy; five new servers are idle and claim its speed.
     let p = dgemm_profile(500, 500, 500);
-    for _ in 0..4 {
-        let opts = RankOptions {
-            pin_server: Some("real".into()),
-            ..RankOptions::default()
-        };
-        c.rank(&p, &opts, secs(0.5)).unwrap();
+    // Two real servers, confirmed and busy; five new ones, idle and claiming their speed.
+    for name in ["real1", "real2"] {
+        let id = c
+            .register_from(reg(name), &from("10.0.0.1"), secs(0.0))
+            .unwrap()
+            .server_id;
+        beat(&mut c, id, 0.0);
+        run_on(&mut c, name, 0.0);
+        for _ in 0..4 {
+            let opts = RankOptions {
+                pin_server: Some(name.into()),
+                ..RankOptions::default()
+            };
+            c.rank(&p, &opts, secs(0.5)).unwrap();
+        }
     }
     for i in 0..5 {
         let id = c
@@ -580,9 +584,19 @@ fn a_ranking_keeps_a_confirmed_server_among_unproven_ones() {
     }
     let r = c.rank(&p, &RankOptions::default(), secs(0.6)).unwrap();
     let names: Vec<&str> = r.candidates.iter().map(|x| x.name.as_str()).collect();
-    assert_eq!(names.len(), 3, "{names:?}");
-    assert!(names[0].starts_with("new"), "{names:?}");
-    assert_eq!(names[2], "real", "{names:?}");
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(
+        names[0].starts_with("new") && names[1].starts_with("new"),
+        "{names:?}"
+    );
+    let mut real: Vec<&str> = names[2..].to_vec();
+    real.sort();
+    assert_eq!(real, ["real1", "real2"], "{names:?}");
+    // Still ordered by estimate, and the reservation is on the first.
+    let totals: Vec<f64> = r.candidates.iter().map(|x| x.etc.total_s()).collect();
+    assert!(totals.windows(2).all(|w| w[0] <= w[1]), "{totals:?}");
+    let first = c.server_by_name(names[0]).unwrap().id();
+    assert_eq!(c.queue(first).len(), 1);
 }
 
 #[test]

@@ -11,10 +11,12 @@
 //!   ticket of its ranking ([`AgentCore::unreachable`]); the server is then ranked behind
 //!   every server not suspected for a heartbeat timeout, instead of staying a first choice
 //!   until its heartbeats stop (a server that answers the agent but not its clients never
-//!   stops them).
-//! - **Never only the unproven.** While a confirmed server is up and can take the call, a
-//!   ranking's candidates include one ([`AgentCore::with_a_confirmed`]), so a flood of new
-//!   servers cannot leave a client with nowhere to go.
+//!   stops them). Suspected again after that, for twice as long, and so on, until a call the
+//!   agent ranked there is reported done.
+//! - **Never only the unproven.** While confirmed servers are up and can take the call, they
+//!   hold at least half of a ranking's places ([`AgentCore::with_confirmed`]), so a flood of
+//!   new servers cannot leave a client with nowhere to go, even if one confirmed server fails
+//!   at the same time.
 
 use super::{AgentCore, Call, Source};
 use gridwise_proto::{Candidate, Registration, ServerId, Ticket};
@@ -86,6 +88,7 @@ impl AgentCore {
     /// A call the agent ranked on the server in `slot` was reported done there: its claims
     /// stand from now on.
     pub(super) fn confirm(&mut self, slot: usize) {
+        self.registry.entry_mut(slot).trust.suspicions = 0;
         if self.registry.entry(slot).is_confirmed() {
             return;
         }
@@ -118,8 +121,16 @@ impl AgentCore {
         let Some(slot) = self.registry.slot_of(server) else {
             return false;
         };
-        let until = now + self.config.heartbeat_timeout;
-        self.registry.entry_mut(slot).trust.suspect_until = until;
+        let trust = &mut self.registry.entry_mut(slot).trust;
+        if now < trust.suspect_until {
+            return true;
+        }
+        // A server still unreachable after its last suspicion ran out is asked about less
+        // and less often: a ghost costs clients a round of failed connections per period,
+        // and the periods double (up to 64 heartbeat timeouts).
+        let period = self.config.heartbeat_timeout * (1u32 << trust.suspicions.min(6));
+        trust.suspicions = trust.suspicions.saturating_add(1);
+        trust.suspect_until = now + period;
         true
     }
 
@@ -133,10 +144,13 @@ impl AgentCore {
         slots
     }
 
-    /// Makes sure `candidates` hold a confirmed server when one is up and can take the call:
-    /// the best of them (by its estimate) takes the last place when none is among them. `first`
-    /// (the slot the ranking reserves on) follows if that last place was the first.
-    pub(super) fn with_a_confirmed(
+    /// Makes sure confirmed servers hold at least half of a ranking's places (or all there
+    /// are, if fewer) while any is up and can take the call: the best of them by estimate
+    /// replace the worst unproven candidates, and the list is ordered by estimate again.
+    /// `first` (the slot the ranking reserves on) follows the new head. A flood of new servers
+    /// then costs a client some quick failed connections, never its call, even when one of the
+    /// confirmed servers fails too.
+    pub(super) fn with_confirmed(
         &self,
         candidates: &mut Vec<Candidate>,
         first: &mut usize,
@@ -155,34 +169,56 @@ impl AgentCore {
                 .get(c.server_id)
                 .is_some_and(|e| e.is_confirmed())
         };
-        if candidates.iter().any(confirmed) {
+        let limit = limit.max(1);
+        let want = limit.div_ceil(2);
+        let held = candidates.iter().filter(|c| confirmed(c)).count();
+        if held >= want {
             return;
         }
-        let best = slots
+        let mut more: Vec<(usize, gridwise_proto::Etc)> = slots
             .iter()
             .filter(|&&s| {
                 let e = self.registry.entry(s);
-                e.is_confirmed() && self.eligible(e, call) && !e.is_suspected(call.now)
+                e.is_confirmed()
+                    && self.eligible(e, call)
+                    && !candidates.iter().any(|c| c.server_id == e.id())
             })
             .map(|&s| (s, self.estimate(s, call)))
-            .min_by(|a, b| a.1.total_s().total_cmp(&b.1.total_s()));
-        let Some((slot, etc)) = best else {
+            .collect();
+        if more.is_empty() {
             return;
-        };
-        let e = self.registry.entry(slot);
-        let candidate = Candidate {
-            server_id: e.id(),
-            name: e.name().to_string(),
-            addr: e.addr().to_string(),
-            etc,
-        };
-        if candidates.len() < limit.max(1) {
-            candidates.push(candidate);
-        } else if let Some(last) = candidates.last_mut() {
-            *last = candidate;
-            if candidates.len() == 1 {
-                *first = slot;
-            }
+        }
+        // Suspicion is a client's word and confirmation is work: a suspected confirmed server
+        // still comes before none, after the others.
+        let suspected = |s: usize| self.registry.entry(s).is_suspected(call.now);
+        more.sort_by(|a, b| {
+            (suspected(a.0), a.1.total_s())
+                .partial_cmp(&(suspected(b.0), b.1.total_s()))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        more.truncate(want - held);
+        // Room: the worst unproven candidates go.
+        while candidates.len() + more.len() > limit {
+            let Some(worst) = candidates.iter().rposition(|c| !confirmed(c)) else {
+                break;
+            };
+            candidates.remove(worst);
+        }
+        for (slot, etc) in more {
+            let e = self.registry.entry(slot);
+            candidates.push(Candidate {
+                server_id: e.id(),
+                name: e.name().to_string(),
+                addr: e.addr().to_string(),
+                etc,
+            });
+        }
+        candidates.sort_by(|a, b| a.etc.total_s().total_cmp(&b.etc.total_s()));
+        if let Some(slot) = candidates
+            .first()
+            .and_then(|c| self.registry.slot_of(c.server_id))
+        {
+            *first = slot;
         }
     }
 }
