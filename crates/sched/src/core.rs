@@ -25,6 +25,7 @@ mod prune;
 mod trust;
 
 pub use admission::{Refusal, Registering};
+pub use trust::Suspicion;
 
 pub use graph_map::{GraphOutline, GraphSnapshot, MAX_GRAPH_CELLS, MappedGraph, map_graph_shared};
 

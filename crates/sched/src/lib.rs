@@ -34,7 +34,7 @@ pub use crate::catalog::{Catalog, CatalogEntry, ServiceIdx};
 pub use crate::config::{ConfigError, CoreConfig};
 pub use crate::core::{
     AgentCore, GraphOutline, GraphSnapshot, Learned, MappedGraph, Outcome, PointChange, Refusal,
-    Registering, map_graph_shared,
+    Registering, Suspicion, map_graph_shared,
 };
 pub use crate::graph::{
     BoundKind, Bounds, CommModel, EtcMatrix, GraphError, GraphPolicy, LowerBound, MapError,

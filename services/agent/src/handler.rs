@@ -14,7 +14,7 @@ use gridwise_proto::{
     RankOptions, Ranking, RegisterReply, Registration, RpcError, ServerApiClient, ServerId,
     ServiceDesc, ServiceSummary, StorageHealth, Ticket,
 };
-use gridwise_sched::{AgentCore, Learned, Refusal, Registering, map_graph_shared};
+use gridwise_sched::{AgentCore, Learned, Refusal, Registering, Suspicion, map_graph_shared};
 use gridwise_store::{Op, Writer};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -563,13 +563,17 @@ impl AgentApi for AgentHandler {
 
     async fn unreachable(self, _: Context, ticket: Ticket, server: ServerId) {
         let now = self.now();
-        if self
+        let said = self
             .core()
-            .unreachable(ticket, server, &self.peer.principal, now)
-        {
-            tracing::info!(%server, peer = %self.peer.addr, "a client could not reach the server: ranked behind the others for a heartbeat timeout");
-        } else {
-            tracing::debug!(%server, %ticket, peer = %self.peer.addr, "an unreachable report without a pending ticket of this client: ignored");
+            .unreachable(ticket, server, &self.peer.principal, now);
+        match said {
+            Suspicion::For(period) => {
+                tracing::info!(%server, peer = %self.peer.addr, "a client could not reach the server: ranked behind the others for {period:?}")
+            }
+            Suspicion::Already => {}
+            Suspicion::Ignored => {
+                tracing::debug!(%server, %ticket, peer = %self.peer.addr, "an unreachable report without a pending ticket of this client: ignored")
+            }
         }
     }
 

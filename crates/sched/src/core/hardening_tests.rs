@@ -523,9 +523,18 @@ fn a_server_clients_cannot_reach_is_ranked_behind_at_once() {
     let first = rank(&mut c, 1.0);
     let top = first.candidates[0].clone();
     // Only the client the ticket was issued to may say so, and only while it is pending.
-    assert!(!c.unreachable(first.ticket, top.server_id, "someone else", secs(1.0)));
-    assert!(!c.unreachable(Ticket(7), top.server_id, "me", secs(1.0)));
-    assert!(c.unreachable(first.ticket, top.server_id, "me", secs(1.0)));
+    assert!(
+        !c.unreachable(first.ticket, top.server_id, "someone else", secs(1.0))
+            .taken()
+    );
+    assert!(
+        !c.unreachable(Ticket(7), top.server_id, "me", secs(1.0))
+            .taken()
+    );
+    assert_eq!(
+        c.unreachable(first.ticket, top.server_id, "me", secs(1.0)),
+        Suspicion::For(secs(10.0))
+    );
     let next = rank(&mut c, 1.1);
     let names: Vec<&str> = next.candidates.iter().map(|x| x.name.as_str()).collect();
     assert_ne!(names[0], top.name, "{names:?}");
@@ -536,7 +545,10 @@ fn a_server_clients_cannot_reach_is_ranked_behind_at_once() {
     );
     // Only suspects left: they are still offered rather than nothing.
     for x in &next.candidates {
-        assert!(c.unreachable(next.ticket, x.server_id, "me", secs(1.1)));
+        assert!(
+            c.unreachable(next.ticket, x.server_id, "me", secs(1.1))
+                .taken()
+        );
     }
     let last = rank(&mut c, 1.2);
     assert_eq!(last.candidates.len(), 3);

@@ -22,6 +22,24 @@ use super::{AgentCore, Call, Source};
 use gridwise_proto::{Candidate, Registration, ServerId, Ticket};
 use std::time::Duration;
 
+/// What a client's word that it could not reach a server did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Suspicion {
+    /// The server is suspected from now on, for this long.
+    For(Duration),
+    /// It was suspected already.
+    Already,
+    /// Not taken: the ticket is not pending, or not this client's, or the server unknown.
+    Ignored,
+}
+
+impl Suspicion {
+    /// Whether the word was taken (the server is suspected now).
+    pub fn taken(self) -> bool {
+        self != Suspicion::Ignored
+    }
+}
+
 /// The median of `xs` (none when empty); NaN-free input.
 fn median(mut xs: Vec<f64>) -> Option<f64> {
     if xs.is_empty() {
@@ -103,27 +121,27 @@ impl AgentCore {
     }
 
     /// A client (`holder`, the one its ticket was issued to) could not reach `server`, one of
-    /// the candidates of the ranking that gave it `ticket`. False (and nothing changes) when the
-    /// ticket is not pending or not the client's: only a client that was sent there may say so.
+    /// the candidates of the ranking that gave it `ticket`. Nothing changes when the ticket is
+    /// not pending or not the client's: only a client that was sent there may say so.
     pub fn unreachable(
         &mut self,
         ticket: Ticket,
         server: ServerId,
         holder: &str,
         now: Duration,
-    ) -> bool {
+    ) -> Suspicion {
         let Some(key) = self.holder_key(Some(holder)) else {
-            return false;
+            return Suspicion::Ignored;
         };
         if !self.reservations.is_held_by(ticket, key) {
-            return false;
+            return Suspicion::Ignored;
         }
         let Some(slot) = self.registry.slot_of(server) else {
-            return false;
+            return Suspicion::Ignored;
         };
         let trust = &mut self.registry.entry_mut(slot).trust;
         if now < trust.suspect_until {
-            return true;
+            return Suspicion::Already;
         }
         // A server still unreachable after its last suspicion ran out is asked about less
         // and less often: a ghost costs clients a round of failed connections per period,
@@ -131,7 +149,7 @@ impl AgentCore {
         let period = self.config.heartbeat_timeout * (1u32 << trust.suspicions.min(6));
         trust.suspicions = trust.suspicions.saturating_add(1);
         trust.suspect_until = now + period;
-        true
+        Suspicion::For(period)
     }
 
     /// `slots` without the servers clients failed to reach lately, unless that leaves none:
