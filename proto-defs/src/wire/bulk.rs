@@ -17,7 +17,7 @@
 
 use super::budget::Charge;
 use super::hello::{Channel, Peer, Role};
-use super::limits::{Activity, ConnLimits};
+use super::limits::{Activity, Breach, ConnLimits};
 use super::messages::{decode, encode};
 use super::{DialConfig, FramedTcp, WireError, connect_channel};
 use crate::error::{CallError, CallErrorKind};
@@ -174,13 +174,15 @@ async fn write_payload(framed: &mut FramedTcp, data: &[u8]) -> io::Result<()> {
 }
 
 /// Reads `bytes` raw bytes into one buffer of exactly that size: first whatever the frame
-/// codec already read past the last header, then straight from the socket. Each read must make
-/// progress within `stall` (none: wait as long as it takes).
+/// codec already read past the last header, then straight from the socket. With `guard` (the
+/// accepting side) the payload is held to the rules of a frame: it must keep up
+/// `min_frame_rate` on average once `frame_grace` is spent, and no read may wait past
+/// `stall_timeout`; each read is noted in the connection's activity. Without it, it waits as
+/// long as it takes.
 async fn read_payload(
     framed: &mut FramedTcp,
     bytes: u64,
-    stall: Option<Duration>,
-    activity: Option<&Activity>,
+    guard: Option<(&ConnLimits, &Activity)>,
 ) -> io::Result<Vec<u8>> {
     let len = usize::try_from(bytes)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a payload too large to hold"))?;
@@ -190,22 +192,54 @@ async fn read_payload(
             format!("cannot allocate {len} bytes for a bulk value"),
         )
     })?;
+    let start = Instant::now();
     let early = framed.read_buffer_mut();
     let take = early.len().min(len);
     data.extend_from_slice(&early.split_to(take));
+    if let Some((_, a)) = guard {
+        // The codec took those bytes for the start of a frame; they were the payload's.
+        a.frame_done();
+    }
     let stream = framed.get_mut();
     while data.len() < len {
-        let want = (len - data.len()).min(CHUNK);
+        let have = data.len();
+        let want = (len - have).min(CHUNK);
         let mut window = (&mut data).limit(want);
         let read = stream.read_buf(&mut window);
-        let n = match stall {
-            Some(limit) => tokio::time::timeout(limit, read).await.map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("a bulk value stalled after {} of {len} bytes", data.len()),
-                )
-            })??,
+        let n = match guard {
             None => read.await?,
+            Some((limits, _)) => {
+                let owed =
+                    Duration::from_secs_f64(have as f64 / limits.min_frame_rate.max(1) as f64);
+                let due = start + limits.frame_grace + owed;
+                let too_slow = || {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "a bulk value arrived too slowly: {have} of {len} bytes in {:.1} s (it must keep up min_frame_rate_bytes_per_s = {} after frame_grace_s = {})",
+                            start.elapsed().as_secs_f64(),
+                            limits.min_frame_rate,
+                            limits.frame_grace.as_secs_f64()
+                        ),
+                    )
+                };
+                let left = due.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(too_slow());
+                }
+                match tokio::time::timeout(left.min(limits.stall_timeout), read).await {
+                    Ok(r) => r?,
+                    Err(_) if Instant::now() >= due => return Err(too_slow()),
+                    Err(_) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "a bulk value stalled after {have} of {len} bytes (stall_timeout_s)"
+                            ),
+                        ));
+                    }
+                }
+            }
         };
         if n == 0 {
             return Err(io::Error::new(
@@ -213,7 +247,7 @@ async fn read_payload(
                 format!("the connection closed after {} of {len} bytes", data.len()),
             ));
         }
-        if let Some(a) = activity {
+        if let Some((_, a)) = guard {
             a.touch();
         }
     }
@@ -291,7 +325,7 @@ impl BulkConn {
         send_msg(&mut self.framed, &req).await?;
         match recv_msg(&mut self.framed).await? {
             Some(BulkReply::Value(h)) => {
-                let data = read_payload(&mut self.framed, h.bytes, None, None).await?;
+                let data = read_payload(&mut self.framed, h.bytes, None).await?;
                 h.into_value(data)
                     .map_err(|e| BulkError::Io(io::Error::new(io::ErrorKind::InvalidData, e)))
             }
@@ -429,7 +463,8 @@ pub trait BulkStore: Send + Sync {
 }
 
 /// Serves one accepted bulk connection until the peer closes it, idles past the idle timeout,
-/// stalls mid-payload past the stall timeout, breaks the protocol, or the daemon evicts it.
+/// stalls or sends a header or payload too slowly (the frame rules of its [`ConnLimits`]),
+/// breaks the protocol, or the daemon evicts it.
 pub async fn serve<S: BulkStore>(conn: super::Accepted, store: &S) -> Result<(), String> {
     let super::Accepted {
         mut framed,
@@ -439,21 +474,19 @@ pub async fn serve<S: BulkStore>(conn: super::Accepted, store: &S) -> Result<(),
         budget,
     } = conn;
     let activity = admission.activity.clone();
-    let ConnLimits {
-        idle_timeout,
-        stall_timeout,
-        ..
-    } = limits;
     loop {
         let next = tokio::select! {
-            r = tokio::time::timeout(idle_timeout, recv_msg::<BulkRequest>(&mut framed)) => r,
+            r = recv_msg::<BulkRequest>(&mut framed) => r,
+            why = activity.breached(&limits) => match why {
+                Breach::Idle(_) => return Ok(()),
+                why => return Err(why.to_string()),
+            },
             _ = activity.closed() => return Err("evicted to make room for a new connection".into()),
         };
         let req = match next {
-            Err(_) => return Ok(()),
-            Ok(Ok(None)) => return Ok(()),
-            Ok(Err(e)) => return Err(e.to_string()),
-            Ok(Ok(Some(req))) => req,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+            Ok(Some(req)) => req,
         };
         let _busy = activity.start_request();
         match req {
@@ -489,14 +522,9 @@ pub async fn serve<S: BulkStore>(conn: super::Accepted, store: &S) -> Result<(),
                 send_msg(&mut framed, &BulkReply::Ready)
                     .await
                     .map_err(|e| e.to_string())?;
-                let data = read_payload(
-                    &mut framed,
-                    header.bytes,
-                    Some(stall_timeout),
-                    Some(&activity),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+                let data = read_payload(&mut framed, header.bytes, Some((&limits, &activity)))
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let reply = match header.into_value(data) {
                     Err(e) => BulkReply::Refused(CallError::new(CallErrorKind::BadArguments, e)),
                     Ok(v) => match store.stage(&peer, v, charge) {

@@ -5,7 +5,9 @@
 //! header arrives, so 64 peers each announcing 15 MB and sending a few bytes made an agent
 //! reserve ~1 GB. This codec grows its buffer only as bytes come, charges the buffer of a frame
 //! still arriving to the daemon's budget before growing it, and refuses (closing that one
-//! connection) a frame that would pass the budget or the frame limit.
+//! connection) a frame that would pass the budget or the frame limit. It notes each frame's
+//! progress (bytes in, length announced) in the connection's [`Activity`], from which the
+//! daemon closes frames arriving too slowly and picks the slowest to evict.
 
 use super::budget::{Charge, MemoryBudget};
 use super::limits::Activity;
@@ -52,8 +54,8 @@ impl FrameCodec {
         }
     }
 
-    /// A codec whose frames in progress are charged to `budget` and whose reads are noted in
-    /// `activity` (the accepting side).
+    /// A codec whose frames in progress are charged to `budget` and whose reads and frame
+    /// progress are noted in `activity` (the accepting side).
     pub fn guarded(max_frame: usize, budget: &Arc<MemoryBudget>, activity: Arc<Activity>) -> Self {
         Self {
             charge: Some(budget.empty_charge()),
@@ -77,7 +79,17 @@ impl FrameCodec {
     fn account(&mut self, src: &mut BytesMut) -> io::Result<()> {
         let mid = self.want.is_some() || !src.is_empty();
         if let Some(a) = &self.activity {
-            a.set_mid_frame(mid);
+            if mid {
+                // Until the header is in, `src` holds only header bytes; after, only body
+                // bytes of this frame (a longer `src` would have completed it).
+                let head = if self.want.is_some() { HEAD } else { 0 };
+                a.frame_arriving(
+                    (src.len() + head) as u64,
+                    self.want.map(|n| (n + HEAD) as u64),
+                );
+            } else {
+                a.frame_done();
+            }
         }
         let Some(charge) = &mut self.charge else {
             return Ok(());
@@ -146,6 +158,10 @@ impl Decoder for FrameCodec {
         }
         let frame = src.split_to(n);
         self.want = None;
+        if let Some(a) = &self.activity {
+            // Bytes already here belong to the next frame, whose clock starts now.
+            a.frame_done();
+        }
         if src.is_empty() && src.capacity() > SHRINK_ABOVE {
             *src = BytesMut::new();
         }
@@ -256,6 +272,79 @@ mod tests {
         }
         assert_eq!(got.unwrap().len(), 3 << 20);
         assert_eq!(budget.available_bytes(), 16 << 20);
+    }
+
+    #[test]
+    fn each_frame_notes_its_progress_and_restarts_the_clock() {
+        let budget = MemoryBudget::new(64 << 20);
+        let activity = Arc::new(Activity::default());
+        let mut dec = FrameCodec::guarded(1 << 20, &budget, activity.clone());
+        let mut buf = BytesMut::from(&[0u8, 0][..]);
+        assert!(dec.decode(&mut buf).unwrap().is_none());
+        assert_eq!(activity.frame_progress(), Some((2, None)));
+        buf.extend_from_slice(&[0, 100]);
+        buf.extend_from_slice(&[1u8; 10]);
+        assert!(dec.decode(&mut buf).unwrap().is_none());
+        assert_eq!(activity.frame_progress(), Some((14, Some(104))));
+        // The rest, and three bytes of the next frame: that one is counted afresh.
+        buf.extend_from_slice(&[1u8; 90]);
+        buf.extend_from_slice(&[0, 0, 0]);
+        assert_eq!(dec.decode(&mut buf).unwrap().unwrap().len(), 100);
+        assert!(dec.decode(&mut buf).unwrap().is_none());
+        assert_eq!(activity.frame_progress(), Some((3, None)));
+        buf.extend_from_slice(&[0]);
+        assert_eq!(dec.decode(&mut buf).unwrap().unwrap().len(), 0);
+        assert_eq!(activity.frame_progress(), None);
+    }
+
+    #[tokio::test]
+    async fn a_trickled_frame_ends_its_connection_a_fast_large_one_does_not() {
+        use super::super::limits::{ConnLimits, Guarded};
+        use futures::StreamExt;
+        use std::time::Duration;
+        use tokio::io::AsyncWriteExt;
+        // The default pace (32 KiB/s) after a short grace; the stall timeout (60 s) never
+        // comes into it.
+        let limits = ConnLimits {
+            frame_grace: Duration::from_millis(100),
+            ..ConnLimits::default()
+        };
+        let budget = MemoryBudget::new(64 << 20);
+        let open = || {
+            let (ours, theirs) = tokio::io::duplex(1 << 16);
+            let activity = Arc::new(Activity::default());
+            let codec = FrameCodec::guarded(32 << 20, &budget, activity.clone());
+            let framed = tokio_util::codec::Framed::new(theirs, codec);
+            let peer = std::net::SocketAddr::from(([127, 0, 0, 2], 1));
+            (ours, Guarded::new(framed, activity, &limits, peer))
+        };
+        let bound = Duration::from_secs(20);
+        // A frame announcing 1 MiB, then a byte every 10 ms: never silent, always behind.
+        let (mut w, mut g) = open();
+        let trickle = tokio::spawn(async move {
+            w.write_all(&(1u32 << 20).to_be_bytes()).await.unwrap();
+            while w.write_all(&[0]).await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        let end = tokio::time::timeout(bound, g.next()).await;
+        trickle.abort();
+        assert!(
+            matches!(end, Ok(None)),
+            "the trickled frame was not closed: {end:?}"
+        );
+        // 16 MiB coming as fast as it can: delivered.
+        let (mut w, mut g) = open();
+        let sender = tokio::spawn(async move {
+            w.write_all(&framed(&vec![7u8; 16 << 20])).await.unwrap();
+            w
+        });
+        let got = tokio::time::timeout(bound, g.next()).await;
+        let _w = sender.await.unwrap();
+        match got {
+            Ok(Some(Ok(f))) => assert_eq!(f.len(), 16 << 20),
+            other => panic!("the fast frame did not arrive: {other:?}"),
+        }
     }
 
     proptest! {

@@ -4,8 +4,9 @@
 //! The hello is read with a small frame limit, so a stranger's bytes cannot make a daemon
 //! reserve a large buffer; only after it is accepted does the limit rise to `max_frame_bytes`.
 //! After it, every byte a peer makes a daemon hold is charged to the daemon's
-//! [`MemoryBudget`] ([`frame`]), and the daemon's [`ConnTable`] caps connections and closes
-//! idle or stalled ones ([`limits`]). Every failure closes that one connection with a logged
+//! [`MemoryBudget`] ([`frame`]), and the daemon's [`ConnTable`] caps connections (in all, per
+//! source network, per address) and closes idle ones, stalled ones and ones whose frames arrive
+//! too slowly ([`limits`]). Every failure closes that one connection with a logged
 //! reason; the daemon goes on serving.
 
 pub mod budget;
@@ -19,7 +20,9 @@ pub mod tls;
 pub use budget::{Charge, MemoryBudget, OverBudget};
 pub use frame::FrameCodec;
 pub use hello::{Channel, Credentials, Peer, Role};
-pub use limits::{Activity, Admission, ConnLimits, ConnTable, Guarded, raise_fd_limit};
+pub use limits::{
+    Activity, Admission, Breach, ConnLimits, ConnTable, Guarded, Network, raise_fd_limit,
+};
 pub use tls::{CertIdentity, CertRole, Tls, TlsFiles};
 
 use crate::PROTOCOL_VERSION;
@@ -436,14 +439,11 @@ async fn accept_hello(
     let (stream, cert) = accept_tls(stream, cfg, node).await?;
     let codec = FrameCodec::guarded(HELLO_MAX_FRAME, &cfg.budget, activity.clone());
     let mut framed = Framed::new(stream, codec);
-    let frame = tokio::select! {
-        r = tokio::time::timeout(cfg.hello_timeout, framed.next()) => match r {
-            Err(_) => return Err("no hello in time".into()),
-            Ok(None) => return Err("closed before the hello".into()),
-            Ok(Some(Err(e))) => return Err(format!("bad hello frame: {e}")),
-            Ok(Some(Ok(f))) => f,
-        },
-        _ = evicted(activity) => return Err("evicted before its hello".into()),
+    let frame = match tokio::time::timeout(cfg.hello_timeout, framed.next()).await {
+        Err(_) => return Err("no hello in time".into()),
+        Ok(None) => return Err("closed before the hello".into()),
+        Ok(Some(Err(e))) => return Err(format!("bad hello frame: {e}")),
+        Ok(Some(Ok(f))) => f,
     };
     let refusal = match hello::judge(&frame, &cfg.credentials, cert.as_ref(), addr, node) {
         hello::Verdict::NotAHello(why) => return Err(why),
@@ -469,12 +469,6 @@ async fn accept_hello(
             framed.codec_mut().set_max_frame(cfg.max_frame_bytes);
             Ok((framed, peer))
         }
-    }
-}
-
-async fn evicted(activity: &Arc<Activity>) {
-    while !activity.is_closed() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -526,10 +520,22 @@ where
                 continue;
             }
         };
+        if admission.made_room() {
+            // Let the connection just evicted close before accepting more: under a flood, a
+            // burst of accepts would otherwise each leave an evicted socket open until the
+            // burst ends (on a one-thread runtime, its task runs only when this one yields).
+            tokio::task::yield_now().await;
+        }
         let (cfg, node, on_conn, limits) =
             (cfg.clone(), node.clone(), on_conn.clone(), limits.clone());
         tokio::spawn(async move {
-            match accept_hello(stream, addr, &cfg, &node, &admission.activity).await {
+            // Evicted before it is served (its TLS handshake or hello still to come): closed
+            // at once, not when that phase times out.
+            let hello = tokio::select! {
+                r = accept_hello(stream, addr, &cfg, &node, &admission.activity) => r,
+                _ = admission.activity.closed() => Err("evicted before its hello".into()),
+            };
+            match hello {
                 Ok((framed, peer)) => {
                     on_conn(Accepted {
                         framed,

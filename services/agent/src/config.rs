@@ -68,12 +68,23 @@ pub struct AgentConfig {
     pub memory_budget_bytes: u64,
     /// Connections open at once, in all (kept below the open-file limit).
     pub max_connections: usize,
-    /// Connections open at once from one address; past a cap the longest-idle one is closed.
+    /// Connections open at once from one address.
     pub max_connections_per_peer: usize,
+    /// Connections open at once from one network (a /24 for IPv4, a /64 for IPv6): a peer
+    /// with many addresses usually has them in one network. At a cap, the longest-idle
+    /// connection in its way is closed, else the one whose frame arrives slowest (so trickles
+    /// cannot hold every place); one serving a request never is.
+    pub max_connections_per_network: usize,
     /// A connection with nothing in flight and nothing arriving for this long is closed, s.
     pub idle_timeout_s: f64,
     /// A frame that stops arriving half-way for this long closes its connection, s.
     pub stall_timeout_s: f64,
+    /// The slowest average pace a frame may keep once `frame_grace_s` is spent, bytes/s: a
+    /// frame trickled in byte by byte never falls silent, so the stall timeout alone would
+    /// keep it open for ever.
+    pub min_frame_rate_bytes_per_s: u64,
+    /// The slack each frame has over that pace, s (all a frame gets before its length is in).
+    pub frame_grace_s: f64,
     /// Dial every registering server to check it is at the address it gives (and dial the
     /// holder of a name someone else registers, to see whether it is gone).
     pub verify_servers: bool,
@@ -120,8 +131,11 @@ impl Default for AgentConfig {
             memory_budget_bytes: 256 << 20,
             max_connections: limits.max_connections,
             max_connections_per_peer: limits.max_per_peer,
+            max_connections_per_network: limits.max_per_network,
             idle_timeout_s: limits.idle_timeout.as_secs_f64(),
             stall_timeout_s: limits.stall_timeout.as_secs_f64(),
+            min_frame_rate_bytes_per_s: limits.min_frame_rate,
+            frame_grace_s: limits.frame_grace.as_secs_f64(),
             verify_servers: true,
             registrations_per_s: core.registrations_per_s,
             registration_burst: core.registration_burst,
@@ -196,8 +210,11 @@ impl AgentConfig {
         let limits = ConnLimits {
             max_connections: self.max_connections,
             max_per_peer: self.max_connections_per_peer,
+            max_per_network: self.max_connections_per_network,
             idle_timeout: seconds("idle_timeout_s", self.idle_timeout_s)?,
             stall_timeout: seconds("stall_timeout_s", self.stall_timeout_s)?,
+            min_frame_rate: self.min_frame_rate_bytes_per_s,
+            frame_grace: seconds("frame_grace_s", self.frame_grace_s)?,
         };
         limits.check().map_err(anyhow::Error::msg)?;
         let mut cfg = AcceptConfig::new(self.max_frame_bytes, self.memory_budget_bytes);
@@ -250,6 +267,9 @@ mod tests {
         assert!(bad("client_token = \"x\"").contains("server_token"));
         assert!(bad("client_token = \"x\"\nserver_token = \"x\"").contains("same"));
         assert!(bad("idle_timeout_s = 0.0").contains("idle_timeout_s"));
+        assert!(bad("frame_grace_s = -1.0").contains("frame_grace_s"));
+        assert!(bad("min_frame_rate_bytes_per_s = 0").contains("min_frame_rate_bytes_per_s"));
+        assert!(bad("max_connections_per_network = 0").contains("max_connections_per_network"));
         assert!(bad("load_sample_s = -1.0").contains("load_sample_s"));
         assert!(bad("max_candidates = 0").contains("candidates"));
         assert!(bad("registrations_per_s = 0.0").contains("registrations_per_s"));

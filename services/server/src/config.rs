@@ -79,12 +79,23 @@ pub struct ServerConfig {
     pub memory_budget_bytes: Option<u64>,
     /// Connections open at once, in all.
     pub max_connections: usize,
-    /// Connections open at once from one address; past a cap the longest-idle one is closed.
+    /// Connections open at once from one address.
     pub max_connections_per_peer: usize,
+    /// Connections open at once from one network (a /24 for IPv4, a /64 for IPv6): a peer
+    /// with many addresses usually has them in one network. At a cap, the longest-idle
+    /// connection in its way is closed, else the one whose frame arrives slowest (so trickles
+    /// cannot hold every place); one serving a request never is.
+    pub max_connections_per_network: usize,
     /// A connection with nothing in flight and nothing arriving for this long is closed, s.
     pub idle_timeout_s: f64,
     /// A frame that stops arriving half-way for this long closes its connection, s.
     pub stall_timeout_s: f64,
+    /// The slowest average pace a frame may keep once `frame_grace_s` is spent, bytes/s: a
+    /// frame trickled in byte by byte never falls silent, so the stall timeout alone would
+    /// keep it open for ever.
+    pub min_frame_rate_bytes_per_s: u64,
+    /// The slack each frame has over that pace, s (all a frame gets before its length is in).
+    pub frame_grace_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -122,8 +133,11 @@ impl Default for ServerConfig {
             memory_budget_bytes: None,
             max_connections: limits.max_connections,
             max_connections_per_peer: limits.max_per_peer,
+            max_connections_per_network: limits.max_per_network,
             idle_timeout_s: limits.idle_timeout.as_secs_f64(),
             stall_timeout_s: limits.stall_timeout.as_secs_f64(),
+            min_frame_rate_bytes_per_s: limits.min_frame_rate,
+            frame_grace_s: limits.frame_grace.as_secs_f64(),
         }
     }
 }
@@ -167,6 +181,7 @@ impl ServerConfig {
         for (key, v) in [
             ("idle_timeout_s", self.idle_timeout_s),
             ("stall_timeout_s", self.stall_timeout_s),
+            ("frame_grace_s", self.frame_grace_s),
         ] {
             anyhow::ensure!(
                 v.is_finite() && v > 0.0,
@@ -203,11 +218,20 @@ impl ServerConfig {
 
     /// Connection caps and timeouts, checked.
     pub fn limits(&self) -> anyhow::Result<ConnLimits> {
+        let seconds = |key: &str, v: f64| {
+            std::time::Duration::try_from_secs_f64(v)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| anyhow::anyhow!("{key} = {v} must be a positive number of seconds"))
+        };
         let l = ConnLimits {
             max_connections: self.max_connections,
             max_per_peer: self.max_connections_per_peer,
-            idle_timeout: std::time::Duration::from_secs_f64(self.idle_timeout_s),
-            stall_timeout: std::time::Duration::from_secs_f64(self.stall_timeout_s),
+            max_per_network: self.max_connections_per_network,
+            idle_timeout: seconds("idle_timeout_s", self.idle_timeout_s)?,
+            stall_timeout: seconds("stall_timeout_s", self.stall_timeout_s)?,
+            min_frame_rate: self.min_frame_rate_bytes_per_s,
+            frame_grace: seconds("frame_grace_s", self.frame_grace_s)?,
         };
         l.check().map_err(anyhow::Error::msg)?;
         Ok(l)
@@ -273,6 +297,15 @@ mod tests {
             ("memory_budget_bytes = 1", "memory_budget_bytes = 1"),
             ("client_token = \"c\"", "server_token"),
             ("idle_timeout_s = 0.0", "idle_timeout_s"),
+            ("frame_grace_s = 0.0", "frame_grace_s"),
+            (
+                "min_frame_rate_bytes_per_s = 0",
+                "min_frame_rate_bytes_per_s",
+            ),
+            (
+                "max_connections_per_network = 0",
+                "max_connections_per_network",
+            ),
             ("report_batch_max = 0", "report_batch_max"),
             (
                 "agent = \"nohostport\"",
