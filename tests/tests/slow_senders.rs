@@ -3,54 +3,12 @@
 //! network, must neither lock clients out nor grow the daemon's connections past its caps.
 
 use gridwise_e2e::{FAST_HEARTBEATS, Grid, eventually, open_fds, raw};
-use gridwise_proto::{Value, wire};
+use gridwise_localgrid::flood::{self, hello_from, trickle};
+use gridwise_proto::Value;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-/// Connects from `src` (any address of 127.0.0.0/8 is loopback), says a client's hello and
-/// waits for the daemon's reply.
-async fn hello_from(src: Ipv4Addr, server: SocketAddr) -> std::io::Result<TcpStream> {
-    let sock = tokio::net::TcpSocket::new_v4()?;
-    sock.bind(SocketAddr::from((src, 0)))?;
-    let mut s = sock.connect(server).await?;
-    let dial = wire::DialConfig::new(wire::Role::Client, None);
-    s.write_all(&wire::hello_frame(&dial, "trickler")).await?;
-    let mut reply = [0u8; 512];
-    match tokio::time::timeout(Duration::from_secs(5), s.read(&mut reply)).await {
-        Ok(Ok(n)) if n > 0 => Ok(s),
-        _ => Err(std::io::ErrorKind::ConnectionAborted.into()),
-    }
-}
-
-/// Sends the header of a 1 MiB frame, then one byte of it every `every` until the daemon
-/// closes the connection (true) or `stop` is set (false).
-async fn trickle(s: &mut TcpStream, every: Duration, stop: &AtomicBool) -> bool {
-    if s.write_all(&(1u32 << 20).to_be_bytes()).await.is_err() {
-        return true;
-    }
-    let mut buf = [0u8; 64];
-    loop {
-        tokio::select! {
-            r = s.read(&mut buf) => {
-                if matches!(r, Ok(0) | Err(_)) {
-                    return true;
-                }
-            }
-            _ = tokio::time::sleep(every) => {
-                if stop.load(Ordering::Relaxed) {
-                    return false;
-                }
-                if s.write_all(&[0]).await.is_err() {
-                    return true;
-                }
-            }
-        }
-    }
-}
 
 #[test]
 fn a_trickled_frame_is_closed_once_it_falls_behind_the_pace() {
@@ -120,32 +78,16 @@ fn a_flood_of_trickling_connections_from_one_network_does_not_lock_clients_out()
     let baseline = open_fds(pid);
 
     let rt = raw::runtime();
+    let sources: Vec<Ipv4Addr> = (2..6).map(|i| Ipv4Addr::new(127, 0, 0, i)).collect();
+    let flood = flood::start(
+        rt.handle(),
+        server,
+        &sources,
+        PER_ADDRESS,
+        Duration::from_millis(250),
+    );
     let stop = Arc::new(AtomicBool::new(false));
-    let welcomed = Arc::new(AtomicUsize::new(0));
-    let cut = Arc::new(AtomicUsize::new(0));
-    for i in 0..4 * PER_ADDRESS {
-        let src = Ipv4Addr::new(127, 0, 0, 2 + (i / PER_ADDRESS) as u8);
-        let (stop, welcomed, cut) = (stop.clone(), welcomed.clone(), cut.clone());
-        rt.spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                match hello_from(src, server).await {
-                    Ok(mut s) => {
-                        welcomed.fetch_add(1, Ordering::Relaxed);
-                        if trickle(&mut s, Duration::from_millis(250), &stop).await {
-                            cut.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
-                        panic!("cannot bind {src}: {e}")
-                    }
-                    Err(_) => {}
-                }
-                // Back at once, as an attacker would be: each newcomer closes a trickle to
-                // make room, whose sender comes back in turn, so the churn never stops.
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        });
-    }
+    let (welcomed, cut) = (flood.welcomed.clone(), flood.cut.clone());
     // The server's open files, sampled while the flood lasts.
     let peak = Arc::new(AtomicUsize::new(0));
     let sampler = {
@@ -186,6 +128,7 @@ fn a_flood_of_trickling_connections_from_one_network_does_not_lock_clients_out()
         }
     }
     stop.store(true, Ordering::Relaxed);
+    flood.stop();
     sampler.join().unwrap();
     rt.shutdown_timeout(Duration::from_secs(2));
 

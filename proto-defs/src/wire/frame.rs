@@ -101,7 +101,11 @@ impl FrameCodec {
         let total = self.want.map_or(HEAD, |n| n);
         let spare = src.capacity() - src.len();
         let mut cap = src.capacity();
-        if spare == 0 || (spare < GROW_MIN && src.len() < total) {
+        // The room kept ahead of the reads grows with what has arrived: a frame trickled a
+        // byte at a time stays in the buffer it has, where asking for GROW_MIN ahead at once
+        // made every such connection hold 64 KiB (4,096 of them: a quarter of a GiB).
+        let ahead = GROW_MIN.min(src.len());
+        if spare == 0 || (spare < ahead && src.len() < total) {
             // Double, but never past the frame's end.
             cap = (cap * 2)
                 .max(src.len() + GROW_MIN)
@@ -237,6 +241,21 @@ mod tests {
         assert!(buf.capacity() < 1 << 20, "{}", buf.capacity());
         assert!(budget.total_bytes() - budget.available_bytes() < 1 << 20);
         assert!(activity.mid_frame());
+    }
+
+    #[test]
+    fn a_trickled_frame_keeps_the_buffer_it_has() {
+        let budget = MemoryBudget::new(64 << 20);
+        let mut dec = FrameCodec::guarded(1 << 30, &budget, Arc::new(Activity::default()));
+        let mut buf = BytesMut::with_capacity(8 * 1024);
+        buf.extend_from_slice(&(1u32 << 20).to_be_bytes());
+        for _ in 0..200 {
+            assert!(dec.decode(&mut buf).unwrap().is_none());
+            buf.extend_from_slice(&[0]);
+        }
+        // 4,096 such connections must not hold 64 KiB each.
+        assert!(buf.capacity() <= 8 * 1024, "{}", buf.capacity());
+        assert_eq!(budget.total_bytes(), budget.available_bytes());
     }
 
     #[test]

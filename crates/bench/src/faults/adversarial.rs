@@ -1,13 +1,14 @@
-//! The adversarial phase of `bench faults`: what a holder of the server token can try on a
-//! grid without TLS, during a batch of calls — a hundred ghost servers that answer the agent's
-//! check, claim 10¹⁵ op/s and serve nothing, and a second process registering under the name
-//! of a server that is frozen. Every call must still complete with the right answer, no name
-//! may change hands, the frozen server's calls must move within three liveness intervals, and
-//! the daemons' memory must stay bounded.
+//! The adversarial phase of `bench faults`: what a hostile peer can try on a grid without TLS,
+//! during a batch of calls — a hundred ghost servers that answer the agent's check, claim
+//! 10¹⁵ op/s and serve nothing (with the server token), a second process registering under the
+//! name of a server that is frozen (the same), and 4,096 connections from four loopback
+//! addresses trickling frames into a server a byte at a time (no token needed). Every call
+//! must still complete with the right answer, no name may change hands, the frozen server's
+//! calls must move within three liveness intervals, and the daemons' memory must stay bounded.
 
 use super::{BEAT, FaultsBench, Mix, SERVER, freeze, run_batch};
 use gridwise_client::{Client, ClientConfig};
-use gridwise_localgrid::{LocalGrid, ghost, wait_for_servers};
+use gridwise_localgrid::{LocalGrid, flood, ghost, wait_for_servers};
 use gridwise_proto::wire::{DialConfig, Role};
 use serde_json::json;
 use std::collections::HashMap;
@@ -18,6 +19,10 @@ use std::time::{Duration, Instant};
 const TOKEN: &str = "bench-faults-server-token";
 const GHOSTS: usize = 100;
 const GHOST_RATE: f64 = 1e15;
+/// The flood: trickling connections from each of 127.0.0.2–5 into s1, a byte every
+/// `TRICKLE_EVERY`, as the hostile test that locked clients out had them.
+const FLOOD_PER_SOURCE: usize = 1024;
+const TRICKLE_EVERY: Duration = Duration::from_millis(250);
 /// How long the server whose name is contested stays stopped: shorter than the heartbeat
 /// timeout, so it is never declared down and its name must not pass on.
 const FROZEN: Duration = Duration::from_secs(5);
@@ -112,6 +117,15 @@ pub(super) fn run(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
 
     let calls = opts.adversarial_calls;
     let (raise_at, freeze_at) = (calls / 10, calls * 4 / 10);
+    let (flood_at, flood_ends) = (calls * 6 / 10, calls * 9 / 10);
+    // The flood's 4,096 sockets live in this process.
+    gridwise_proto::wire::raise_fd_limit();
+    let flood_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let mut flooding: Option<flood::Flood> = None;
+    let mut flood_counts = (0usize, 0usize);
     let ghosts: Arc<Mutex<Option<(usize, usize)>>> = Arc::default();
     let frozen_detected: Arc<Mutex<Option<f64>>> = Arc::default();
     let mut helpers = Vec::new();
@@ -175,9 +189,43 @@ pub(super) fn run(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
                 helpers.push(freeze(&client, pid, addr, FROZEN, &frozen_detected));
                 lock().add_server("s2", SERVER)?;
             }
+            if done == flood_at {
+                let target: std::net::SocketAddr = lock().servers[0].addr.parse()?;
+                eprintln!(
+                    "bench faults: {done} done; {} connections trickling into s1 from 127.0.0.2–5",
+                    4 * FLOOD_PER_SOURCE
+                );
+                let sources: Vec<std::net::Ipv4Addr> = (2..6)
+                    .map(|i| std::net::Ipv4Addr::new(127, 0, 0, i))
+                    .collect();
+                flooding = Some(flood::start(
+                    flood_rt.handle(),
+                    target,
+                    &sources,
+                    FLOOD_PER_SOURCE,
+                    TRICKLE_EVERY,
+                ));
+            }
+            if done == flood_ends
+                && let Some(f) = flooding.take()
+            {
+                f.stop();
+                flood_counts = (
+                    f.welcomed.load(Ordering::Relaxed),
+                    f.cut.load(Ordering::Relaxed),
+                );
+            }
             Ok(())
         },
     )?;
+    if let Some(f) = flooding.take() {
+        f.stop();
+        flood_counts = (
+            f.welcomed.load(Ordering::Relaxed),
+            f.cut.load(Ordering::Relaxed),
+        );
+    }
+    flood_rt.shutdown_timeout(Duration::from_secs(2));
     running.store(false, Ordering::Release);
     let _ = watcher.join();
     drop(end_of_run.0);
@@ -199,6 +247,9 @@ pub(super) fn run(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
         "ghosts_accepted": ghosts_accepted,
         "ghosts_refused": ghosts_refused,
         "takeovers": takeovers.load(Ordering::Acquire),
+        "flood_connections": 4 * FLOOD_PER_SOURCE,
+        "flood_welcomed": flood_counts.0,
+        "flood_closed_by_server": flood_counts.1,
         "frozen_s": FROZEN.as_secs_f64(),
         "frozen_detected_s": *frozen_detected.lock().unwrap(),
         "liveness_interval_s": BEAT.as_secs_f64(),
