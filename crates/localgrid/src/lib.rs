@@ -38,7 +38,12 @@ impl Daemon {
         log: &Path,
         label: &str,
     ) -> anyhow::Result<Daemon> {
-        let log_file = std::fs::File::create(log)
+        // Appended to, not truncated: two processes started under one name (a test of a
+        // contested name) would otherwise write over each other's lines.
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
             .with_context(|| format!("cannot create log file {}", log.display()))?;
         let mut cmd = Command::new(program);
         cmd.args(args)
