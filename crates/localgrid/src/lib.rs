@@ -38,12 +38,7 @@ impl Daemon {
         log: &Path,
         label: &str,
     ) -> anyhow::Result<Daemon> {
-        // Appended to, not truncated: two processes started under one name (a test of a
-        // contested name) would otherwise write over each other's lines.
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
+        let log_file = std::fs::File::create(log)
             .with_context(|| format!("cannot create log file {}", log.display()))?;
         let mut cmd = Command::new(program);
         cmd.args(args)
@@ -319,7 +314,14 @@ impl LocalGrid {
     /// agent on an ephemeral loopback port.
     pub fn add_server(&mut self, name: &str, config_toml: &str) -> anyhow::Result<&Daemon> {
         std::fs::write(self.server_config(name), config_toml)?;
-        let d = self.spawn_server(name, &format!("{name}.log"))?;
+        // A second process under a name already started (a test of a contested name) logs
+        // to a file of its own, not over the first one's.
+        let started = self.names.iter().filter(|n| *n == name).count();
+        let log = match started {
+            0 => format!("{name}.log"),
+            n => format!("{name}-{}.log", n + 1),
+        };
+        let d = self.spawn_server(name, &log)?;
         self.servers.push(d);
         self.names.push(name.to_string());
         Ok(self.servers.last().expect("just pushed"))

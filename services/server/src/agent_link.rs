@@ -156,7 +156,7 @@ pub async fn run(
                     // Points queued before registering (a model loaded from disk) go now, not
                     // after a linger: the heartbeat just said their build is done.
                     outbox.take_all(&mut inbox);
-                    if flush(&l, &mut outbox, batch_max).await {
+                    if flush(&l, &mut outbox, batch_max, &reg.name).await {
                         linked = Some(l);
                     }
                 }
@@ -221,7 +221,7 @@ pub async fn run(
                     models: handler.progress(),
                 };
                 outbox.take_all(&mut inbox);
-                if !flush(link, &mut outbox, batch_max).await {
+                if !flush(link, &mut outbox, batch_max, &reg.name).await {
                     linked = None;
                     continue;
                 }
@@ -258,7 +258,7 @@ pub async fn run(
                         Err(_) => break,
                     }
                 }
-                if !flush(link, &mut outbox, batch_max).await {
+                if !flush(link, &mut outbox, batch_max, &reg.name).await {
                     linked = None;
                 }
             }
@@ -278,7 +278,7 @@ fn changed(told: Option<f64>, now: Option<f64>) -> bool {
 
 /// Sends what is waiting, in batches; false when the agent must be reached (or registered
 /// with) again first.
-async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize) -> bool {
+async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize, name: &str) -> bool {
     while !outbox.points.is_empty() {
         let batch: Vec<ModelPoint> = outbox.points.iter().take(batch_max).cloned().collect();
         let n = batch.len();
@@ -286,7 +286,7 @@ async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize) -> bool {
             .client
             .model_points(wire::context(RPC_TIMEOUT), link.id, batch)
             .await;
-        if !delivered(r, n, "model point(s)") {
+        if !delivered(r, n, "model point(s)", name) {
             return false;
         }
         outbox.points.drain(..n);
@@ -301,12 +301,15 @@ async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize) -> bool {
         match r {
             // A new agent cannot use tickets of the old one (nor a replaced process report for
             // its successor); the batch is spent either way.
-            Ok(Ack::Reregister | Ack::Replaced) => {
+            Ok(ack @ (Ack::Reregister | Ack::Replaced)) => {
+                if ack == Ack::Replaced {
+                    replaced(name);
+                }
                 outbox.reports.drain(..n);
                 return false;
             }
             other => {
-                if !delivered(other, n, "report(s)") {
+                if !delivered(other, n, "report(s)", name) {
                     return false;
                 }
                 outbox.reports.drain(..n);
@@ -316,10 +319,14 @@ async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize) -> bool {
     true
 }
 
-fn delivered(r: Result<Ack, tarpc::client::RpcError>, n: usize, what: &str) -> bool {
+fn delivered(r: Result<Ack, tarpc::client::RpcError>, n: usize, what: &str, name: &str) -> bool {
     match r {
         Ok(Ack::Ok) => true,
-        Ok(Ack::Reregister | Ack::Replaced) => false,
+        Ok(Ack::Reregister) => false,
+        Ok(Ack::Replaced) => {
+            replaced(name);
+            false
+        }
         Err(e) => {
             tracing::warn!("sending {n} {what} failed ({e}); keeping them for later");
             false
