@@ -228,18 +228,7 @@ pub fn signal(pid: u32, signal: i32) {
     }
 }
 
-/// A daemon's resident memory, bytes (from /proc).
-pub fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
+pub use gridwise_localgrid::rss_bytes;
 
 /// Open file descriptors of a daemon.
 pub fn open_fds(pid: u32) -> usize {

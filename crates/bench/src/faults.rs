@@ -161,12 +161,7 @@ pub fn run_faults(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
     let frozen_detected: Arc<Mutex<Option<f64>>> = Arc::default();
     let agent_recovery: Arc<Mutex<Option<f64>>> = Arc::default();
     let mut helpers = Vec::new();
-    // A daemon dies with the thread that started it (the parent-death signal is per thread):
-    // helper threads that start one wait on this until the run ends.
-    let end_of_run = {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        (tx, Arc::new(Mutex::new(rx)))
-    };
+    let end_of_run = EndOfRun::new();
     let started = Instant::now();
     eprintln!(
         "bench faults: {} calls, {} in flight …",
@@ -199,7 +194,7 @@ pub fn run_faults(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
             eprintln!("bench faults: {done} done; SIGKILL the agent and start it again");
             let (g, c, recovered) = (grid.clone(), client.clone(), agent_recovery.clone());
             let probe = mix.handles[0].desc.profile(&[Value::Int(1)])?;
-            let hold = end_of_run.1.clone();
+            let hold = end_of_run.waiter();
             helpers.push(std::thread::spawn(move || {
                 let killed = Instant::now();
                 let restarted = g.lock().unwrap_or_else(|p| p.into_inner()).restart_agent();
@@ -215,7 +210,7 @@ pub fn run_faults(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                let _ = hold.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                hold.wait();
             }));
         }
         Ok(())
@@ -227,7 +222,7 @@ pub fn run_faults(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
         drop(g);
         executed_by_the_dead + addrs.iter().map(|a| executed(&client, a)).sum::<u64>()
     };
-    drop(end_of_run.0);
+    drop(end_of_run);
     for h in helpers {
         let _ = h.join();
     }
@@ -252,6 +247,38 @@ pub fn run_faults(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
         out["adversarial"] = adversarial::run(opts)?;
     }
     Ok(out)
+}
+
+/// The end of a run, for helper threads that must outlive what they started until then: a
+/// daemon dies with the thread that started it (the parent-death signal is per thread), and
+/// ghosts with the runtime that heartbeats for them. Dropping it ends the wait.
+pub(crate) struct EndOfRun {
+    _tx: std::sync::mpsc::Sender<()>,
+    rx: Arc<Mutex<std::sync::mpsc::Receiver<()>>>,
+}
+
+/// A helper's hold on the run: [`RunWaiter::wait`] returns once the run ends.
+#[derive(Clone)]
+pub(crate) struct RunWaiter(Arc<Mutex<std::sync::mpsc::Receiver<()>>>);
+
+impl EndOfRun {
+    pub(crate) fn new() -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        Self {
+            _tx: tx,
+            rx: Arc::new(Mutex::new(rx)),
+        }
+    }
+
+    pub(crate) fn waiter(&self) -> RunWaiter {
+        RunWaiter(self.rx.clone())
+    }
+}
+
+impl RunWaiter {
+    pub(crate) fn wait(&self) {
+        let _ = self.0.lock().unwrap_or_else(|p| p.into_inner()).recv();
+    }
 }
 
 /// How a batch of calls ended.

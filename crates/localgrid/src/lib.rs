@@ -18,6 +18,19 @@ use std::time::{Duration, Instant};
 /// How long a daemon may take to print its `listening <addr>` line.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A process's resident memory, bytes, from /proc (0 once it is gone).
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
 /// A running daemon process, killed (SIGKILL) when the handle drops.
 pub struct Daemon {
     child: Child,

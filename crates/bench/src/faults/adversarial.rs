@@ -6,9 +6,9 @@
 //! must still complete with the right answer, no name may change hands, the frozen server's
 //! calls must move within three liveness intervals, and the daemons' memory must stay bounded.
 
-use super::{BEAT, FaultsBench, Mix, SERVER, freeze, run_batch};
+use super::{BEAT, EndOfRun, FaultsBench, Mix, SERVER, freeze, run_batch};
 use gridwise_client::{Client, ClientConfig};
-use gridwise_localgrid::{LocalGrid, flood, ghost, wait_for_servers};
+use gridwise_localgrid::{LocalGrid, flood, ghost, rss_bytes, wait_for_servers};
 use gridwise_proto::wire::{DialConfig, Role};
 use serde_json::json;
 use std::collections::HashMap;
@@ -26,19 +26,6 @@ const TRICKLE_EVERY: Duration = Duration::from_millis(250);
 /// How long the server whose name is contested stays stopped: shorter than the heartbeat
 /// timeout, so it is never declared down and its name must not pass on.
 const FROZEN: Duration = Duration::from_secs(5);
-
-/// A daemon's resident memory, bytes (0 once it is gone).
-fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
 
 /// Runs the phase and returns its JSON object.
 pub(super) fn run(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
@@ -129,10 +116,7 @@ pub(super) fn run(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
     let ghosts: Arc<Mutex<Option<(usize, usize)>>> = Arc::default();
     let frozen_detected: Arc<Mutex<Option<f64>>> = Arc::default();
     let mut helpers = Vec::new();
-    let end_of_run = {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        (tx, Arc::new(Mutex::new(rx)))
-    };
+    let end_of_run = EndOfRun::new();
     let started = Instant::now();
     eprintln!(
         "bench faults: adversarial phase, {calls} calls, {} in flight …",
@@ -153,7 +137,7 @@ pub(super) fn run(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
                     agent.clone(),
                     (*mix.handles[0].desc).clone(),
                     ghosts.clone(),
-                    end_of_run.1.clone(),
+                    end_of_run.waiter(),
                 );
                 helpers.push(std::thread::spawn(move || {
                     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -170,10 +154,7 @@ pub(super) fn run(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
                         *counted.lock().unwrap() = Some((g.accepted, g.refusals.len()));
                         // The ghosts heartbeat on this runtime until the run ends.
                         let hold = hold.clone();
-                        let _ = tokio::task::spawn_blocking(move || {
-                            let _ = hold.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                        })
-                        .await;
+                        let _ = tokio::task::spawn_blocking(move || hold.wait()).await;
                         drop(g);
                     });
                 }));
@@ -228,7 +209,7 @@ pub(super) fn run(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
     flood_rt.shutdown_timeout(Duration::from_secs(2));
     running.store(false, Ordering::Release);
     let _ = watcher.join();
-    drop(end_of_run.0);
+    drop(end_of_run);
     for h in helpers {
         let _ = h.join();
     }
