@@ -51,6 +51,17 @@ impl Daemon {
         log: &Path,
         label: &str,
     ) -> anyhow::Result<Daemon> {
+        Self::spawn_on(&Loopback, program, args, log, label)
+    }
+
+    /// Like [`spawn`](Self::spawn), on the host `hosts` gives the daemon `label`.
+    pub fn spawn_on(
+        hosts: &dyn Hosts,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+        label: &str,
+    ) -> anyhow::Result<Daemon> {
         let log_file = std::fs::File::create(log)
             .with_context(|| format!("cannot create log file {}", log.display()))?;
         let mut cmd = Command::new(program);
@@ -58,6 +69,7 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file));
+        hosts.place(label, &mut cmd)?;
         die_with_parent(&mut cmd);
         let mut child = cmd
             .spawn()
@@ -148,6 +160,29 @@ fn die_with_parent(cmd: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent(_cmd: &mut Command) {}
 
+/// Where a grid's daemons run: the address each listens on and advertises, and how its
+/// process is put there. [`Loopback`] for one machine; a test bed of network namespaces
+/// (`gridwise-testbed`) for many hosts.
+pub trait Hosts: Send + Sync {
+    /// The IP address daemon `daemon` (`agent`, or a server's name) listens on.
+    fn ip(&self, daemon: &str) -> anyhow::Result<String>;
+    /// Prepares the command that starts `daemon` to run on its host.
+    fn place(&self, daemon: &str, cmd: &mut Command) -> anyhow::Result<()>;
+}
+
+/// Every daemon on 127.0.0.1, in this machine's own network.
+pub struct Loopback;
+
+impl Hosts for Loopback {
+    fn ip(&self, _daemon: &str) -> anyhow::Result<String> {
+        Ok("127.0.0.1".into())
+    }
+
+    fn place(&self, _daemon: &str, _cmd: &mut Command) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
 /// How to start a daemon: a program and the words before its own flags (e.g. `gridwise agent`
 /// or `gridwise-agent`).
 #[derive(Clone, Debug)]
@@ -194,6 +229,7 @@ pub struct LocalGrid {
     server: Launcher,
     agent_launcher: Launcher,
     agent_args: Vec<String>,
+    hosts: std::sync::Arc<dyn Hosts>,
     dir: tempfile::TempDir,
 }
 
@@ -228,13 +264,30 @@ impl LocalGrid {
         agent_args: &[String],
         tls: bool,
     ) -> anyhow::Result<LocalGrid> {
+        Self::start_on(
+            std::sync::Arc::new(Loopback),
+            agent,
+            server,
+            agent_args,
+            tls,
+        )
+    }
+
+    /// Like [`start_with`](Self::start_with), each daemon on the host `hosts` gives it.
+    pub fn start_on(
+        hosts: std::sync::Arc<dyn Hosts>,
+        agent: &Launcher,
+        server: Launcher,
+        agent_args: &[String],
+        tls: bool,
+    ) -> anyhow::Result<LocalGrid> {
         let dir = tempfile::Builder::new()
             .prefix("gridwise-local-")
             .tempdir()?;
         let mut kept: Vec<String> = agent_args.to_vec();
         let tls_dir = if tls {
             let certs = dir.path().join("certs");
-            let here = ["127.0.0.1".to_string()];
+            let here = [hosts.ip("agent")?];
             gridwise_certs::init(&certs, "local", 30)?;
             gridwise_certs::issue(
                 &certs,
@@ -260,7 +313,7 @@ impl LocalGrid {
             kept.extend(["--data-dir".to_string(), data.display().to_string()]);
         }
         let mut args = agent.prefix.clone();
-        args.extend(["--listen".to_string(), "127.0.0.1:0".into()]);
+        args.extend(["--listen".to_string(), format!("{}:0", hosts.ip("agent")?)]);
         args.extend_from_slice(&kept);
         let flag = |name: &str| {
             agent_args
@@ -271,7 +324,8 @@ impl LocalGrid {
         };
         let (client_token, server_token) = (flag("--client-token"), flag("--server-token"));
         let launcher = agent.clone();
-        let agent = Daemon::spawn(
+        let agent = Daemon::spawn_on(
+            hosts.as_ref(),
             &agent.program,
             &args,
             &dir.path().join("agent.log"),
@@ -287,6 +341,7 @@ impl LocalGrid {
             server,
             agent_launcher: launcher,
             agent_args: kept,
+            hosts,
             dir,
         })
     }
@@ -299,7 +354,13 @@ impl LocalGrid {
         args.extend(["--listen".to_string(), self.agent.addr.clone()]);
         args.extend_from_slice(&self.agent_args);
         let log = self.dir.path().join("agent-restarted.log");
-        self.agent = Daemon::spawn(&self.agent_launcher.program, &args, &log, "agent")?;
+        self.agent = Daemon::spawn_on(
+            self.hosts.as_ref(),
+            &self.agent_launcher.program,
+            &args,
+            &log,
+            "agent",
+        )?;
         Ok(())
     }
 
@@ -362,7 +423,7 @@ impl LocalGrid {
             "--name".into(),
             name.into(),
             "--listen".into(),
-            "127.0.0.1:0".into(),
+            format!("{}:0", self.hosts.ip(name)?),
             "--agent".into(),
             self.agent.addr.clone(),
         ]);
@@ -374,7 +435,7 @@ impl LocalGrid {
         }
         if let Some(certs) = &self.tls_dir {
             if !certs.join(format!("{name}.pem")).exists() {
-                let here = ["127.0.0.1".to_string()];
+                let here = [self.hosts.ip(name)?];
                 gridwise_certs::issue(
                     certs,
                     gridwise_proto::wire::CertRole::Server,
@@ -385,7 +446,8 @@ impl LocalGrid {
             }
             args.extend(tls_flags(certs, name));
         }
-        Daemon::spawn(
+        Daemon::spawn_on(
+            self.hosts.as_ref(),
             &self.server.program,
             &args,
             &self.dir.path().join(log),
