@@ -104,7 +104,9 @@ fn chain(c: &Client) -> (Value, Vec<gridwise_client::CallRecord>) {
     let call = call.expect("a chain has calls");
     graph.fetch(call);
     graph.policy("round-robin");
-    let run = graph.run().unwrap_or_else(|e| panic!("the graph failed: {e}"));
+    let run = graph
+        .run()
+        .unwrap_or_else(|e| panic!("the graph failed: {e}"));
     let out = run.outputs(call).expect("the last call's output")[0].clone();
     (out, run.calls)
 }
@@ -155,9 +157,7 @@ fn a_graph_across_hosts_rides_out_a_host_cut_off_and_healed() {
         move || {
             let c = Client::connect(cfg).expect("the watcher connects");
             let busy = eventually(Duration::from_secs(60), || {
-                c.ping(&s2_addr)
-                    .map(|p| p.held_values > 0)
-                    .unwrap_or(false)
+                c.ping(&s2_addr).map(|p| p.held_values > 0).unwrap_or(false)
             });
             assert!(busy, "s2 never held a value of the chain");
             bed.partition(&Cut::Host("s2".into())).unwrap();
@@ -167,9 +167,9 @@ fn a_graph_across_hosts_rides_out_a_host_cut_off_and_healed() {
             cut_at
         }
     });
-    let ((out, calls), done_at) = graph.join().unwrap_or_else(|_| {
-        panic!("the graph's thread panicked; logs:\n{}", grid.logs())
-    });
+    let ((out, calls), done_at) = graph
+        .join()
+        .unwrap_or_else(|_| panic!("the graph's thread panicked; logs:\n{}", grid.logs()));
     let cut_at = watcher.join().expect("the watcher cut and healed s2");
     assert!(done_at > cut_at, "the chain was over before the cut");
     assert_eq!(out, shifted(STEPS), "the chain's product is wrong");
@@ -203,7 +203,11 @@ fn a_graph_across_hosts_rides_out_a_host_cut_off_and_healed() {
     })
     .join()
     .expect("the second chain's thread");
-    assert!(again.0, "s2 did not rejoin after the heal; logs:\n{}", grid.logs());
+    assert!(
+        again.0,
+        "s2 did not rejoin after the heal; logs:\n{}",
+        grid.logs()
+    );
     let (out, calls) = again.1.expect("the second chain ran");
     assert_eq!(out, shifted(STEPS));
     assert!(
@@ -219,4 +223,81 @@ fn a_graph_across_hosts_rides_out_a_host_cut_off_and_healed() {
         namespaces_with_prefix(&prefix("e2egraph"))
     );
     eprintln!("test bed e2e took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// `gridwise testbed up` on a shipped topology: the daemons start on their hosts, a client
+/// on the client's host reaches the agent with the command `up` prints, `status` sees the
+/// hosts, and Ctrl-C takes everything down.
+#[test]
+fn testbed_up_runs_a_shipped_topology_and_ctrl_c_takes_it_down() {
+    use std::io::{BufRead, BufReader};
+    let cli = gridwise_e2e::cargo_build(&["-p", "gridwise", "--bin", "gridwise"])
+        .unwrap_or_else(|e| panic!("{e}"))
+        .join("gridwise");
+    let star = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/testbeds/star.toml"
+    );
+    let mut up = std::process::Command::new(&cli)
+        .args(["testbed", "up", star, "--name", "e2ecli"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    let mut said = Vec::new();
+    let client_cmd = loop {
+        let l = lines
+            .next()
+            .unwrap_or_else(|| panic!("`testbed up` ended early:\n{}", said.join("\n")))
+            .unwrap();
+        said.push(l.clone());
+        if l.trim_start()
+            .starts_with("ip netns exec gw.e2ecli.h.client")
+        {
+            break l;
+        }
+    };
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        said.push(l.clone());
+        if l.starts_with("up;") {
+            break;
+        }
+    }
+    // The printed command, as a user would paste it (with a bounded wait for 3 servers).
+    let words: Vec<&str> = client_cmd.split_whitespace().collect();
+    let status = std::process::Command::new(words[0])
+        .args(&words[1..])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(text.contains("3 server(s)"), "{text}\n{}", said.join("\n"));
+    for s in ["fast1", "fast2", "far"] {
+        assert!(text.contains(s), "{s} missing from the status:\n{text}");
+    }
+    let st = std::process::Command::new(&cli)
+        .args(["testbed", "status", star, "--name", "e2ecli"])
+        .output()
+        .unwrap();
+    let st = String::from_utf8_lossy(&st.stdout);
+    assert!(
+        st.contains("host client") && st.contains("rate 20Mbit"),
+        "{st}"
+    );
+
+    gridwise_e2e::signal(up.id(), libc::SIGINT);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let code = up.wait().unwrap();
+    assert!(
+        code.success(),
+        "`testbed up` after Ctrl-C: {code}\n{rest:?}"
+    );
+    assert!(rest.iter().any(|l| l.contains("taken down")), "{rest:?}");
+    assert!(namespaces_with_prefix(&prefix("e2ecli")).is_empty());
 }

@@ -12,3 +12,4 @@ pub mod graph;
 pub mod model;
 pub mod sim;
 pub mod status;
+pub mod testbed;

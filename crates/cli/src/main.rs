@@ -152,9 +152,42 @@ enum Command {
         which: CertsCmd,
     },
     /// Run the agent daemon (same as gridwise-agent).
+    /// A grid of many hosts on this machine: network namespaces, links shaped with tc,
+    /// partitions on a schedule (needs root and iproute2; see examples/testbeds/).
+    Testbed {
+        #[command(subcommand)]
+        what: TestbedCmd,
+    },
     Agent(AgentArgs),
     /// Run a server daemon (same as gridwise-server).
     Server(ServerArgs),
+}
+
+#[derive(Subcommand)]
+enum TestbedCmd {
+    /// Builds the hosts, starts the agent and servers on theirs, plays the faults; Ctrl-C
+    /// (or --for) takes it all down.
+    Up {
+        file: PathBuf,
+        /// Seconds to stay up, then take everything down.
+        #[arg(long = "for")]
+        for_s: Option<f64>,
+        /// Another name than the file's (namespaces are named after it).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Removes what a bed of this topology left behind.
+    Down {
+        file: PathBuf,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Which of its hosts exist, what runs on them, each host link's rate or cut.
+    Status {
+        file: PathBuf,
+        #[arg(long)]
+        name: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -506,6 +539,15 @@ fn main() {
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
     match &cli.command {
+        Command::Testbed { what } => match what {
+            TestbedCmd::Up { file, for_s, name } => {
+                gridwise_cli::testbed::up(file, name.as_deref(), *for_s)
+            }
+            TestbedCmd::Down { file, name } => gridwise_cli::testbed::down(file, name.as_deref()),
+            TestbedCmd::Status { file, name } => {
+                gridwise_cli::testbed::status(file, name.as_deref())
+            }
+        },
         Command::Agent(a) => {
             gridwise_proto::settings::init_logging();
             a.run_blocking()

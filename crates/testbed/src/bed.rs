@@ -33,8 +33,29 @@ fn live() -> &'static Mutex<Vec<String>> {
     LIVE.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-/// Once per process: on SIGINT, SIGTERM or SIGHUP, remove every live bed's namespaces, then
-/// exit as the signal would have.
+/// Who waits in [`until_signal`], told of a signal instead of the process exiting.
+fn waiter() -> &'static Mutex<Option<std::sync::mpsc::Sender<i32>>> {
+    static WAITER: OnceLock<Mutex<Option<std::sync::mpsc::Sender<i32>>>> = OnceLock::new();
+    WAITER.get_or_init(|| Mutex::new(None))
+}
+
+/// Waits for SIGINT, SIGTERM or SIGHUP (or `limit`), so that a program holding a bed can end
+/// the ordinary way and drop what it holds; returns the signal, if one came.
+pub fn until_signal(limit: Option<std::time::Duration>) -> anyhow::Result<Option<i32>> {
+    clean_up_on_signals()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    *waiter().lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    let got = match limit {
+        Some(d) => rx.recv_timeout(d).ok(),
+        None => rx.recv().ok(),
+    };
+    *waiter().lock().unwrap_or_else(|e| e.into_inner()) = None;
+    Ok(got)
+}
+
+/// Once per process: on SIGINT, SIGTERM or SIGHUP, tell the program if it waits in
+/// [`until_signal`]; otherwise remove every live bed's namespaces and exit as the signal
+/// would have.
 fn clean_up_on_signals() -> anyhow::Result<()> {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     if INSTALLED.get().is_some() {
@@ -47,7 +68,11 @@ fn clean_up_on_signals() -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name("testbed-signals".into())
         .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
+            for sig in signals.forever() {
+                if let Some(tx) = waiter().lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    let _ = tx.send(sig);
+                    continue;
+                }
                 let names = std::mem::take(&mut *live().lock().unwrap_or_else(|e| e.into_inner()));
                 eprintln!("testbed: signal {sig}: removing {} namespaces", names.len());
                 for n in names.iter().rev() {

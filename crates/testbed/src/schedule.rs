@@ -53,11 +53,14 @@ pub fn apply(bed: &Testbed, e: &Event) -> anyhow::Result<()> {
     }
 }
 
+/// An event as it was applied: when (from the start), what, and its error if it failed.
+pub type Applied = (Duration, Event, Option<String>);
+
 /// A timeline being played on a thread; dropping it stops the play (what was cut stays cut
 /// until healed or the bed goes).
 pub struct Playing {
     stop: Option<mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Vec<(Duration, Event, Option<String>)>>>,
+    thread: Option<std::thread::JoinHandle<Vec<Applied>>>,
 }
 
 impl Playing {
@@ -90,7 +93,7 @@ impl Playing {
     }
 
     /// Stops the play and returns what was applied: when, what, and any error.
-    pub fn finish(mut self) -> Vec<(Duration, Event, Option<String>)> {
+    pub fn finish(mut self) -> Vec<Applied> {
         self.stop.take();
         self.thread
             .take()

@@ -33,7 +33,7 @@ impl Rate {
             .with_context(|| format!("rate {s:?}: {num:?} is not a number"))?;
         let bits = v * mult;
         ensure!(
-            bits >= 8e3 && bits <= 100e9,
+            (8e3..=100e9).contains(&bits),
             "rate {s:?} is out of range: between 8kbit and 100gbit"
         );
         Ok(Rate(bits.round() as u64))
@@ -330,6 +330,14 @@ impl Topology {
             _ => bail!("a [[fault]] has exactly one of partition = \"…\" or slow = \"…\""),
         };
         Ok(Fault { at_s: f.at_s, kind })
+    }
+
+    /// The same topology under another name: its namespaces then differ from those of any
+    /// bed of the file's own name (two runs of one file side by side, a test beside a user).
+    pub fn renamed(mut self, name: &str) -> anyhow::Result<Topology> {
+        check_name("the topology's", name)?;
+        self.name = name.to_string();
+        Ok(self)
     }
 
     pub fn check_cut(&self, cut: &Cut) -> anyhow::Result<()> {
