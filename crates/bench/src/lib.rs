@@ -7,7 +7,8 @@
 //! predictor's estimate, then schedules on them; `kernels` sets the kinds of kernels (built-in,
 //! library, command, Python) side by side; `divide` cuts divisible jobs over 16 emulated servers
 //! and compares the cut with an offline oracle; `transfer` moves large arrays in each direction
-//! against a raw loopback copy, with both ends' peak memory.
+//! against a raw loopback copy, with both ends' peak memory; `testbed` measures what depends on
+//! links over a test bed of network namespaces with shaped links.
 
 pub mod divide;
 pub mod faults;
@@ -18,4 +19,5 @@ pub mod predict;
 pub mod rpc;
 mod rpc_floors;
 pub mod schedule;
+pub mod testbed;
 pub mod transfer;

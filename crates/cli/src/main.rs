@@ -151,13 +151,13 @@ enum Command {
         #[command(subcommand)]
         which: CertsCmd,
     },
-    /// Run the agent daemon (same as gridwise-agent).
     /// A grid of many hosts on this machine: network namespaces, links shaped with tc,
     /// partitions on a schedule (needs root and iproute2; see examples/testbeds/).
     Testbed {
         #[command(subcommand)]
         what: TestbedCmd,
     },
+    /// Run the agent daemon (same as gridwise-agent).
     Agent(AgentArgs),
     /// Run a server daemon (same as gridwise-server).
     Server(ServerArgs),
@@ -374,6 +374,15 @@ enum BenchCmd {
         /// Three sizes instead of five.
         #[arg(long)]
         quick: bool,
+    },
+    /// Link-dependent features over a test bed of namespaces with shaped links (needs root).
+    Testbed {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Experiments to run, comma-separated (default: all): links, bulk, graph.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// Large arrays client → server, server → server and server → client (16, 64, 256 MiB)
     /// against a raw loopback TCP copy in the same run, with both ends' peak RSS.
@@ -736,6 +745,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                     print_line(*json, &line)
                 })
             }
+            BenchCmd::Testbed { json, only } => bench::testbed::run(
+                &bench::testbed::TestbedBench { only: only.clone() },
+                &mut |line| print_line(*json, &line),
+            ),
             BenchCmd::Transfer { json, sizes_mib } => bench::transfer::run(
                 &bench::transfer::TransferBench {
                     sizes_mib: sizes_mib.clone(),

@@ -61,34 +61,19 @@ fn push_bounded<T>(q: &mut VecDeque<T>, x: T) {
     q.push_back(x);
 }
 
-/// Latency (half the best of three empty round trips) and bandwidth (1 MiB) to the agent, the
-/// way peers are probed: the agent is on every call's control path.
+/// The link to the agent, measured as peers are (`link_probe`): the agent is on every call's
+/// control path.
 async fn probe_agent(
     client: &AgentApiClient,
     addr: &str,
 ) -> Result<LinkSample, tarpc::client::RpcError> {
-    const PROBE_BYTES: usize = 1 << 20;
-    let mut rtt = f64::INFINITY;
-    for _ in 0..3 {
-        let t = std::time::Instant::now();
-        client
-            .sink(wire::context(RPC_TIMEOUT), serde_bytes::ByteBuf::new())
-            .await?;
-        rtt = rtt.min(t.elapsed().as_secs_f64());
-    }
-    let t = std::time::Instant::now();
-    client
-        .sink(
+    crate::link_probe::measure(addr, |n| {
+        client.sink(
             wire::context(RPC_TIMEOUT),
-            serde_bytes::ByteBuf::from(vec![0u8; PROBE_BYTES]),
+            serde_bytes::ByteBuf::from(vec![0u8; n]),
         )
-        .await?;
-    let secs = (t.elapsed().as_secs_f64() - rtt).max(1e-6);
-    Ok(LinkSample {
-        to: addr.to_string(),
-        latency_s: rtt / 2.0,
-        bandwidth_bytes_per_s: PROBE_BYTES as f64 / secs,
     })
+    .await
 }
 
 /// The wait before registering again after the agent refused a registration.
@@ -114,8 +99,9 @@ pub async fn run(
     link_probe: Option<Duration>,
 ) {
     // Far in the future when probing is off: the select branch then never fires.
-    let mut probe_tick =
-        tokio::time::interval(link_probe.unwrap_or(Duration::from_secs(365 * 24 * 3600)));
+    let probe_every = link_probe.unwrap_or(Duration::from_secs(365 * 24 * 3600));
+    let mut next_probe =
+        tokio::time::Instant::now() + crate::link_probe::next_round_in(probe_every, true);
     let batch_max = batch_max.max(1);
     let mut linked: Option<Linked> = None;
     let mut outbox = Outbox::default();
@@ -185,7 +171,9 @@ pub async fn run(
             continue;
         };
         tokio::select! {
-            _ = probe_tick.tick(), if link_probe.is_some() => {
+            _ = tokio::time::sleep_until(next_probe), if link_probe.is_some() => {
+                next_probe = tokio::time::Instant::now()
+                    + crate::link_probe::next_round_in(probe_every, false);
                 // Off the loop: probes take a moment, heartbeats must not wait for them.
                 let (client, id, h) = (link.client.clone(), link.id, handler.clone());
                 let agent_addr = agent.clone();

@@ -11,6 +11,7 @@ pub mod data;
 pub mod handler;
 pub mod host;
 pub mod kernels;
+pub mod link_probe;
 pub mod model_manager;
 pub mod peers;
 pub mod sensors;

@@ -5,7 +5,7 @@ use gridwise_proto::{
     CallError, CallErrorKind, LinkSample, RemoteRef, ServerApiClient, Value, wire,
 };
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Mutex;
 
 /// A pool of connections to other servers, by address.
@@ -45,36 +45,24 @@ impl Peers {
         Ok(c)
     }
 
-    /// Measures the link to `addr`: latency from the best of three pings (half the round
-    /// trip), bandwidth from sending 1 MiB.
+    /// Measures the link to `addr` (`crate::link_probe`).
     pub async fn probe(&self, addr: &str) -> Result<LinkSample, CallError> {
-        const PROBE_BYTES: usize = 1 << 20;
         let c = self.client(addr).await?;
-        let failed = |e: tarpc::client::RpcError| {
-            CallError::new(CallErrorKind::Unavailable, format!("probing {addr}: {e}"))
-        };
-        let mut rtt = f64::INFINITY;
-        for _ in 0..3 {
-            let t = Instant::now();
-            c.ping(wire::context(PROBE_TIMEOUT)).await.map_err(failed)?;
-            rtt = rtt.min(t.elapsed().as_secs_f64());
-        }
-        let t = Instant::now();
-        c.sink(
-            wire::context(PROBE_TIMEOUT),
-            serde_bytes::ByteBuf::from(vec![0u8; PROBE_BYTES]),
-        )
-        .await
-        .map_err(|e| {
-            // A broken pooled connection is replaced at the next use.
-            failed(e)
-        })?;
-        let secs = (t.elapsed().as_secs_f64() - rtt).max(1e-6);
-        Ok(LinkSample {
-            to: addr.to_string(),
-            latency_s: rtt / 2.0,
-            bandwidth_bytes_per_s: PROBE_BYTES as f64 / secs,
+        crate::link_probe::measure(addr, |n| {
+            let c = c.clone();
+            async move {
+                // A broken pooled connection is replaced at the next use.
+                c.sink(
+                    wire::context(PROBE_TIMEOUT),
+                    serde_bytes::ByteBuf::from(vec![0u8; n]),
+                )
+                .await
+                .map_err(|e| {
+                    CallError::new(CallErrorKind::Unavailable, format!("probing {addr}: {e}"))
+                })
+            }
         })
+        .await
     }
 
     /// Pulls a value kept for `owner` from its holder (one retry on a fresh connection if the

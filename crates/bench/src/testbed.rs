@@ -1,0 +1,150 @@
+//! `gridwise bench testbed`: the link-dependent features over real, shaped links: a grid on a
+//! test bed of network namespaces (`gridwise-testbed`), the two-site topology of
+//! `examples/testbeds/two-sites.toml` (1 Gbit/s inside a site, 100 Mbit/s between sites,
+//! 20 Mbit/s to the client's host), the client on its own host.
+//!
+//! Experiments, each a module: links the servers learn against the shaped truth (`links`),
+//! bulk transfers across shaped links (`bulk`), a graph with MB edges mapped with links against
+//! data through the client and a bound (`graph`). Every row gives the measured figure, the
+//! figure it is judged against and whether the goal held.
+
+mod bulk;
+pub mod graph;
+mod links;
+
+use gridwise_client::Client;
+use gridwise_localgrid::{Launcher, LocalGrid, wait_for_servers};
+use gridwise_testbed::{Testbed, Topology};
+use serde_json::json;
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+/// The topology every experiment runs on.
+pub const TOPOLOGY: &str = include_str!("../../../examples/testbeds/two-sites.toml");
+/// Where the client runs: behind the slowest link.
+pub const CLIENT_HOST: &str = "laptop";
+
+#[derive(Clone, Debug, Default)]
+pub struct TestbedBench {
+    /// Experiments to run (all when empty): `links`, `bulk`, `graph`.
+    pub only: Vec<String>,
+}
+
+/// What an experiment gets: the bed, the grid's daemons (names → hosts are the same) and a
+/// client on the client's host.
+pub struct Ctx<'a> {
+    pub bed: &'a Testbed,
+    pub grid: &'a LocalGrid,
+    pub client: &'a Client,
+    pub emit: &'a mpsc::Sender<serde_json::Value>,
+}
+
+impl Ctx<'_> {
+    /// The host a daemon address belongs to.
+    pub fn host_of_addr(&self, addr: &str) -> Option<String> {
+        let ip = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        self.bed
+            .topology()
+            .hosts
+            .iter()
+            .find(|h| self.bed.addr(&h.name).is_ok_and(|a| a == ip))
+            .map(|h| h.name.clone())
+    }
+}
+
+/// A row's verdict: `measured / against` inside `[lo, hi]`.
+pub fn judged(measured: f64, against: f64, lo: f64, hi: f64) -> serde_json::Value {
+    let r = measured / against;
+    json!({ "ratio": (r * 1000.0).round() / 1000.0, "ok": (lo..=hi).contains(&r) })
+}
+
+/// The server config every server of the bench runs: the data movers, dgemm, a fast link
+/// probe.
+const SERVER_TOML: &str = "builtins = [\"sink\", \"source\", \"dgemm\"]\ncalibrate = false\n\
+                           slots = 1\nlink_probe_s = 5\n";
+
+pub fn run(opts: &TestbedBench, emit: &mut dyn FnMut(serde_json::Value)) -> anyhow::Result<()> {
+    let mut topo = Topology::parse(TOPOLOGY)?.renamed("bench_testbed")?;
+    topo.faults.clear();
+    eprintln!(
+        "bench testbed: building {} hosts in {} sites …",
+        topo.hosts.len(),
+        topo.sites.len()
+    );
+    let bed = Arc::new(Testbed::up(topo.clone())?);
+    let notes: Vec<String> = bed.notes.clone();
+    for n in &notes {
+        eprintln!("bench testbed: {n}");
+    }
+    if topo.wants_latency() && !bed.has_latency() {
+        emit(
+            json!({"bench": "testbed", "experiment": "emulation", "latency": "not emulated (no netem)"}),
+        );
+    }
+    let exe = std::env::current_exe()?;
+    let hb = [
+        "--heartbeat-interval-ms",
+        "500",
+        "--heartbeat-timeout-ms",
+        "3000",
+    ]
+    .map(String::from);
+    let mut grid = LocalGrid::start_on(
+        bed.clone(),
+        &Launcher::subcommand(exe.clone(), "agent"),
+        Launcher::subcommand(exe, "server"),
+        &hb,
+        false,
+    )?;
+    let servers: Vec<String> = topo
+        .with_role(gridwise_testbed::Role::Server)
+        .map(|h| h.name.clone())
+        .collect();
+    for s in &servers {
+        let speed = graph::SPEEDS
+            .iter()
+            .find(|(n, _)| n == s)
+            .map_or(4e5, |(_, v)| *v);
+        grid.add_server(s, &format!("{SERVER_TOML}{}", graph::services_toml(speed)))?;
+    }
+    let (tx, rx) = mpsc::channel();
+    let want = |e: &str| opts.only.is_empty() || opts.only.iter().any(|o| o == e);
+    let (do_links, do_bulk, do_graph) = (want("links"), want("bulk"), want("graph"));
+    let body = {
+        let bed = bed.clone();
+        let grid = &grid;
+        let n = servers.len();
+        move || -> anyhow::Result<()> {
+            bed.enter(CLIENT_HOST)?;
+            let client = Client::connect(grid.client_config())?;
+            wait_for_servers(&client, n, Duration::from_secs(30))?;
+            let ctx = Ctx {
+                bed: &bed,
+                grid,
+                client: &client,
+                emit: &tx,
+            };
+            if do_links {
+                links::run(&ctx)?;
+            }
+            if do_bulk {
+                bulk::run(&ctx)?;
+            }
+            if do_graph {
+                graph::run(&ctx)?;
+            }
+            Ok(())
+        }
+    };
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        let h = s.spawn(body);
+        for line in rx {
+            emit(line);
+        }
+        h.join()
+            .map_err(|_| anyhow::anyhow!("the bench's client thread panicked"))?
+    })?;
+    drop(grid);
+    drop(bed);
+    Ok(())
+}
