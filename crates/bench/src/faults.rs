@@ -291,6 +291,10 @@ pub(crate) struct Batch {
     pub(crate) retried: usize,
     /// Tries over all calls that completed.
     pub(crate) tries: u64,
+    /// Answers for a session that had already been answered or was never sent: a failed-over
+    /// call's first server answering after all, taken as a second result (counted in `wrong`
+    /// too).
+    pub(crate) duplicates: usize,
     rank_us: Vec<f64>,
 }
 
@@ -324,6 +328,7 @@ pub(crate) fn run_batch(
         failed: 0,
         retried: 0,
         tries: 0,
+        duplicates: 0,
         rank_us: Vec::with_capacity(calls),
     };
     let mut failures: Vec<String> = Vec::new();
@@ -364,6 +369,7 @@ pub(crate) fn run_batch(
                 if i == usize::MAX || !mix.right(i, &r) {
                     b.wrong += 1;
                 }
+                b.duplicates += (i == usize::MAX) as usize;
                 b.retried += (r.attempts > 1) as usize;
                 b.tries += u64::from(r.attempts);
                 b.rank_us.push(r.rank_s * 1e6);

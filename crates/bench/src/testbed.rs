@@ -5,12 +5,14 @@
 //!
 //! Experiments, each a module: links the servers learn against the shaped truth (`links`),
 //! bulk transfers across shaped links (`bulk`), a graph with MB edges mapped with links against
-//! data through the client and a bound (`graph`). Every row gives the measured figure, the
+//! data through the client and a bound (`graph`), partitions during calls and a graph
+//! (`partitions`). Every row gives the measured figure, the
 //! figure it is judged against and whether the goal held.
 
 mod bulk;
 pub mod graph;
 mod links;
+mod partitions;
 
 use gridwise_client::Client;
 use gridwise_localgrid::{Launcher, LocalGrid, wait_for_servers};
@@ -26,16 +28,17 @@ pub const CLIENT_HOST: &str = "laptop";
 
 #[derive(Clone, Debug, Default)]
 pub struct TestbedBench {
-    /// Experiments to run (all when empty): `links`, `bulk`, `graph`.
+    /// Experiments to run (all when empty): `links`, `bulk`, `graph`, `partitions`.
     pub only: Vec<String>,
 }
 
 /// What an experiment gets: the bed, the grid's daemons (names → hosts are the same) and a
 /// client on the client's host.
 pub struct Ctx<'a> {
-    pub bed: &'a Testbed,
+    pub bed: Arc<Testbed>,
     pub grid: &'a LocalGrid,
-    pub client: &'a Client,
+    /// Shared with helper threads (started from the client's thread, so on its host too).
+    pub client: Arc<Client>,
     pub emit: &'a mpsc::Sender<serde_json::Value>,
 }
 
@@ -60,8 +63,8 @@ pub fn judged(measured: f64, against: f64, lo: f64, hi: f64) -> serde_json::Valu
 
 /// The server config every server of the bench runs: the data movers, dgemm, a fast link
 /// probe.
-const SERVER_TOML: &str = "builtins = [\"sink\", \"source\", \"dgemm\"]\ncalibrate = false\n\
-                           slots = 1\nlink_probe_s = 5\n";
+const SERVER_TOML: &str = "builtins = [\"sink\", \"source\", \"dgemm\", \"add\", \"sleep\"]\ncalibrate = false\n\
+                           slots = 1\nlink_probe_s = 15\n";
 
 pub fn run(opts: &TestbedBench, emit: &mut dyn FnMut(serde_json::Value)) -> anyhow::Result<()> {
     let mut topo = Topology::parse(TOPOLOGY)?.renamed("bench_testbed")?;
@@ -109,19 +112,24 @@ pub fn run(opts: &TestbedBench, emit: &mut dyn FnMut(serde_json::Value)) -> anyh
     }
     let (tx, rx) = mpsc::channel();
     let want = |e: &str| opts.only.is_empty() || opts.only.iter().any(|o| o == e);
-    let (do_links, do_bulk, do_graph) = (want("links"), want("bulk"), want("graph"));
+    let (do_links, do_bulk, do_graph, do_partitions) = (
+        want("links"),
+        want("bulk"),
+        want("graph"),
+        want("partitions"),
+    );
     let body = {
         let bed = bed.clone();
         let grid = &grid;
         let n = servers.len();
         move || -> anyhow::Result<()> {
             bed.enter(CLIENT_HOST)?;
-            let client = Client::connect(grid.client_config())?;
+            let client = Arc::new(Client::connect(grid.client_config())?);
             wait_for_servers(&client, n, Duration::from_secs(30))?;
             let ctx = Ctx {
-                bed: &bed,
+                bed: bed.clone(),
                 grid,
-                client: &client,
+                client,
                 emit: &tx,
             };
             if do_links {
@@ -132,6 +140,9 @@ pub fn run(opts: &TestbedBench, emit: &mut dyn FnMut(serde_json::Value)) -> anyh
             }
             if do_graph {
                 graph::run(&ctx)?;
+            }
+            if do_partitions {
+                partitions::run(&ctx)?;
             }
             Ok(())
         }

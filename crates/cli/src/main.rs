@@ -380,7 +380,7 @@ enum BenchCmd {
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
-        /// Experiments to run, comma-separated (default: all): links, bulk, graph.
+        /// Experiments to run, comma-separated (default: all): links, bulk, graph, partitions.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },

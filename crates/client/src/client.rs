@@ -86,9 +86,14 @@ pub(crate) enum Attempt {
     /// The server could not be reached at all (no connection): another may take it, and the
     /// agent is told, so that it stops ranking that server first.
     Unreached(String),
-    /// It was sent, and then the server died or stopped answering: it may have run, and it may
-    /// be what brought the server down.
+    /// It was sent, and then the server died (its connection closed): it may have run, and it
+    /// may be what brought the server down.
     Crashed(String),
+    /// It was sent, and then the server stopped answering pings: frozen, or cut off from this
+    /// client by the network. It may still be running the call. Not held against the call, as
+    /// a crash is: a cut silences every server behind it at once, and a call failed for two
+    /// of them would be a call lost to the network.
+    Silent(String),
     /// A final answer about the call: it failed, timed out, or was cancelled.
     Failed(CallError, GrpcError),
 }
@@ -265,7 +270,7 @@ impl Inner {
                     g,
                 )
             }
-            Err(_) if self.conn.liveness.is_suspect(addr) => Attempt::Crashed(format!(
+            Err(_) if self.conn.liveness.is_suspect(addr) => Attempt::Silent(format!(
                 "{who} stopped answering during the call (no answer to pings for {:.1} s)",
                 self.conn.liveness.limit().as_secs_f64()
             )),
@@ -358,11 +363,17 @@ impl Inner {
             )
             .into());
         }
-        // Servers that did not answer lately go last (the agent may not know yet).
-        let mut order: Vec<&Candidate> = ranking.candidates.iter().collect();
-        order.sort_by_key(|c| self.conn.liveness.is_suspect(&c.addr));
         let mut failures: Vec<String> = Vec::new();
-        for (i, cand) in order.iter().enumerate() {
+        let mut untried: Vec<&Candidate> = ranking.candidates.iter().collect();
+        for i in 0..n {
+            // Servers that did not answer lately go last (the agent may not know yet), judged
+            // afresh before each try: the failure of one server behind a cut often shows that
+            // its neighbours went silent too.
+            let next = untried
+                .iter()
+                .position(|c| !self.conn.liveness.is_suspect(&c.addr))
+                .unwrap_or(0);
+            let cand = untried.remove(next);
             let who = format!("{} ({})", cand.name, cand.addr);
             let req = ExecuteRequest {
                 call_id: CallId::new_random(),
@@ -393,6 +404,11 @@ impl Inner {
                 }
                 Attempt::Unreached(why) => {
                     tracing::debug!(server = %who, "unreachable, trying the next server: {why}");
+                    self.tell_unreachable(ranking.ticket, cand.server_id).await;
+                    failures.push(why);
+                }
+                Attempt::Silent(why) => {
+                    tracing::warn!(server = %who, call = %service, "{why}; trying the next server");
                     self.tell_unreachable(ranking.ticket, cand.server_id).await;
                     failures.push(why);
                 }

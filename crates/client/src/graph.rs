@@ -905,6 +905,12 @@ impl Job {
                         .tell_unreachable(spec.ticket, spec.server.server_id)
                         .await;
                 }
+                Attempt::Silent(why) => {
+                    tracing::warn!(call = %spec.name, "{why}; ranking afresh");
+                    inner
+                        .tell_unreachable(spec.ticket, spec.server.server_id)
+                        .await;
+                }
                 Attempt::Crashed(why) => {
                     tracing::warn!(call = %spec.name, "{why}; ranking afresh");
                     crashes.push(why);

@@ -25,6 +25,9 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(5);
 const REPORT_LINGER: Duration = Duration::from_millis(5);
 /// The longest wait between two registration attempts: an agent that restarts is back in
 /// business as soon as its servers are, so they retry often.
+/// The least a heartbeat waits for its answer: a busy agent on a loaded host must not be
+/// taken for a cut.
+const HEARTBEAT_DEADLINE_MIN: Duration = Duration::from_secs(2);
 const REGISTER_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
 struct Linked {
@@ -115,7 +118,14 @@ pub async fn run(
     let mut warned = false;
     loop {
         let Some(link) = &linked else {
-            match register(&agent, &wire_cfg, &reg).await {
+            // Dials no longer than a heartbeat interval: a dial whose SYN was lost to a cut
+            // network retries it only after a second, then three, so after a heal a fresh dial
+            // gets through sooner than an old one.
+            let mut dial = wire_cfg.clone();
+            dial.connect_timeout = interval
+                .max(Duration::from_millis(500))
+                .min(wire_cfg.connect_timeout);
+            match register(&agent, &dial, &reg).await {
                 Ok((l, every, secret)) => {
                     tracing::info!(server = %l.id, %agent, "registered with the agent");
                     // Proof that it is this server the next time it registers.
@@ -159,8 +169,16 @@ pub async fn run(
                     // A refusal (the name held elsewhere, a limit) holds for a while: asking
                     // often only makes the agent dial this server again.
                     let refused = e.downcast_ref::<gridwise_proto::RpcError>().is_some();
+                    // A dial that timed out already waited: the network is silent (a cut, a
+                    // dead route), which costs the agent nothing, so dial again at once.
+                    let timed_out = matches!(
+                        e.downcast_ref::<wire::WireError>(),
+                        Some(wire::WireError::Timeout { .. })
+                    );
                     let wait = if refused {
                         backoff.max(REFUSED_BACKOFF)
+                    } else if timed_out {
+                        Duration::ZERO
                     } else {
                         backoff
                     };
@@ -214,7 +232,11 @@ pub async fn run(
                     continue;
                 }
                 last_told = hb.load.cpu_available;
-                match link.client.heartbeat(wire::context(RPC_TIMEOUT), hb).await {
+                // A heartbeat unanswered for a few intervals means the path to the agent is
+                // cut or the connection is stuck in TCP's back-off; a new connection finds the
+                // agent as soon as the path heals, the old one only at its next retransmit.
+                let deadline = (interval * 3).clamp(HEARTBEAT_DEADLINE_MIN, RPC_TIMEOUT);
+                match link.client.heartbeat(wire::context(deadline), hb).await {
                     Ok(Ack::Ok) => {}
                     Ok(Ack::Reregister) => {
                         tracing::warn!("the agent no longer knows this server: registering again");

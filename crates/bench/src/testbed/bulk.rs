@@ -12,7 +12,7 @@ const SECONDS: f64 = 4.0;
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let topo = ctx.bed.topology();
-    let c = ctx.client;
+    let c = &ctx.client;
     // Client → server: the client's link is the narrowest on the way.
     let to = "lab1";
     let rate = topo.path_rate(CLIENT_HOST, to)?.bytes_per_s();

@@ -53,7 +53,7 @@ fn bound_s(client_rate_bytes: f64) -> f64 {
 }
 
 /// The graph through the agent's mapping; returns (actual, predicted) makespans.
-fn mapped(c: &Client, policy: Option<&str>) -> anyhow::Result<(f64, f64)> {
+pub fn mapped(c: &Client, policy: Option<&str>) -> anyhow::Result<(f64, f64)> {
     let mut g = c.graph();
     let make = g.call_named("make", "make", vec![N.into()]);
     let mut tips: Vec<GraphArg> = Vec::new();
@@ -138,7 +138,7 @@ fn via_client(c: &Client) -> anyhow::Result<f64> {
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
-    let c = ctx.client;
+    let c = &ctx.client;
     let rate = ctx.bed.topology().host(CLIENT_HOST)?.link.bytes_per_s();
     let bound = bound_s(rate);
     eprintln!("bench testbed: graph: warming up …");

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Probe rounds to wait for: the first round may find peers not yet registered.
-const ROUNDS: u32 = 3;
+const ROUNDS: u32 = 2;
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let topo = ctx.bed.topology();

@@ -1,0 +1,236 @@
+//! Partitions during work: a server's host, a whole site, the client from a site, and the
+//! agent from half the servers, each cut for a few seconds while a batch of calls runs (and a
+//! site while a graph runs), then healed. Counted: calls lost, wrong, failed, answers taken
+//! twice; timed: how long the client took to give up on a cut-off server it had a call on,
+//! and how long after the heal the agent had the servers up and they ran calls again.
+
+use super::{Ctx, graph};
+use crate::faults::{Mix, run_batch};
+use gridwise_proto::ServerState;
+use gridwise_testbed::Cut;
+use gridwise_testbed::schedule::{Event, Playing};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Enough that calls go on for several seconds after the heal.
+const CALLS: usize = 3000;
+const WINDOW: usize = 8;
+/// How long each cut lasts.
+const CUT: Duration = Duration::from_secs(5);
+/// The client's liveness interval and the agent's heartbeat interval in this grid.
+const LIVENESS: Duration = Duration::from_secs(1);
+const HEARTBEAT: Duration = Duration::from_millis(500);
+
+struct Scenario {
+    name: &'static str,
+    cut: Cut,
+    /// The servers the cut separates from the client or the agent.
+    servers: &'static [&'static str],
+}
+
+fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "server",
+            cut: Cut::Host("node1".into()),
+            servers: &["node1"],
+        },
+        Scenario {
+            name: "site",
+            cut: Cut::Site("cluster".into()),
+            servers: &["node1", "node2"],
+        },
+        Scenario {
+            name: "client_from_site",
+            cut: Cut::Between("home".into(), "cluster".into()),
+            servers: &["node1", "node2"],
+        },
+        Scenario {
+            name: "agent_from_half",
+            cut: Cut::Between("lab".into(), "cluster".into()),
+            servers: &["node1", "node2"],
+        },
+    ]
+}
+
+/// What the watcher saw: when the client first gave up on a cut-off server, when the agent
+/// had them all up again after the heal, and when each had run a call again.
+#[derive(Default)]
+struct Seen {
+    gave_up_s: Option<f64>,
+    up_again_s: Option<f64>,
+    used_again_s: Option<f64>,
+}
+
+pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
+    let addr_of = |name: &str| -> anyhow::Result<String> {
+        let i = ctx
+            .grid
+            .names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| anyhow::anyhow!("no server {name}"))?;
+        Ok(ctx.grid.servers[i].addr.clone())
+    };
+    let mix = Mix::on(&ctx.client)?;
+    for sc in scenarios() {
+        eprintln!(
+            "bench testbed: partitions: cut {} during {CALLS} calls …",
+            sc.cut
+        );
+        let addrs: Vec<String> = sc
+            .servers
+            .iter()
+            .map(|s| addr_of(s))
+            .collect::<anyhow::Result<_>>()?;
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let mut play: Option<Playing> = None;
+        let mut watcher = None;
+        let bed = ctx.bed.clone();
+        let batch = run_batch(&ctx.client, &mix, CALLS, WINDOW, "testbed", |done| {
+            if done == CALLS / 10 {
+                let cut_at = Instant::now();
+                play = Some(Playing::start(
+                    bed.clone(),
+                    vec![
+                        (0.0, Event::Cut(sc.cut.clone())),
+                        (CUT.as_secs_f64(), Event::Heal(sc.cut.clone())),
+                    ],
+                    |_, e, err| {
+                        if let Some(err) = err {
+                            eprintln!("bench testbed: {e} failed: {err}");
+                        }
+                    },
+                ));
+                watcher = Some(watch(ctx, &addrs, cut_at, seen.clone()));
+            }
+            Ok(())
+        })?;
+        if let Some(p) = play {
+            p.finish();
+        }
+        // The watcher stops once the servers ran calls again, or 20 s after the heal.
+        if let Some(w) = watcher {
+            let _ = w.join();
+        }
+        let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+        let r2 = |x: Option<f64>| x.map(|v| (v * 100.0).round() / 100.0);
+        let heal = CUT.as_secs_f64();
+        let after_heal = |x: Option<f64>| x.map(|v| v - heal);
+        let _ = ctx.emit.send(json!({
+            "bench": "testbed",
+            "experiment": "partition",
+            "during": "calls",
+            "scenario": sc.name,
+            "cut": sc.cut.to_string(),
+            "servers_cut": sc.servers,
+            "cut_s": heal,
+            "calls": CALLS,
+            "lost": batch.lost,
+            "wrong": batch.wrong,
+            "failed": batch.failed,
+            "duplicate_results_accepted": batch.duplicates,
+            "retried": batch.retried,
+            "client_gave_up_after_s": r2(seen.gave_up_s),
+            "gave_up_within_3_liveness": seen.gave_up_s.map(|s| s <= 3.0 * LIVENESS.as_secs_f64()),
+            "up_again_after_heal_s": r2(after_heal(seen.up_again_s)),
+            "used_again_after_heal_s": r2(after_heal(seen.used_again_s)),
+            "used_again_within_2_heartbeats": after_heal(seen.used_again_s)
+                .map(|s| s <= 2.0 * HEARTBEAT.as_secs_f64()),
+        }));
+    }
+    graph_cut(ctx)
+}
+
+/// Watches the client's verdicts and the agent's view from the cut until the servers run
+/// calls again after the heal.
+fn watch(
+    ctx: &Ctx,
+    addrs: &[String],
+    cut_at: Instant,
+    seen: Arc<Mutex<Seen>>,
+) -> std::thread::JoinHandle<()> {
+    let (client, addrs) = (ctx.client.clone(), addrs.to_vec());
+    std::thread::spawn(move || {
+        let executed = |a: &str| client.ping(a).map(|p| p.executed).ok();
+        let mut before: Vec<Option<u64>> = vec![None; addrs.len()];
+        let mut used: Vec<bool> = vec![false; addrs.len()];
+        let limit = CUT + Duration::from_secs(20);
+        while cut_at.elapsed() < limit {
+            let t = cut_at.elapsed().as_secs_f64();
+            let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+            if s.gave_up_s.is_none()
+                && cut_at.elapsed() < CUT
+                && client
+                    .unresponsive_servers()
+                    .iter()
+                    .any(|a| addrs.contains(a))
+            {
+                s.gave_up_s = Some(t);
+            }
+            if cut_at.elapsed() >= CUT {
+                if s.up_again_s.is_none() {
+                    let up = client.status().ok().is_some_and(|st| {
+                        addrs.iter().all(|a| {
+                            st.servers
+                                .iter()
+                                .any(|x| &x.addr == a && x.state == ServerState::Up)
+                        })
+                    });
+                    if up {
+                        s.up_again_s = Some(t);
+                    }
+                }
+                for (i, a) in addrs.iter().enumerate() {
+                    let now = executed(a);
+                    match (before[i], now) {
+                        (None, Some(n)) => before[i] = Some(n),
+                        (Some(b), Some(n)) if n > b => used[i] = true,
+                        _ => {}
+                    }
+                }
+                if used.iter().all(|u| *u) {
+                    s.used_again_s = Some(t);
+                    return;
+                }
+            }
+            drop(s);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
+/// A site cut while the graph of the `graph` experiment runs, healed; the graph's result
+/// must come back right.
+fn graph_cut(ctx: &Ctx) -> anyhow::Result<()> {
+    let cut = Cut::Site("cluster".into());
+    eprintln!("bench testbed: partitions: cut {cut} during a graph …");
+    let bed = ctx.bed.clone();
+    let play = Playing::start(
+        bed,
+        vec![
+            (1.0, Event::Cut(cut.clone())),
+            (1.0 + CUT.as_secs_f64(), Event::Heal(cut.clone())),
+        ],
+        |_, _, _| {},
+    );
+    let t = Instant::now();
+    let got = graph::mapped(&ctx.client, None);
+    let took = t.elapsed().as_secs_f64();
+    play.finish();
+    let _ = ctx.emit.send(json!({
+        "bench": "testbed",
+        "experiment": "partition",
+        "during": "graph",
+        "cut": cut.to_string(),
+        "cut_at_s": 1.0,
+        "cut_s": CUT.as_secs_f64(),
+        "graph_ok": got.is_ok(),
+        "error": got.as_ref().err().map(|e| format!("{e:#}")),
+        "makespan_s": (took * 100.0).round() / 100.0,
+        "lost": got.is_err() as usize,
+        "wrong": 0,
+    }));
+    Ok(())
+}
