@@ -16,6 +16,11 @@ pub struct GraphCall {
     /// Service and sizes; `in_bytes` counts only what the client sends, `remote_in` is empty
     /// (data from other calls of the graph is on the edges).
     pub profile: CallProfile,
+    /// Whether the client brings the call's outputs back when the graph has run (the sinks,
+    /// unless the client names others): the agent counts their trip over the client's link
+    /// in the predicted makespan.
+    #[serde(default)]
+    pub fetched: bool,
 }
 
 /// A data dependency: call `to` needs `bytes` of call `from`'s outputs.
@@ -307,8 +312,14 @@ pub fn check_graph(
         out_calls.push(GraphCall {
             name: c.name.to_string(),
             profile,
+            // Set below, once every consumer is known.
+            fetched: false,
         });
         ints.push(my_ints);
+    }
+    // By default the sinks' outputs come back (a client that names what to fetch says so).
+    for (c, cons) in out_calls.iter_mut().zip(&consumers) {
+        c.fetched = cons.is_empty();
     }
     Ok(CheckedGraph {
         request: GraphRequest {

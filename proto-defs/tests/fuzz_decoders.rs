@@ -149,6 +149,7 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
                     calls: vec![GraphCall {
                         name: "a".into(),
                         profile: profile(),
+                        fetched: false,
                     }],
                     edges: vec![GraphEdge {
                         from: 0,

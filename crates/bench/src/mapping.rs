@@ -62,6 +62,7 @@ fn rank_during_map() -> anyhow::Result<DuringMap> {
             .map(|i| GraphCall {
                 name: format!("t{i}"),
                 profile: profile(100 + (i % 400) as i64),
+                fetched: false,
             })
             .collect(),
         edges: g

@@ -296,6 +296,11 @@ impl Graph {
             }
         }
         let mut request = checked.request;
+        if !self.fetch.is_empty() {
+            for (i, c) in request.calls.iter_mut().enumerate() {
+                c.fetched = self.fetch.contains(&i);
+            }
+        }
         request.conservative_tf = self.conservative_tf;
         request.load_model = self.load_model;
         Ok(Prepared {
@@ -319,11 +324,7 @@ impl Graph {
                 plan.tickets.len()
             )));
         }
-        let wanted: Vec<bool> = if self.fetch.is_empty() {
-            prepared.consumers.iter().map(Vec::is_empty).collect()
-        } else {
-            (0..n).map(|i| self.fetch.contains(&i)).collect()
-        };
+        let wanted: Vec<bool> = prepared.request.calls.iter().map(|c| c.fetched).collect();
         // The calls before and after each one in its server's order.
         let mut before: Vec<Option<usize>> = vec![None; n];
         let mut after: Vec<Option<usize>> = vec![None; n];

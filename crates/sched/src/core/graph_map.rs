@@ -313,6 +313,18 @@ impl GraphSnapshot {
         2.0 * sum / self.servers.len() as f64
     }
 
+    /// Seconds to bring `bytes` of outputs from server `s` back to the client: its client
+    /// link as its recent calls showed it, else the default link.
+    fn to_client_s(&self, s: usize, bytes: u64) -> f64 {
+        self.servers[s]
+            .host()
+            .client_link
+            .transfer(bytes, None)
+            .map(|t| t.mean)
+            .filter(|t| t.is_finite())
+            .unwrap_or(self.default_latency_s + bytes as f64 / self.default_bandwidth)
+    }
+
     /// Step 2: maps the graph on the copied platform and predicts its timeline. Pure and
     /// possibly long (HEFT on 10⁵ calls, an LP), so run it without the core's lock.
     pub fn map(self, req: &GraphRequest) -> Result<MappedGraph, RpcError> {
@@ -514,6 +526,16 @@ impl GraphSnapshot {
         let spread = makespan_spread(&graph, &matrix(means)?, &spreads, &comm, &mapping, 1)
             .map_err(|e| invalid(format!("replaying the {policy} mapping: {e}")))?;
 
+        // The client fetches the outputs it wants once every call has run, one after the
+        // other (`gridwise_client`'s graph runner), so their trips over the client links add
+        // to the makespan.
+        let fetch_s: f64 = req
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.fetched)
+            .map(|(t, c)| self.to_client_s(mapping.server_of[t], c.profile.out_bytes))
+            .sum();
         let (mut start_s, mut end_s, mut lane) = (vec![0.0; n], vec![0.0; n], vec![0u32; n]);
         for server in &predicted.per_server {
             for s in server {
@@ -551,9 +573,10 @@ impl GraphSnapshot {
                 start_s,
                 end_s,
                 lane,
-                makespan_s: predicted.makespan_s,
+                makespan_s: predicted.makespan_s + fetch_s,
                 makespan_sd_s: spread.as_ref().map_or(0.0, |s| s.sd_s),
-                makespan_interval90_s: spread.map(|s| s.interval90_s),
+                makespan_interval90_s: spread
+                    .map(|s| (s.interval90_s.0 + fetch_s, s.interval90_s.1 + fetch_s)),
                 lower_bound_s: lower.seconds,
                 lower_bound_kind: lower.kind.name().to_string(),
                 critical_path_s: bounds.critical_path_s,

@@ -16,6 +16,7 @@ fn call(name: &str, n: i64) -> GraphCall {
     GraphCall {
         name: name.into(),
         profile: dgemm_profile(n, n, n),
+        fetched: false,
     }
 }
 
@@ -66,6 +67,28 @@ fn one_server_runs_everything_in_its_total_work_and_two_dispatches() {
     assert_eq!(plan.lower_bound_kind, "total_work");
     assert!(plan.tickets.is_empty());
     assert_eq!(c.pending(), 0);
+}
+
+#[test]
+fn the_fetched_outputs_trip_to_the_client_counts_in_the_makespan() {
+    let mut c = grid(&[("solo", 1e9)]);
+    let plain = c.map_graph(&diamond(None, false), Duration::ZERO).unwrap();
+    let mut req = diamond(None, false);
+    // d's 8 MB come back; no client link measured yet, so at the default link.
+    req.calls[3].fetched = true;
+    let fetched = c.map_graph(&req, Duration::ZERO).unwrap();
+    let cfg = CoreConfig::default();
+    let trip = cfg.default_latency_s
+        + req.calls[3].profile.out_bytes as f64 / cfg.default_bandwidth_bytes_per_s;
+    assert!(trip > 0.0);
+    assert!(
+        (fetched.makespan_s - plain.makespan_s - trip).abs() < 1e-9,
+        "{} vs {} + {trip}",
+        fetched.makespan_s,
+        plain.makespan_s
+    );
+    // The ends of the calls themselves do not move: the fetch comes after them.
+    assert_eq!(fetched.end_s, plain.end_s);
 }
 
 /// A finished `echo` with no ticket.

@@ -340,6 +340,7 @@ fn calls_go_only_where_they_fit_in_memory() {
             calls: vec![gridwise_proto::GraphCall {
                 name: "huge".into(),
                 profile: p,
+                fetched: false,
             }],
             edges: vec![],
             policy: None,
