@@ -70,7 +70,7 @@ async fn probe_agent(
     client: &AgentApiClient,
     addr: &str,
 ) -> Result<LinkSample, tarpc::client::RpcError> {
-    crate::link_probe::measure(addr, |n| {
+    crate::link_probe::measure(addr, crate::link_probe::AGENT_MAX_BYTES, |n| {
         client.sink(
             wire::context(RPC_TIMEOUT),
             serde_bytes::ByteBuf::from(vec![0u8; n]),

@@ -15,8 +15,11 @@ pub const FIRST_BYTES: usize = 1 << 20;
 const TOO_FAST_S: f64 = 0.04;
 /// What the second message aims to take.
 const AIM_S: f64 = 0.1;
-/// The most a probe sends in one message.
-const MAX_BYTES: usize = 32 << 20;
+/// The most a probe sends a peer server in one message.
+pub const PEER_MAX_BYTES: usize = 32 << 20;
+/// The most a probe sends the agent in one message: the agent's frames are 16 MiB by default,
+/// and a larger one would cost the server its connection.
+pub const AGENT_MAX_BYTES: usize = 8 << 20;
 
 /// Whether the round trips were taken while the link was busy (with another server's probe
 /// or a transfer): queued behind it, they are long next to the message's time, and
@@ -27,17 +30,21 @@ pub fn busy(rtt_s: f64, secs: f64) -> bool {
 
 /// The size of a second message after the first took `secs` net of the round trip, if one
 /// is needed.
-pub fn second_probe_bytes(first_bytes: usize, secs: f64) -> Option<usize> {
-    if secs >= TOO_FAST_S {
+pub fn second_probe_bytes(first_bytes: usize, secs: f64, max_bytes: usize) -> Option<usize> {
+    if secs >= TOO_FAST_S || max_bytes <= first_bytes {
         return None;
     }
     let rate = first_bytes as f64 / secs.max(1e-6);
-    Some(((rate * AIM_S) as usize).clamp(first_bytes, MAX_BYTES))
+    Some(((rate * AIM_S) as usize).clamp(first_bytes, max_bytes))
 }
 
-/// Measures the link with `send(n)`, which delivers an `n`-byte message and waits for its
-/// acknowledgement (`n = 0` for a round trip).
-pub async fn measure<F, Fut, T, E>(to: &str, mut send: F) -> Result<LinkSample, E>
+/// Measures the link with `send(n)`, which delivers an `n`-byte message (never more than
+/// `max_bytes`) and waits for its acknowledgement (`n = 0` for a round trip).
+pub async fn measure<F, Fut, T, E>(
+    to: &str,
+    max_bytes: usize,
+    mut send: F,
+) -> Result<LinkSample, E>
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -58,7 +65,7 @@ where
         let t = Instant::now();
         send(FIRST_BYTES).await?;
         let mut best = timed(FIRST_BYTES, t);
-        if let Some(bytes) = second_probe_bytes(best.0, best.1) {
+        if let Some(bytes) = second_probe_bytes(best.0, best.1, max_bytes) {
             let t = Instant::now();
             send(bytes).await?;
             best = timed(bytes, t);
@@ -93,12 +100,20 @@ mod tests {
     #[test]
     fn a_fast_link_gets_a_second_probe_sized_for_it() {
         // 1 MiB in 100 ms: 10 MB/s, timed well enough.
-        assert_eq!(second_probe_bytes(FIRST_BYTES, 0.1), None);
+        assert_eq!(second_probe_bytes(FIRST_BYTES, 0.1, PEER_MAX_BYTES), None);
         // 1 MiB in 8 ms (a gigabit): about 13 MB for 100 ms.
-        let b = second_probe_bytes(FIRST_BYTES, 0.008).unwrap();
+        let b = second_probe_bytes(FIRST_BYTES, 0.008, PEER_MAX_BYTES).unwrap();
         assert!((12 << 20..14 << 20).contains(&b), "{b}");
-        // Loopback speeds stop at the cap.
-        assert_eq!(second_probe_bytes(FIRST_BYTES, 1e-5), Some(MAX_BYTES));
+        // Loopback speeds stop at the cap, which for the agent is below its frame limit.
+        assert_eq!(
+            second_probe_bytes(FIRST_BYTES, 1e-5, PEER_MAX_BYTES),
+            Some(PEER_MAX_BYTES)
+        );
+        assert_eq!(
+            second_probe_bytes(FIRST_BYTES, 1e-5, AGENT_MAX_BYTES),
+            Some(AGENT_MAX_BYTES)
+        );
+        assert!(AGENT_MAX_BYTES < 16 << 20);
     }
 
     #[test]
