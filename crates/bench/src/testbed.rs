@@ -15,7 +15,7 @@ mod links;
 mod partitions;
 
 use gridwise_client::Client;
-use gridwise_localgrid::{Launcher, LocalGrid, wait_for_servers};
+use gridwise_localgrid::{LocalGrid, wait_for_servers};
 use gridwise_testbed::{Testbed, Topology};
 use serde_json::json;
 use std::sync::{Arc, mpsc};
@@ -85,20 +85,7 @@ pub fn run(opts: &TestbedBench, emit: &mut dyn FnMut(serde_json::Value)) -> anyh
         );
     }
     let exe = std::env::current_exe()?;
-    let hb = [
-        "--heartbeat-interval-ms",
-        "500",
-        "--heartbeat-timeout-ms",
-        "3000",
-    ]
-    .map(String::from);
-    let mut grid = LocalGrid::start_on(
-        bed.clone(),
-        &Launcher::subcommand(exe.clone(), "agent"),
-        Launcher::subcommand(exe, "server"),
-        &hb,
-        false,
-    )?;
+    let mut grid = gridwise_testbed::bed::start_grid(&bed, &exe)?;
     let servers: Vec<String> = topo
         .with_role(gridwise_testbed::Role::Server)
         .map(|h| h.name.clone())

@@ -46,14 +46,7 @@ pub fn run() -> anyhow::Result<()> {
     let started = Instant::now();
     let exe = std::env::current_exe()?;
     println!("gridwise demo: an agent and 5 servers on 127.0.0.1 (each a separate process)");
-    let hb = [
-        "--heartbeat-interval-ms",
-        "500",
-        "--heartbeat-timeout-ms",
-        "3000",
-    ]
-    .map(String::from);
-    let mut grid = LocalGrid::start_gridwise(&exe, &hb)?;
+    let mut grid = LocalGrid::start_gridwise(&exe, &gridwise_localgrid::half_second_heartbeats())?;
     println!("  agent      {}", grid.agent.addr);
     for (name, speed) in EMULATED {
         let addr = grid.add_server(name, &emulated_toml(speed))?.addr.clone();

@@ -2,7 +2,7 @@
 //! topology file (see `examples/testbeds/`). The test bed itself is `gridwise-testbed`; this
 //! module starts the daemons on it, plays its faults and prints.
 
-use gridwise_localgrid::{Launcher, LocalGrid};
+use gridwise_localgrid::LocalGrid;
 use gridwise_testbed::bed::{clear, namespaces_with_prefix, until_signal};
 use gridwise_testbed::plan;
 use gridwise_testbed::schedule::{Playing, timeline};
@@ -51,20 +51,7 @@ pub fn up(file: &Path, name: Option<&str>, for_s: Option<f64>) -> anyhow::Result
     let grid = match topo.with_role(Role::Agent).next() {
         None => None,
         Some(_) => {
-            let hb = [
-                "--heartbeat-interval-ms",
-                "500",
-                "--heartbeat-timeout-ms",
-                "3000",
-            ]
-            .map(String::from);
-            let mut grid = LocalGrid::start_on(
-                bed.clone(),
-                &Launcher::subcommand(exe.clone(), "agent"),
-                Launcher::subcommand(exe.clone(), "server"),
-                &hb,
-                false,
-            )?;
+            let mut grid = gridwise_testbed::bed::start_grid(&bed, &exe)?;
             println!(
                 "  agent      {} (on {})",
                 grid.agent.addr,

@@ -15,6 +15,19 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// The agent's flags for heartbeats every half second and a server down after 3 s without
+/// one: failures show within seconds (the demo, the test bed's grids).
+pub fn half_second_heartbeats() -> Vec<String> {
+    [
+        "--heartbeat-interval-ms",
+        "500",
+        "--heartbeat-timeout-ms",
+        "3000",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// How long a daemon may take to print its `listening <addr>` line.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -413,6 +413,23 @@ impl Drop for Testbed {
     }
 }
 
+/// An agent (`program agent`) on the bed's agent host with half-second heartbeats, ready for
+/// servers (`program server`, each on the host of its name): `program` is the `gridwise`
+/// tool.
+pub fn start_grid(
+    bed: &std::sync::Arc<Testbed>,
+    program: &std::path::Path,
+) -> anyhow::Result<gridwise_localgrid::LocalGrid> {
+    use gridwise_localgrid::{Launcher, LocalGrid, half_second_heartbeats};
+    LocalGrid::start_on(
+        bed.clone(),
+        &Launcher::subcommand(program.to_path_buf(), "agent"),
+        Launcher::subcommand(program.to_path_buf(), "server"),
+        &half_second_heartbeats(),
+        false,
+    )
+}
+
 /// Daemons of a [`gridwise_localgrid::LocalGrid`] run on the bed's hosts: the agent on the
 /// agent host, every other daemon on the host of its name.
 impl gridwise_localgrid::Hosts for Testbed {

@@ -165,6 +165,46 @@ fn blackhole(ns: &str, dev: &str) -> Cmd {
     )
 }
 
+/// A veth pair from `dev` (given `cidr`, up) in `ns` to `port` in `bridge_ns`, plugged into
+/// its `bridge`: every link of the bed, a host's to its site and a site's to the backbone.
+fn veth_to_bridge(
+    (ns, dev, cidr): (&str, &str, &str),
+    (bridge_ns, port, bridge): (&str, &str, &str),
+) -> Vec<Cmd> {
+    vec![
+        Cmd::new(
+            "ip",
+            None,
+            &[
+                "link", "add", "name", dev, "netns", ns, "type", "veth", "peer", "name", port,
+                "netns", bridge_ns,
+            ],
+        ),
+        Cmd::new(
+            "ip",
+            Some(bridge_ns),
+            &["link", "set", port, "master", bridge],
+        ),
+        Cmd::new("ip", Some(bridge_ns), &["link", "set", port, "up"]),
+        Cmd::new("ip", Some(ns), &["addr", "add", cidr, "dev", dev]),
+        Cmd::new("ip", Some(ns), &["link", "set", dev, "up"]),
+    ]
+}
+
+/// A bridge named `name` in `ns`, up, with `cidr` on it when given.
+fn bridge(ns: &str, name: &str, cidr: Option<&str>) -> Vec<Cmd> {
+    let mut v = vec![Cmd::new(
+        "ip",
+        Some(ns),
+        &["link", "add", "name", name, "type", "bridge"],
+    )];
+    if let Some(c) = cidr {
+        v.push(Cmd::new("ip", Some(ns), &["addr", "add", c, "dev", name]));
+    }
+    v.push(Cmd::new("ip", Some(ns), &["link", "set", name, "up"]));
+    v
+}
+
 /// What `up` runs after creating the namespaces: links, addresses, routes, shaping.
 pub fn build(t: &Topology, netem: bool) -> anyhow::Result<Vec<Cmd>> {
     let mut v = Vec::new();
@@ -173,78 +213,37 @@ pub fn build(t: &Topology, netem: bool) -> anyhow::Result<Vec<Cmd>> {
     for ns in namespaces(t) {
         v.push(Cmd::new("ip", Some(&ns), &["link", "set", "lo", "up"]));
     }
-    v.push(Cmd::new(
-        "ip",
-        Some(&core),
-        &["link", "add", "name", "core", "type", "bridge"],
-    ));
-    v.push(Cmd::new("ip", Some(&core), &["link", "set", "core", "up"]));
+    v.extend(bridge(&core, "core", None));
     for (k, site) in t.sites.iter().enumerate() {
         let i = k + 1;
         let r = router_ns(t, &site.name);
-        let port = format!("s{i}");
-        v.push(Cmd::new(
-            "ip",
-            None,
-            &[
-                "link", "add", "name", "wan", "netns", &r, "type", "veth", "peer", "name", &port,
-                "netns", &core,
-            ],
+        let wan = format!("{}/24", router_wan_addr(i));
+        v.extend(veth_to_bridge(
+            (&r, "wan", &wan),
+            (&core, &format!("s{i}"), "core"),
         ));
-        v.push(Cmd::new(
-            "ip",
-            Some(&core),
-            &["link", "set", &port, "master", "core"],
+        v.extend(bridge(
+            &r,
+            "lan",
+            Some(&format!("{}/24", router_lan_addr(i))),
         ));
-        v.push(Cmd::new("ip", Some(&core), &["link", "set", &port, "up"]));
-        v.push(Cmd::new(
-            "ip",
-            Some(&r),
-            &[
-                "addr",
-                "add",
-                &format!("{}/24", router_wan_addr(i)),
-                "dev",
-                "wan",
-            ],
-        ));
-        v.push(Cmd::new("ip", Some(&r), &["link", "set", "wan", "up"]));
-        v.push(Cmd::new(
-            "ip",
-            Some(&r),
-            &["link", "add", "name", "lan", "type", "bridge"],
-        ));
-        v.push(Cmd::new(
-            "ip",
-            Some(&r),
-            &[
-                "addr",
-                "add",
-                &format!("{}/24", router_lan_addr(i)),
-                "dev",
-                "lan",
-            ],
-        ));
-        v.push(Cmd::new("ip", Some(&r), &["link", "set", "lan", "up"]));
         v.push(Cmd::new(
             "sysctl",
             Some(&r),
             &["-qw", "net.ipv4.ip_forward=1"],
         ));
-        for l in 0..t.sites.len() {
-            if l != k {
-                v.push(Cmd::new(
-                    "ip",
-                    Some(&r),
-                    &[
-                        "route",
-                        "add",
-                        &site_net(l + 1),
-                        "via",
-                        &router_wan_addr(l + 1),
-                    ],
-                ));
-            }
+        for l in (0..t.sites.len()).filter(|&l| l != k) {
+            v.push(Cmd::new(
+                "ip",
+                Some(&r),
+                &[
+                    "route",
+                    "add",
+                    &site_net(l + 1),
+                    "via",
+                    &router_wan_addr(l + 1),
+                ],
+            ));
         }
         for (ns, dev) in link_ends(t, &LinkRef::Site(site.name.clone()))? {
             v.extend(shape(&ns, &dev, site.uplink, delay(site.latency_ms)));
@@ -253,34 +252,11 @@ pub fn build(t: &Topology, netem: bool) -> anyhow::Result<Vec<Cmd>> {
     for h in &t.hosts {
         let i = t.site_index(&h.site)?;
         let ns = host_ns(t, &h.name);
-        let r = router_ns(t, &h.site);
-        let port = host_port(t, &h.name)?;
-        v.push(Cmd::new(
-            "ip",
-            None,
-            &[
-                "link", "add", "name", "eth0", "netns", &ns, "type", "veth", "peer", "name", &port,
-                "netns", &r,
-            ],
+        let addr = format!("{}/24", t.addr(&h.name)?);
+        v.extend(veth_to_bridge(
+            (&ns, "eth0", &addr),
+            (&router_ns(t, &h.site), &host_port(t, &h.name)?, "lan"),
         ));
-        v.push(Cmd::new(
-            "ip",
-            Some(&r),
-            &["link", "set", &port, "master", "lan"],
-        ));
-        v.push(Cmd::new("ip", Some(&r), &["link", "set", &port, "up"]));
-        v.push(Cmd::new(
-            "ip",
-            Some(&ns),
-            &[
-                "addr",
-                "add",
-                &format!("{}/24", t.addr(&h.name)?),
-                "dev",
-                "eth0",
-            ],
-        ));
-        v.push(Cmd::new("ip", Some(&ns), &["link", "set", "eth0", "up"]));
         v.push(Cmd::new(
             "ip",
             Some(&ns),

@@ -40,11 +40,7 @@ pub fn second_probe_bytes(first_bytes: usize, secs: f64, max_bytes: usize) -> Op
 
 /// Measures the link with `send(n)`, which delivers an `n`-byte message (never more than
 /// `max_bytes`) and waits for its acknowledgement (`n = 0` for a round trip).
-pub async fn measure<F, Fut, T, E>(
-    to: &str,
-    max_bytes: usize,
-    mut send: F,
-) -> Result<LinkSample, E>
+pub async fn measure<F, Fut, T, E>(to: &str, max_bytes: usize, mut send: F) -> Result<LinkSample, E>
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = Result<T, E>>,
