@@ -70,7 +70,8 @@ async fn probe_agent(
     client: &AgentApiClient,
     addr: &str,
 ) -> Result<LinkSample, tarpc::client::RpcError> {
-    crate::link_probe::measure(addr, crate::link_probe::AGENT_MAX_BYTES, |n| {
+    let max = crate::link_probe::max_bytes_to(addr, crate::link_probe::AGENT_MAX_BYTES);
+    crate::link_probe::measure(addr, max, |n| {
         client.sink(
             wire::context(RPC_TIMEOUT),
             serde_bytes::ByteBuf::from(vec![0u8; n]),

@@ -48,7 +48,8 @@ impl Peers {
     /// Measures the link to `addr` (`crate::link_probe`).
     pub async fn probe(&self, addr: &str) -> Result<LinkSample, CallError> {
         let c = self.client(addr).await?;
-        crate::link_probe::measure(addr, crate::link_probe::PEER_MAX_BYTES, |n| {
+        let max = crate::link_probe::max_bytes_to(addr, crate::link_probe::PEER_MAX_BYTES);
+        crate::link_probe::measure(addr, max, |n| {
             let c = c.clone();
             async move {
                 // A broken pooled connection is replaced at the next use.
