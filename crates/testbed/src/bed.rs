@@ -331,22 +331,25 @@ impl Testbed {
     /// Cuts `what` off: packets across it are dropped without a word, as a pulled cable or a
     /// dead router does. Until [`heal`](Self::heal).
     pub fn partition(&self, what: &Cut) -> anyhow::Result<()> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let rates = st.rates.clone();
-        for cmd in plan::cut(&self.topo, what, false, &|l| rates[l], self.netem)? {
-            run(&cmd)?;
-        }
-        st.cuts.insert(what.clone());
-        Ok(())
+        self.cut(what, false)
     }
 
     pub fn heal(&self, what: &Cut) -> anyhow::Result<()> {
+        self.cut(what, true)
+    }
+
+    /// Cuts or heals `what`, healed links at their current rates.
+    fn cut(&self, what: &Cut, heal: bool) -> anyhow::Result<()> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let rates = st.rates.clone();
-        for cmd in plan::cut(&self.topo, what, true, &|l| rates[l], self.netem)? {
+        for cmd in plan::cut(&self.topo, what, heal, &|l| rates[l], self.netem)? {
             run(&cmd)?;
         }
-        st.cuts.remove(what);
+        if heal {
+            st.cuts.remove(what);
+        } else {
+            st.cuts.insert(what.clone());
+        }
         Ok(())
     }
 
