@@ -53,6 +53,9 @@ pub trait AgentApi {
     /// `ticket` (still pending): the agent ranks that server behind the others for a while
     /// instead of waiting for its heartbeat timeout.
     async fn unreachable(ticket: Ticket, server: ServerId);
+    /// A server this client reported unreachable answers it again (a partition healed): the
+    /// agent ends the suspicion the report set, so the server is used again at once.
+    async fn reachable(server: ServerId);
 }
 
 /// A compute server: runs calls.

@@ -223,7 +223,8 @@ pub enum ComputeSource {
         /// Whether the speed was adjusted for the server's recent load (band model).
         load_adjusted: bool,
     },
-    /// complexity ÷ calibrated rate, because the size lies outside the range the model covers.
+    /// complexity ÷ a rate, because the size lies outside the range the model covers: the
+    /// calibrated rate, or past the top of a one-parameter model its speed there if slower.
     RateOutsideModel {
         /// Operations per second.
         rate: f64,
@@ -283,7 +284,7 @@ impl fmt::Display for ComputeSource {
             ),
             ComputeSource::RateOutsideModel { rate, points } => write!(
                 f,
-                "complexity / calibrated rate {:.3} Gop/s (size outside the model's {points} points)",
+                "complexity / {:.3} Gop/s, the calibrated rate or the model's top if slower (size outside the model's {points} points)",
                 rate / 1e9
             ),
             ComputeSource::Declared => f.write_str("the service's declared duration"),

@@ -343,6 +343,7 @@ fn emulated(s: &Scenario, class: &Class, i: usize) -> Vec<EmulatedSpec> {
                 calibration_size: Some(s.calibration_size),
                 inputs: service.inputs,
                 output: service.output,
+                halo_bytes: 0,
             })
         })
         .collect()

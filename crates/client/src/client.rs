@@ -46,6 +46,8 @@ pub(crate) struct Inner {
     pub(crate) rt: Handle,
     next_handle: AtomicU64,
     pub(crate) call_timeout: Duration,
+    /// Servers reported unreachable that this client pings until they answer again.
+    awaiting_answer: std::sync::Mutex<std::collections::HashSet<ServerId>>,
 }
 
 /// A connection to a gridwise grid with GridRPC semantics (async). Cheap to clone; clones
@@ -125,7 +127,13 @@ impl Inner {
     /// `ticket`) could not be reached, waiting a moment for the agent to take it: the ticket
     /// must still be pending when the message arrives, and the next candidate's report would
     /// clear it. A slow agent does not hold the call up longer than `UNREACHABLE_WAIT`.
-    pub(crate) async fn tell_unreachable(self: &Arc<Self>, ticket: Ticket, server: ServerId) {
+    pub(crate) async fn tell_unreachable(
+        self: &Arc<Self>,
+        ticket: Ticket,
+        server: ServerId,
+        addr: &str,
+    ) {
+        self.tell_reachable_when_it_answers(server, addr);
         let inner = self.clone();
         let told = self
             .rt
@@ -139,6 +147,28 @@ impl Inner {
             }
             _ => {}
         }
+    }
+
+    /// Pings `addr` until it answers, then tells the agent, which ends the suspicion this
+    /// client's report set: a healed partition's servers are used again within a liveness
+    /// interval, not when a suspicion that doubles with each report runs out. Once per server
+    /// at a time; nothing keeps the client alive for it.
+    fn tell_reachable_when_it_answers(self: &Arc<Self>, server: ServerId, addr: &str) {
+        if !crate::liveness::lock(&self.awaiting_answer).insert(server) {
+            return;
+        }
+        let answers = self.conn.liveness.until_answers(addr);
+        let inner = Arc::downgrade(self);
+        self.rt.spawn(async move {
+            answers.await;
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            crate::liveness::lock(&inner.awaiting_answer).remove(&server);
+            if let Err(e) = inner.conn.reachable(server).await {
+                tracing::debug!(%server, "could not tell the agent the server answers again: {e}");
+            }
+        });
     }
 
     /// Gives up an assignment in the background.
@@ -404,12 +434,14 @@ impl Inner {
                 }
                 Attempt::Unreached(why) => {
                     tracing::debug!(server = %who, "unreachable, trying the next server: {why}");
-                    self.tell_unreachable(ranking.ticket, cand.server_id).await;
+                    self.tell_unreachable(ranking.ticket, cand.server_id, &cand.addr)
+                        .await;
                     failures.push(why);
                 }
                 Attempt::Silent(why) => {
                     tracing::warn!(server = %who, call = %service, "{why}; trying the next server");
-                    self.tell_unreachable(ranking.ticket, cand.server_id).await;
+                    self.tell_unreachable(ranking.ticket, cand.server_id, &cand.addr)
+                        .await;
                     failures.push(why);
                 }
                 Attempt::Crashed(why) => {
@@ -497,6 +529,7 @@ impl GridClient {
                 rt,
                 next_handle: AtomicU64::new(1),
                 call_timeout,
+                awaiting_answer: Default::default(),
             }),
         })
     }

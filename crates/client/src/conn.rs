@@ -382,6 +382,12 @@ impl Conn {
             .await
     }
 
+    /// `AgentApi::reachable`.
+    pub(crate) async fn reachable(&self, server: ServerId) -> Result<(), GrpcError> {
+        self.agent_call(|c, ctx| async move { c.reachable(ctx, server).await })
+            .await
+    }
+
     /// `AgentApi::status`.
     pub(crate) async fn status(&self) -> Result<AgentStatus, GrpcError> {
         self.agent_call(|c, ctx| async move { c.status(ctx).await })

@@ -903,13 +903,13 @@ impl Job {
                 Attempt::Unreached(why) => {
                     tracing::debug!(call = %spec.name, "planned server unreachable, ranking afresh: {why}");
                     inner
-                        .tell_unreachable(spec.ticket, spec.server.server_id)
+                        .tell_unreachable(spec.ticket, spec.server.server_id, &spec.server.addr)
                         .await;
                 }
                 Attempt::Silent(why) => {
                     tracing::warn!(call = %spec.name, "{why}; ranking afresh");
                     inner
-                        .tell_unreachable(spec.ticket, spec.server.server_id)
+                        .tell_unreachable(spec.ticket, spec.server.server_id, &spec.server.addr)
                         .await;
                 }
                 Attempt::Crashed(why) => {

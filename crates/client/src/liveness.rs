@@ -54,7 +54,7 @@ impl Drop for CallWatch {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -103,9 +103,8 @@ impl Liveness {
         v
     }
 
-    /// Watches the server at `addr` for the length of one call.
-    pub(crate) fn watch(self: &Arc<Self>, addr: &str) -> CallWatch {
-        let watched = lock(&self.servers)
+    fn watched(&self, addr: &str) -> Arc<Watched> {
+        lock(&self.servers)
             .entry(addr.to_string())
             .or_insert_with(|| {
                 Arc::new(Watched {
@@ -114,14 +113,56 @@ impl Liveness {
                     pinging: AtomicBool::new(false),
                 })
             })
-            .clone();
-        watched.calls.fetch_add(1, Ordering::AcqRel);
+            .clone()
+    }
+
+    fn ensure_pinging(self: &Arc<Self>, addr: &str, watched: &Arc<Watched>) {
         if !watched.pinging.swap(true, Ordering::AcqRel) {
             let me = self.clone();
             let (w, a) = (watched.clone(), addr.to_string());
             self.rt.spawn(async move { me.ping_loop(a, w).await });
         }
+    }
+
+    /// Sets whether `w` answers, keeping the count; whether that changed anything.
+    fn set_unresponsive(&self, w: &Watched, silent: bool) -> bool {
+        let changed = w.unresponsive.send_if_modified(|u| {
+            let changed = *u != silent;
+            *u = silent;
+            changed
+        });
+        if changed {
+            if silent {
+                self.unresponsive_count.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.unresponsive_count.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        changed
+    }
+
+    /// Watches the server at `addr` for the length of one call.
+    pub(crate) fn watch(self: &Arc<Self>, addr: &str) -> CallWatch {
+        let watched = self.watched(addr);
+        watched.calls.fetch_add(1, Ordering::AcqRel);
+        self.ensure_pinging(addr, &watched);
         CallWatch { watched }
+    }
+
+    /// A call could not reach the server at `addr`: it is suspect (tried last) from now, and
+    /// pinged every interval until it answers; the future ends when it does (a partition
+    /// healed, a restarted server listening again).
+    pub(crate) fn until_answers(
+        self: &Arc<Self>,
+        addr: &str,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let watched = self.watched(addr);
+        let mut answers = watched.unresponsive.subscribe();
+        self.set_unresponsive(&watched, true);
+        self.ensure_pinging(addr, &watched);
+        async move {
+            let _ = answers.wait_for(|silent| !*silent).await;
+        }
     }
 
     /// Pings `addr` while it has calls in flight or is suspect. The first ping waits an
@@ -165,10 +206,8 @@ impl Liveness {
             .is_some();
             if answered {
                 last_ok = Instant::now();
-                if *w.unresponsive.borrow() {
+                if self.set_unresponsive(&w, false) {
                     tracing::info!(server = %addr, "answers again");
-                    w.unresponsive.send_replace(false);
-                    self.unresponsive_count.fetch_sub(1, Ordering::AcqRel);
                 }
             } else {
                 client = None;
@@ -178,8 +217,7 @@ impl Liveness {
                         silent_s = last_ok.elapsed().as_secs_f64(),
                         "not answering: moving its calls to other servers"
                     );
-                    w.unresponsive.send_replace(true);
-                    self.unresponsive_count.fetch_add(1, Ordering::AcqRel);
+                    self.set_unresponsive(&w, true);
                     (self.on_unresponsive)(&addr);
                 }
             }

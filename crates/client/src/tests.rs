@@ -75,6 +75,29 @@ async fn when_every_server_fails_each_is_named_and_the_ticket_released() {
     assert_eq!(told[0].0, grid.agent.released.lock().unwrap()[0]);
 }
 
+/// A server the client could not reach comes up again (its partition healed): the client,
+/// pinging it meanwhile, tells the agent, which ends the suspicion its report set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reported_unreachable_is_reported_reachable_once_it_answers() {
+    let mut grid = Grid::start(&["dead1", "s2"]).await;
+    let c = GridClient::connect(crate::ClientConfig {
+        liveness_interval_ms: 100,
+        ..grid.config()
+    })
+    .await
+    .unwrap();
+    let add = c.function_handle_default("add").await.unwrap();
+    assert_eq!(c.call(&add, ints(1, 2)).await.unwrap().server, "s2");
+    wait_until(|| !grid.agent.unreachable.lock().unwrap().is_empty()).await;
+    let dead = grid.agent.unreachable.lock().unwrap()[0].1;
+    assert!(c.unresponsive_servers().contains(&grid.addr_of("dead1")));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(grid.agent.reachable.lock().unwrap().is_empty());
+    grid.revive("dead1").await;
+    wait_until(|| grid.agent.reachable.lock().unwrap().as_slice() == [dead]).await;
+    assert!(c.unresponsive_servers().is_empty());
+}
+
 async fn wait_until(mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {

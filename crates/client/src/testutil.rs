@@ -46,10 +46,11 @@ pub fn dead_addr() -> String {
     a
 }
 
-/// Serves `$serve` (a tarpc `Serve` value) on 127.0.0.1:0; evaluates to the address.
+/// Serves `$serve` (a tarpc `Serve` value) on 127.0.0.1:0 (or `$at`); evaluates to the address.
 macro_rules! listen {
-    ($name:expr, $serve:expr) => {{
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    ($name:expr, $serve:expr) => {{ listen!($name, $serve, "127.0.0.1:0") }};
+    ($name:expr, $serve:expr, $at:expr) => {{
+        let l = TcpListener::bind($at).await.unwrap();
         let addr: SocketAddr = l.local_addr().unwrap();
         let serve = $serve;
         tokio::spawn(wire::accept_loop(
@@ -83,6 +84,8 @@ pub struct AgentState {
     pub released: Mutex<Vec<Ticket>>,
     /// Servers clients said they could not reach, with the ticket they said it with.
     pub unreachable: Mutex<Vec<(Ticket, ServerId)>>,
+    /// Servers clients said they reach again.
+    pub reachable: Mutex<Vec<ServerId>>,
     next_ticket: AtomicU64,
     /// Delay before answering rank, ms.
     pub rank_delay_ms: AtomicU64,
@@ -188,6 +191,9 @@ impl AgentApi for TestAgent {
     }
     async fn unreachable(self, _: Context, ticket: Ticket, server: ServerId) {
         self.0.unreachable.lock().unwrap().push((ticket, server));
+    }
+    async fn reachable(self, _: Context, server: ServerId) {
+        self.0.reachable.lock().unwrap().push(server);
     }
     async fn model_points(self, _: Context, _: ServerId, _: Vec<ModelPoint>) -> Ack {
         Ack::Ok
@@ -422,6 +428,18 @@ impl Grid {
             .find(|(n, _)| n == name)
             .map(|(_, a)| a.clone())
             .unwrap()
+    }
+
+    /// A `dead…` server comes up at its address (a healed partition, a restart); its state.
+    pub async fn revive(&mut self, name: &str) -> Arc<ServerStateT> {
+        let addr = self.addr_of(name);
+        let st = Arc::new(ServerStateT {
+            name: name.to_string(),
+            ..Default::default()
+        });
+        listen!(name, TestServer(st.clone()).serve(), addr.as_str());
+        self.servers.insert(name.to_string(), st.clone());
+        st
     }
 
     /// Panics for a `dead…` or unknown name: only live test servers have a state.

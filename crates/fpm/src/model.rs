@@ -288,6 +288,15 @@ impl Fpm {
         })
     }
 
+    /// Whether `x` lies past the largest size measured on a one-parameter model: there a
+    /// speed that fell at the top (paging) is not known to rise again. (With several
+    /// parameters the nearest measured size may be another shape altogether.)
+    pub fn past_top(&self, x: &[i64]) -> bool {
+        self.params.len() == 1
+            && x.len() == 1
+            && self.extent.first().is_some_and(|&(_, hi)| x[0] > hi)
+    }
+
     /// The least and greatest coordinate on axis `k` over the vertices (the measured points
     /// and `zero`, the active assumed zero); `None` without a vertex.
     fn span(&self, zero: Option<&[i64]>, k: usize) -> Option<(i64, i64)> {
@@ -759,6 +768,16 @@ mod tests {
             m.add_sample(&[*x], *s);
         }
         m
+    }
+
+    #[test]
+    fn only_sizes_past_a_one_parameter_models_largest_are_past_its_top() {
+        let m = m1(&[(100, 1e9), (500, 1e8)]);
+        assert!(m.past_top(&[501]));
+        assert!(!m.past_top(&[500]) && !m.past_top(&[50]));
+        let mut two = Fpm::new(vec!["m".into(), "n".into()]);
+        two.add_sample(&[10, 10], 1e9);
+        assert!(!two.past_top(&[20, 20]));
     }
 
     #[test]

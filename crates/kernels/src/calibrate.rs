@@ -67,6 +67,7 @@ mod tests {
             calibration_size: None,
             inputs: 0,
             output: false,
+            halo_bytes: 0,
         }
         .build()
         .unwrap();

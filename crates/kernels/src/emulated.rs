@@ -67,6 +67,11 @@ pub struct EmulatedSpec {
     /// Whether the call also returns a `vector<f64>[param]` (`out`, zeros) for later calls.
     #[serde(default)]
     pub output: bool,
+    /// A slab's boundary rows, bytes each (0: none): the call then takes its neighbours' rows
+    /// `up` and `down` (`bytes`, contents ignored) and returns its own first and last rows,
+    /// `top` and `bottom` (zeros), for the neighbours' next step.
+    #[serde(default)]
+    pub halo_bytes: u64,
 }
 
 fn default_param() -> String {
@@ -108,7 +113,8 @@ fn is_identifier(s: &str) -> bool {
 }
 
 impl EmulatedSpec {
-    /// Size, data inputs, then the data output (if any) and the seconds slept.
+    /// Size, data inputs, the halo rows in, then the data output (if any), the halo rows out,
+    /// and the seconds slept.
     fn args(&self) -> Vec<ArgDesc> {
         let data = format!("vector<f64>[{}]", self.param);
         let mut args = vec![ArgDesc {
@@ -121,11 +127,45 @@ impl EmulatedSpec {
                 ..ArgDesc::new(&format!("x{i}"), ArgMode::In, &data)
             });
         }
+        if self.halo_bytes > 0 {
+            for (name, doc) in [
+                (
+                    "up",
+                    "The row below this slab's first, from its upper neighbour.",
+                ),
+                (
+                    "down",
+                    "The row past this slab's last, from its lower neighbour.",
+                ),
+            ] {
+                args.push(ArgDesc {
+                    doc: doc.into(),
+                    ..ArgDesc::new(name, ArgMode::In, "bytes")
+                });
+            }
+        }
         if self.output {
             args.push(ArgDesc {
                 doc: "Data for later calls (zeros).".into(),
                 ..ArgDesc::new("out", ArgMode::Out, &data)
             });
+        }
+        if self.halo_bytes > 0 {
+            for (name, doc) in [
+                (
+                    "top",
+                    "This slab's first row, for its upper neighbour (zeros).",
+                ),
+                (
+                    "bottom",
+                    "This slab's last row, for its lower neighbour (zeros).",
+                ),
+            ] {
+                args.push(ArgDesc {
+                    doc: doc.into(),
+                    ..ArgDesc::new(name, ArgMode::Out, "bytes")
+                });
+            }
         }
         args.push(ArgDesc {
             doc: "The emulated compute time slept, in seconds.".into(),
@@ -186,6 +226,7 @@ impl EmulatedSpec {
             calibration_size: self.calibration_size,
             inputs: self.inputs,
             output: self.output,
+            halo_bytes: self.halo_bytes,
             load: None,
         })
     }
@@ -201,6 +242,7 @@ pub struct EmulatedKernel {
     calibration_size: Option<i64>,
     inputs: u32,
     output: bool,
+    halo_bytes: u64,
     // The background load and the instant its time 0 stands for.
     load: Option<(Arc<LoadTrace>, Instant)>,
 }
@@ -279,9 +321,13 @@ impl Kernel for EmulatedKernel {
         if sleep_precisely(ctx, d) {
             return Err(KernelError::Cancelled);
         }
-        let mut out = Vec::with_capacity(2);
+        let mut out = Vec::with_capacity(4);
         if self.output {
             out.push(Value::vector_f64(&vec![0.0; x.max(0) as usize]));
+        }
+        if self.halo_bytes > 0 {
+            let row = Value::Bytes(vec![0; self.halo_bytes as usize]);
+            out.extend([row.clone(), row]);
         }
         out.push(Value::Double(t));
         Ok(out)
@@ -310,6 +356,9 @@ impl Kernel for EmulatedKernel {
         for _ in 0..self.inputs {
             inputs.push(Value::vector_f64(&vec![0.0; size.max(0) as usize]));
         }
+        if self.halo_bytes > 0 {
+            inputs.extend([Value::Bytes(Vec::new()), Value::Bytes(Vec::new())]);
+        }
         Some(inputs)
     }
 }
@@ -331,6 +380,7 @@ mod tests {
             calibration_size: None,
             inputs: 0,
             output: false,
+            halo_bytes: 0,
         }
     }
 
@@ -529,6 +579,7 @@ mod data_tests {
             calibration_size: None,
             inputs: 2,
             output: true,
+            halo_bytes: 0,
         };
         let k = spec.build().unwrap();
         let sig = k.desc().signature();
@@ -543,5 +594,42 @@ mod data_tests {
         let out = k.run(&inputs, &KernelCtx::default()).unwrap();
         k.desc().check_outputs(&inputs, &out).unwrap();
         assert_eq!(out.len(), 2);
+    }
+
+    /// A slab's step: its neighbours' boundary rows in, its own out, each `halo_bytes` long.
+    #[test]
+    fn a_slab_step_takes_and_returns_boundary_rows() {
+        let s = EmulatedSpec {
+            name: "slab".into(),
+            doc: String::new(),
+            param: "n".into(),
+            complexity: "n".into(),
+            speed: vec![[0.0, 1e9]],
+            calibration_size: None,
+            inputs: 0,
+            output: false,
+            halo_bytes: 1000,
+        };
+        let k = s.build().unwrap();
+        let sig = k.desc().signature();
+        for arg in [
+            "in up: bytes",
+            "in down: bytes",
+            "out top: bytes",
+            "out bottom: bytes",
+        ] {
+            assert!(sig.contains(arg), "{sig}");
+        }
+        let inputs = k.calibration_inputs().unwrap();
+        k.desc().check_inputs(&inputs).unwrap();
+        let row = Value::Bytes(vec![1; 1000]);
+        let out = k
+            .run(&[Value::Int(10), row.clone(), row], &KernelCtx::default())
+            .unwrap();
+        k.desc().check_outputs(&inputs, &out).unwrap();
+        assert_eq!(
+            out[..2],
+            [Value::Bytes(vec![0; 1000]), Value::Bytes(vec![0; 1000])]
+        );
     }
 }

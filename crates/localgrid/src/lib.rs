@@ -223,6 +223,9 @@ impl Launcher {
     }
 }
 
+/// Set (to anything) to keep a grid's directory, logs included, when it stops.
+pub const KEEP_DIR_ENV: &str = "GRIDWISE_KEEP_GRID_DIR";
+
 /// An agent and servers on loopback, each a separate process, with their config files and logs
 /// in a temporary folder that goes away with the grid.
 pub struct LocalGrid {
@@ -294,9 +297,18 @@ impl LocalGrid {
         agent_args: &[String],
         tls: bool,
     ) -> anyhow::Result<LocalGrid> {
-        let dir = tempfile::Builder::new()
+        let mut dir = tempfile::Builder::new()
             .prefix("gridwise-local-")
             .tempdir()?;
+        // The daemons' logs and configs are gone with the grid, unless asked for: what a
+        // benchmark's daemons did is then still there to read.
+        if std::env::var_os(KEEP_DIR_ENV).is_some() {
+            dir.disable_cleanup(true);
+            eprintln!(
+                "{KEEP_DIR_ENV}: the grid's logs stay in {}",
+                dir.path().display()
+            );
+        }
         let mut kept: Vec<String> = agent_args.to_vec();
         let tls_dir = if tls {
             let certs = dir.path().join("certs");

@@ -4,6 +4,7 @@
 use crate::knowledge::{ServerView, ServiceFacts};
 use crate::stoch::{Stoch, Z90};
 use gridwise_fpm::band;
+use gridwise_fpm::model::Fpm;
 pub use gridwise_proto::LoadModel;
 use gridwise_proto::{CallProfile, ComputeSource, ModelFamily};
 
@@ -181,8 +182,8 @@ impl ComputeModel for RateModel {
 
 /// The agent's compute model. On a quiet host: functional performance models (seed 003),
 /// time = C(x) / S(x) with S the (server, service) model's interpolated speed at the call's
-/// sizes (outside the sizes a model covers, the calibrated rate stands in, and the source says
-/// so), or regression models (seed 001), as the service's [`ModelFamily`] says, each falling
+/// sizes (outside the sizes a model covers, the calibrated rate stands in, or the model's
+/// speed at its nearest size where that is slower, and the source says so), or regression models (seed 001), as the service's [`ModelFamily`] says, each falling
 /// back to the other and then to [`RateModel`]. The spread is the model's recent misfit on this
 /// server (its points' own spread until calls have been scored). Load then enters once, as
 /// [`LoadModel`] says.
@@ -271,12 +272,27 @@ fn fpm(server: ServerView<'_>, work: Option<f64>, x: &[i64]) -> Option<Compute> 
         };
         return Some(with_spread(Compute::point(t, source), server));
     }
-    let rate = server.rate()?;
+    let rate = rate_outside_model(server, m, x)?;
     let c = Compute::point(
         work / rate,
         ComputeSource::RateOutsideModel { rate, points },
     );
     Some(with_spread(c, server))
+}
+
+/// The rate for a size outside the model: the calibrated one, unless the size is past the
+/// top of a one-parameter model whose speed there is slower. A server whose model saw its
+/// speed fall (paging at its largest measured size) is not trusted to run fast again just
+/// past it: a divisible job's plan once sent a 514-unit part to a server whose model ended,
+/// slow, at 4000, because 8000 units were estimated at the calibrated rate of 10.
+fn rate_outside_model(server: ServerView<'_>, m: &Fpm, x: &[i64]) -> Option<f64> {
+    let rate = server.rate()?;
+    let edge = m
+        .past_top(x)
+        .then(|| m.speed(x))
+        .flatten()
+        .filter(|s| *s > 0.0);
+    Some(edge.map_or(rate, |s| s.min(rate)))
 }
 
 /// The server's own regression model, else the service's reference model scaled by the
@@ -449,13 +465,13 @@ impl ComputeModel for FpmModel {
             return None;
         }
         // What `fpm` answers with (load only lengthens it): work / S(x) where the model covers
-        // x (infinite where S is 0), else work / the calibrated rate; without a rate `fpm`
-        // has no answer and the regression may, which nothing here bounds.
+        // x (infinite where S is 0), else work / its rate outside the model; without a rate
+        // `fpm` has no answer and the regression may, which nothing here bounds.
         let x = size_vector(profile);
         if m.covers(&x) {
             let s = m.speed(&x)?;
             return Some(if s > 0.0 { s } else { 0.0 });
         }
-        server.rate()
+        rate_outside_model(server, m, &x)
     }
 }

@@ -860,6 +860,8 @@ fn list_or_none(names: &[String]) -> String {
 }
 
 #[cfg(test)]
+mod divide_tests;
+#[cfg(test)]
 mod graph_map_tests;
 #[cfg(test)]
 mod hardening_tests;

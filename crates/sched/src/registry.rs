@@ -93,6 +93,9 @@ pub(crate) struct Trust {
     pub(crate) suspect_until: Duration,
     /// Suspicions since a call last ran there: each doubles the next one's length.
     pub(crate) suspicions: u32,
+    /// The client (holder key) whose report set the current suspicion: only its word that
+    /// the server answers again lifts it.
+    pub(crate) suspected_by: Option<u64>,
 }
 
 impl ServerEntry {

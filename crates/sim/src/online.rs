@@ -152,6 +152,7 @@ pub fn service_desc(scenario: &Scenario, service: &str) -> Result<ServiceDesc, S
         calibration_size: None,
         inputs: 0,
         output: false,
+        halo_bytes: 0,
     };
     emulated
         .build()

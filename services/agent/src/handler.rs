@@ -577,6 +577,13 @@ impl AgentApi for AgentHandler {
         }
     }
 
+    async fn reachable(self, _: Context, server: ServerId) {
+        let now = self.now();
+        if self.core().reached_again(server, &self.peer.principal, now) {
+            tracing::info!(%server, peer = %self.peer.addr, "the client that could not reach the server reaches it again: ranked as before");
+        }
+    }
+
     async fn models(self, _: Context) -> Vec<ModelSummary> {
         self.core().models()
     }

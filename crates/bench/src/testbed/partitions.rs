@@ -60,6 +60,8 @@ fn scenarios() -> Vec<Scenario> {
 struct Seen {
     gave_up_s: Option<f64>,
     up_again_s: Option<f64>,
+    /// When the client no longer held any of them unresponsive.
+    answer_again_s: Option<f64>,
     used_again_s: Option<f64>,
 }
 
@@ -135,6 +137,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
             "client_gave_up_after_s": r2(seen.gave_up_s),
             "gave_up_within_3_liveness": seen.gave_up_s.map(|s| s <= 3.0 * LIVENESS.as_secs_f64()),
             "up_again_after_heal_s": r2(after_heal(seen.up_again_s)),
+            "answer_client_again_after_heal_s": r2(after_heal(seen.answer_again_s)),
             "used_again_after_heal_s": r2(after_heal(seen.used_again_s)),
             "used_again_within_2_heartbeats": after_heal(seen.used_again_s)
                 .map(|s| s <= 2.0 * HEARTBEAT.as_secs_f64()),
@@ -181,6 +184,14 @@ fn watch(
                     if up {
                         s.up_again_s = Some(t);
                     }
+                }
+                if s.answer_again_s.is_none()
+                    && !client
+                        .unresponsive_servers()
+                        .iter()
+                        .any(|a| addrs.contains(a))
+                {
+                    s.answer_again_s = Some(t);
                 }
                 for (i, a) in addrs.iter().enumerate() {
                     let now = executed(a);

@@ -565,6 +565,32 @@ fn a_server_clients_cannot_reach_is_ranked_behind_at_once() {
     );
 }
 
+/// A partition healed: the client that reported the server reaches it again, and says so.
+/// After a few reports its suspicion would last many heartbeat timeouts; it ends at once,
+/// and only on the word of the client that reported it.
+#[test]
+fn a_suspicion_ends_when_the_reporting_client_reaches_the_server_again() {
+    let mut c = confirmed_grid();
+    let p = dgemm_profile(200, 200, 200);
+    let first = c
+        .rank_for(Some("me"), &p, &RankOptions::default(), secs(1.0))
+        .unwrap();
+    let top = first.candidates[0].clone();
+    assert!(
+        c.unreachable(first.ticket, top.server_id, "me", secs(1.0))
+            .taken()
+    );
+    let suspect =
+        |c: &AgentCore, at: f64| c.server_by_name(&top.name).unwrap().is_suspected(secs(at));
+    assert!(suspect(&c, 2.0));
+    assert!(!c.reached_again(top.server_id, "someone else", secs(2.0)));
+    assert!(suspect(&c, 2.0));
+    assert!(c.reached_again(top.server_id, "me", secs(2.0)));
+    assert!(!suspect(&c, 2.0));
+    // Said twice, or with no suspicion standing: nothing to lift.
+    assert!(!c.reached_again(top.server_id, "me", secs(2.1)));
+}
+
 #[test]
 fn confirmed_servers_keep_half_of_a_rankings_places_among_unproven_ones() {
     let mut c = AgentCore::new(CoreConfig {

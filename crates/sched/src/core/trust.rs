@@ -149,7 +149,27 @@ impl AgentCore {
         let period = self.config.heartbeat_timeout * (1u32 << trust.suspicions.min(6));
         trust.suspicions = trust.suspicions.saturating_add(1);
         trust.suspect_until = now + period;
+        trust.suspected_by = Some(key);
         Suspicion::For(period)
+    }
+
+    /// The client `holder`, whose report made `server` suspect, reached it again (its link
+    /// healed): the suspicion ends now rather than when its period runs out, which after a
+    /// few reports is many heartbeat timeouts. Whether it was lifted.
+    pub fn reached_again(&mut self, server: ServerId, holder: &str, now: Duration) -> bool {
+        let Some(key) = self.holder_key(Some(holder)) else {
+            return false;
+        };
+        let Some(slot) = self.registry.slot_of(server) else {
+            return false;
+        };
+        let trust = &mut self.registry.entry_mut(slot).trust;
+        if now >= trust.suspect_until || trust.suspected_by != Some(key) {
+            return false;
+        }
+        trust.suspect_until = now;
+        trust.suspected_by = None;
+        true
     }
 
     /// `slots` without the servers clients failed to reach lately, unless that leaves none:

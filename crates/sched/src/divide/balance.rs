@@ -18,24 +18,37 @@ const SLACK: f64 = 0.05;
 /// Linearisations refreshed at the new parts.
 const REFRESHES: usize = 3;
 
-/// How much slower per unit than its best a part must get for a cliff (paging) to be seen: a
-/// model knows a cliff only as a fall between two measured sizes (e.g. 3 Gop/s at 500, 0.3 at
-/// 550), and the real cliff may be anywhere between them: a part is kept where the fall has
-/// barely begun.
+/// How much slower per unit than half its size a part must get for a cliff (paging) to be
+/// seen (a gentle decline over many sizes, as caches give, is none): a model knows a cliff only as a fall between two measured sizes (e.g. 3 Gop/s at 500,
+/// 0.3 at 550), a model's noise is a few percent, a cliff's fall is several times.
 const KNEE: f64 = 1.1;
 /// Within a bracket that holds a cliff, how far above the level before it a part's time per
-/// unit may be: a model's noise is a few percent, a cliff's fall is several times.
+/// unit may be before the fall is taken to have begun.
 const FALL_START: f64 = 1.02;
+/// A second, steeper crossing of the fall: the line through the two is extended back to the
+/// level, to where the model's fall begins.
+const FALL_SLOPE: f64 = 1.05;
 
-/// The largest part `w` takes before its time per unit falls off a cliff (paging): the models
-/// know the cliff only between the sizes they measured, and a split that lands on it is
-/// predicted far better than it runs. Found at doubling sizes, then by bisection.
+/// The largest part `w` takes before its time per unit falls off its first cliff (paging).
+///
+/// A model knows a cliff only as a line from its last fast point to its first slow one, and
+/// the real fall may begin anywhere between them, at once for all the model can tell: the part
+/// stops where that line leaves the level before it, at the last size measured fast, not part
+/// way down the line. Found at doubling sizes (the first one slower than [`KNEE`] × the one
+/// before it), then by bisection, then by extending the fall's line back to the level.
+///
+/// Only what grows with the part counts: a fixed cost (a queue to wait in, a call's overhead,
+/// a neighbour exchange) makes larger parts look cheaper per unit and would hide a cliff.
 pub fn knee(w: &Worker<'_>, n: u64) -> u64 {
     let hi = w.cap.min(n);
     if hi <= 2 {
         return hi;
     }
-    let per_unit = |x: u64| (w.time)(x).mean / x as f64;
+    let time = |x: u64| (w.time)(x).mean;
+    let fixed = (2.0 * time(1) - time(2)).max(0.0);
+    // A NaN or infinite time is past the knee too.
+    let per_unit = |x: u64| (time(x) - fixed) / x as f64;
+    let fallen = |t: f64, level: f64| t.is_nan() || t > level;
     let mut xs = Vec::new();
     let mut x = 1u64;
     while x < hi {
@@ -44,36 +57,39 @@ pub fn knee(w: &Worker<'_>, n: u64) -> u64 {
     }
     xs.push(hi);
     let pu: Vec<f64> = xs.iter().map(|&x| per_unit(x)).collect();
-    let Some((ib, best)) = pu
-        .iter()
-        .copied()
-        .enumerate()
-        .filter(|(_, t)| t.is_finite())
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-    else {
+    if !pu[0].is_finite() {
         return 0;
-    };
-    // A NaN or infinite time is past the knee too.
-    let within = |t: f64| t <= KNEE * best;
-    let Some(i) = (ib + 1..xs.len()).find(|&i| !within(pu[i])) else {
+    }
+    let Some(i) = (1..pu.len()).find(|&i| fallen(pu[i], KNEE * pu[i - 1])) else {
         return hi;
     };
-    // The cliff is somewhere in this bracket; its fall starts where the time per unit first
-    // leaves the level before it. A model's straight line from its last fast size to its first
-    // slow one reaches KNEE only part way down a fall that, for real, may be a step at the
-    // start: so the bisection looks for the fall's start, not for KNEE.
-    let (mut lo, mut up) = (xs[i - 1], xs[i]);
-    let level = pu[i - 1].min(best * KNEE);
-    let before_fall = |t: f64| t <= level * FALL_START;
-    while up - lo > 1 {
-        let mid = lo + (up - lo) / 2;
-        if before_fall(per_unit(mid)) {
-            lo = mid;
-        } else {
-            up = mid;
+    let (lo, up) = (xs[i - 1], xs[i]);
+    let level = pu[i - 1];
+    // The largest x in [from, up) whose time per unit is still within `rise` of the level.
+    let last_within = |from: u64, rise: f64| {
+        let (mut a, mut b) = (from, up);
+        while b - a > 1 {
+            let mid = a + (b - a) / 2;
+            if fallen(per_unit(mid), level * rise) {
+                b = mid;
+            } else {
+                a = mid;
+            }
         }
+        a
+    };
+    let start = last_within(lo, FALL_START);
+    let (x1, x2) = (
+        start + 1,
+        (last_within(start, FALL_SLOPE) + 1).max(start + 2),
+    );
+    let (p1, p2) = (per_unit(x1), per_unit(x2));
+    let slope = (p2 - p1) / (x2 - x1) as f64;
+    if slope.is_nan() || slope <= 0.0 || !p1.is_finite() {
+        return start;
     }
-    lo
+    let back = x1 as f64 - (p1 - level) / slope;
+    (back.floor().max(lo as f64) as u64).min(start)
 }
 
 /// Units per server of `set` (in its order), and for `lp` the slack it needed.

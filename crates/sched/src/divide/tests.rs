@@ -182,22 +182,56 @@ fn one_server_is_best_when_parts_cost_more_than_they_save() {
 
 /// What a model learned of a sharp cliff from sizes 50 apart: fast at 500, a tenth at 550,
 /// a straight line between. Per unit, 505 is only 10% slower on that line, but the real
-/// cliff may be a step at 501: the part stops where the line starts to fall.
+/// cliff may be a step at 501: the part stops at the last size measured fast.
+fn learned_cliff(x: u64) -> f64 {
+    let x = x as f64;
+    let s = if x <= 500.0 {
+        3000.0
+    } else if x >= 550.0 {
+        300.0
+    } else {
+        3000.0 - 2700.0 * (x - 500.0) / 50.0
+    };
+    x / s
+}
+
 #[test]
 fn a_part_stops_where_a_models_fall_starts_not_part_way_down_it() {
-    let model = |x: u64| {
-        let x = x as f64;
-        let s = if x <= 500.0 {
-            3000.0
-        } else if x >= 550.0 {
-            300.0
-        } else {
-            3000.0 - 2700.0 * (x - 500.0) / 50.0
-        };
-        Stoch::point(0.002 + x / s)
-    };
+    let model = |x: u64| Stoch::point(0.002 + learned_cliff(x));
     let flat = linear(3000.0, 0.002);
-    let k = balance::knee(&worker(0, &model, 3000.0), 8000);
-    assert!((495..=501).contains(&k), "knee at {k}");
+    assert_eq!(balance::knee(&worker(0, &model, 3000.0), 8000), 500);
     assert_eq!(balance::knee(&worker(1, &flat, 3000.0), 8000), 8000);
+}
+
+/// A queue to wait in makes every part cost 50 ms more: per unit, 512 units then look cheaper
+/// than 256 although 512 is past the fall. Past the model's largest size (4000) the estimate
+/// is fast again (the calibrated rate stood in there): the first cliff still counts.
+#[test]
+fn a_fixed_cost_or_a_fast_estimate_past_the_model_hides_no_cliff() {
+    let waiting = |x: u64| Stoch::point(0.05 + learned_cliff(x));
+    assert_eq!(balance::knee(&worker(0, &waiting, 3000.0), 8000), 500);
+    let fast_again = |x: u64| {
+        Stoch::point(
+            0.002
+                + if x > 4000 {
+                    x as f64 / 3000.0
+                } else {
+                    learned_cliff(x)
+                },
+        )
+    };
+    assert_eq!(balance::knee(&worker(0, &fast_again, 3000.0), 8000), 500);
+}
+
+/// A model whose fast sizes differ by a few percent (noise) has no cliff there; a gentle
+/// decline (cache effects) is no cliff either.
+#[test]
+fn noise_and_a_gentle_decline_are_no_cliff() {
+    let noisy = |x: u64| {
+        let wobble = 1.0 + 0.03 * ((x as f64) / 37.0).sin();
+        Stoch::point(0.002 + x as f64 / (3000.0 * wobble))
+    };
+    assert_eq!(balance::knee(&worker(0, &noisy, 3000.0), 8000), 8000);
+    let declining = |x: u64| Stoch::point(0.002 + x as f64 / (3000.0 - 0.05 * x as f64));
+    assert_eq!(balance::knee(&worker(0, &declining, 3000.0), 8000), 8000);
 }
