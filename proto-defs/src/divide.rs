@@ -5,8 +5,9 @@
 use crate::messages::CallProfile;
 use serde::{Deserialize, Serialize};
 
-/// What neighbours exchange per part and iteration in a 1-D slab decomposition (seed 004
-/// §3.1): `bytes` in all and `messages` of them.
+/// What a part takes from its neighbours per iteration in a 1-D slab decomposition (seed 004
+/// §3.1): `bytes` in all and `messages` of them, half from each neighbour (its two boundary
+/// rows), pulled from where the neighbour made them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NeighbourComm {
     pub bytes: u64,
@@ -77,6 +78,9 @@ pub struct DividePart {
     pub units: u64,
     pub predicted_s: f64,
     pub sd_s: f64,
+    /// Of `predicted_s`, its exchange with its neighbours per step (a slab job).
+    #[serde(default)]
+    pub comm_s: f64,
 }
 
 /// How a divisible job is cut.

@@ -84,3 +84,81 @@ fn a_job_is_cut_by_speed_the_pager_spared_and_iterations_settle() {
         last.makespan_s
     );
 }
+
+/// A slab job: three servers, each step every part takes its neighbours' 64 KiB boundary rows
+/// of the step before straight from their servers (as references the client never fetches).
+#[test]
+fn a_slab_swaps_boundary_rows_between_neighbours_every_step() {
+    let mut g = Grid::agent(&FAST_HEARTBEATS);
+    let slab = "builtins = []\ncalibrate = true\nslots = 1\n[[emulated]]\nname = \"slab\"\n\
+                complexity = \"n*1e6\"\nhalo_bytes = 65536\nspeed = [[1, 2e9], [100000, 2e9]]\n\
+                calibration_size = 10\n";
+    for name in ["s1", "s2", "s3"] {
+        g.server(name, slab);
+    }
+    g.wait_up(3);
+    let c = g.client();
+    let h = c.function_handle_default("slab").unwrap();
+    let spec = DivideSpec {
+        unit_param: "n".into(),
+        all: true,
+        ..DivideSpec::default()
+    };
+    let inputs = |_: u64, units: u64| vec![Value::Int(units as i64)];
+    let run = c.divide_slab(&h, 300, &spec, 65536, 3, &inputs).unwrap();
+    assert_eq!(run.plan.parts.len(), 3, "{:?}", run.plan);
+    assert_eq!(run.steps.len(), 3);
+    // The plan counts an exchange for every part, the ends' with one neighbour.
+    assert!(
+        run.plan.parts.iter().all(|p| p.comm_s > 0.0),
+        "{:?}",
+        run.plan
+    );
+    // Nothing to take in the first step; then one row from each neighbour.
+    assert!(run.steps[0].parts.iter().all(|p| p.exchanged_bytes == 0));
+    for step in &run.steps[1..] {
+        let taken: Vec<u64> = step.parts.iter().map(|p| p.exchanged_bytes).collect();
+        assert_eq!(taken, vec![65536, 2 * 65536, 65536]);
+        for p in &step.parts {
+            assert_eq!(
+                p.units,
+                run.plan
+                    .parts
+                    .iter()
+                    .find(|q| q.server == p.server)
+                    .unwrap()
+                    .units
+            );
+            // The rows it made stayed where it ran.
+            for out in &p.result.outputs[..2] {
+                let Value::Ref(r) = out else {
+                    panic!("a boundary row came back to the client: {out:?}")
+                };
+                assert!(
+                    r.bytes == 65536
+                        && r.holder
+                            == run
+                                .plan
+                                .parts
+                                .iter()
+                                .find(|q| q.server == p.server)
+                                .unwrap()
+                                .addr,
+                    "{r:?}"
+                );
+            }
+        }
+    }
+    // A job of no steps is refused with the reason.
+    let e = c
+        .divide_slab(
+            &c.function_handle_default("slab").unwrap(),
+            300,
+            &spec,
+            0,
+            0,
+            &inputs,
+        )
+        .unwrap_err();
+    assert!(e.message.contains("0 steps"), "{e}");
+}

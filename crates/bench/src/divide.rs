@@ -26,10 +26,6 @@ const PER_CLASS: usize = 4;
 const LOADED: f64 = 0.7;
 /// Job sizes, units.
 const SIZES: [u64; 5] = [2000, 4000, 8000, 16000, 32000];
-/// Each (N, policy) job runs this often and its median makespan counts: at N = 2000 a job
-/// takes 55 ms, and one part in 16 waiting 5 ms for a core on this 2-core host (16 servers,
-/// an agent and the client share it) is 10% of the job, which says nothing of the split.
-const REPEATS: usize = 3;
 /// A unit is this many operations.
 const UNIT_OPS: f64 = 1e6;
 
@@ -175,19 +171,11 @@ pub fn run(opts: &DivideBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()>
                 all: selection == "all",
                 ..DivideSpec::default()
             };
-            let mut runs = Vec::with_capacity(REPEATS);
-            for _ in 0..REPEATS {
-                runs.push(client.divide(&h, n, &spec, &inputs)?);
-            }
-            runs.sort_by(|a, b| a.makespan_s.total_cmp(&b.makespan_s));
-            let spread = (runs[0].makespan_s, runs[REPEATS - 1].makespan_s);
-            let r = runs.swap_remove(REPEATS / 2);
+            let r = client.divide(&h, n, &spec, &inputs)?;
             eprintln!(
-                "bench divide: N = {n}, {policy}: {:.3} s on {} servers (of {REPEATS}: {:.3}–{:.3} s)",
+                "bench divide: N = {n}, {policy}: {:.3} s on {} servers",
                 r.makespan_s,
-                r.parts.len(),
-                spread.0,
-                spread.1
+                r.parts.len()
             );
             for p in &r.parts {
                 if (p.actual_s - p.predicted_s).abs() > 0.1 * p.predicted_s.max(1e-3) {
@@ -206,9 +194,6 @@ pub fn run(opts: &DivideBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()>
                 "selection": selection,
                 "default": default,
                 "makespan_s": round(r.makespan_s),
-                "makespan_min_s": round(spread.0),
-                "makespan_max_s": round(spread.1),
-                "repeats": REPEATS,
                 "predicted_s": round(r.plan.makespan_s),
                 "prediction_error": round((r.plan.makespan_s - r.makespan_s).abs() / r.makespan_s),
                 "servers_used": r.parts.len(),

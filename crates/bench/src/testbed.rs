@@ -5,7 +5,8 @@
 //!
 //! Experiments, each a module: links the servers learn against the shaped truth (`links`),
 //! bulk transfers across shaped links (`bulk`), a graph with MB edges mapped with links against
-//! data through the client and a bound (`graph`), partitions during calls and a graph
+//! data through the client and a bound (`graph`), slab jobs swapping boundary rows server to
+//! server, with host selection against an oracle (`slab`), partitions during calls and a graph
 //! (`partitions`). Every row gives the measured figure, the
 //! figure it is judged against and whether the goal held.
 
@@ -13,6 +14,7 @@ mod bulk;
 pub mod graph;
 mod links;
 mod partitions;
+mod slab;
 
 use gridwise_client::Client;
 use gridwise_localgrid::{LocalGrid, wait_for_servers};
@@ -28,7 +30,7 @@ pub const CLIENT_HOST: &str = "laptop";
 
 #[derive(Clone, Debug, Default)]
 pub struct TestbedBench {
-    /// Experiments to run (all when empty): `links`, `bulk`, `graph`, `partitions`.
+    /// Experiments to run (all when empty): `links`, `bulk`, `graph`, `slab`, `partitions`.
     pub only: Vec<String>,
 }
 
@@ -62,8 +64,8 @@ pub fn judged(measured: f64, against: f64, lo: f64, hi: f64) -> serde_json::Valu
 }
 
 /// The server config every server of the bench runs: the data movers, dgemm, a fast link
-/// probe.
-const SERVER_TOML: &str = "builtins = [\"sink\", \"source\", \"dgemm\", \"add\", \"sleep\"]\ncalibrate = false\n\
+/// probe. Calibrated: a slab's plan needs each server's rate before its first part ran.
+const SERVER_TOML: &str = "builtins = [\"sink\", \"source\", \"dgemm\", \"add\", \"sleep\"]\ncalibrate = true\n\
                            slots = 1\nlink_probe_s = 15\n";
 
 pub fn run(opts: &TestbedBench, emit: &mut dyn FnMut(serde_json::Value)) -> anyhow::Result<()> {
@@ -95,14 +97,22 @@ pub fn run(opts: &TestbedBench, emit: &mut dyn FnMut(serde_json::Value)) -> anyh
             .iter()
             .find(|(n, _)| n == s)
             .map_or(4e5, |(_, v)| *v);
-        grid.add_server(s, &format!("{SERVER_TOML}{}", graph::services_toml(speed)))?;
+        grid.add_server(
+            s,
+            &format!(
+                "{SERVER_TOML}{}{}",
+                graph::services_toml(speed),
+                slab::services_toml()
+            ),
+        )?;
     }
     let (tx, rx) = mpsc::channel();
     let want = |e: &str| opts.only.is_empty() || opts.only.iter().any(|o| o == e);
-    let (do_links, do_bulk, do_graph, do_partitions) = (
+    let (do_links, do_bulk, do_graph, do_slab, do_partitions) = (
         want("links"),
         want("bulk"),
         want("graph"),
+        want("slab"),
         want("partitions"),
     );
     let body = {
@@ -127,6 +137,9 @@ pub fn run(opts: &TestbedBench, emit: &mut dyn FnMut(serde_json::Value)) -> anyh
             }
             if do_graph {
                 graph::run(&ctx)?;
+            }
+            if do_slab {
+                slab::run(&ctx)?;
             }
             if do_partitions {
                 partitions::run(&ctx)?;

@@ -380,7 +380,8 @@ enum BenchCmd {
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
-        /// Experiments to run, comma-separated (default: all): links, bulk, graph, partitions.
+        /// Experiments to run, comma-separated (default: all): links, bulk, graph, slab,
+        /// partitions.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },

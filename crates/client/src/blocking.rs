@@ -362,6 +362,33 @@ impl Client {
         self.run(self.inner.divide(h, units, spec, inputs))
     }
 
+    /// See [`GridClient::divide_slab`].
+    pub fn divide_slab(
+        &self,
+        h: &FunctionHandle,
+        units: u64,
+        spec: &crate::DivideSpec,
+        halo_bytes: u64,
+        steps: usize,
+        inputs: &dyn Fn(u64, u64) -> Vec<Value>,
+    ) -> Result<crate::SlabRun, GrpcError> {
+        self.run(
+            self.inner
+                .divide_slab(h, units, spec, halo_bytes, steps, inputs),
+        )
+    }
+
+    /// See [`GridClient::run_slab`].
+    pub fn run_slab(
+        &self,
+        h: &FunctionHandle,
+        plan: gridwise_proto::DivideReply,
+        steps: usize,
+        inputs: &dyn Fn(u64, u64) -> Vec<Value>,
+    ) -> Result<crate::SlabRun, GrpcError> {
+        self.run(self.inner.run_slab(h, plan, steps, inputs))
+    }
+
     /// See [`GridClient::divide_iter`].
     pub fn divide_iter(
         &self,

@@ -47,6 +47,7 @@ pub mod grpc;
 pub mod handle;
 mod liveness;
 pub mod session;
+pub mod slab;
 
 #[cfg(test)]
 mod tests;
@@ -61,6 +62,7 @@ pub use error::GrpcError;
 pub use graph::{CallRecord, CallRef, Graph, GraphArg, GraphRun};
 pub use handle::{Binding, FunctionHandle};
 pub use session::SessionId;
+pub use slab::{SlabPart, SlabRun, SlabStep};
 
 pub use gridwise_proto::{
     AgentStatus, CallProfile, Candidate, DivideReply, ErrorCode, Etc, GraphPlan, NeighbourComm,

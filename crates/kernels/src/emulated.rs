@@ -301,6 +301,10 @@ impl Kernel for EmulatedKernel {
         &self.desc
     }
 
+    fn sleeps(&self) -> bool {
+        true
+    }
+
     fn run(&self, inputs: &[Value], ctx: &KernelCtx) -> Result<Vec<Value>, KernelError> {
         let x = int_input(inputs, 0, self.param())?;
         let quiet = self.emulated_time(x)?;

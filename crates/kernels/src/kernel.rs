@@ -54,6 +54,12 @@ pub trait Kernel: Send + Sync {
         false
     }
 
+    /// Whether its time is set by the kernel itself, not by the CPU it gets (an emulated kernel
+    /// sleeps): the host's load then says nothing about how long it would take on a quiet host.
+    fn sleeps(&self) -> bool {
+        false
+    }
+
     /// Runs on inputs already checked against desc() (IN+INOUT values in order); returns OUT+INOUT values in order.
     fn run(&self, inputs: &[Value], ctx: &KernelCtx) -> Result<Vec<Value>, KernelError>;
 

@@ -591,7 +591,11 @@ impl ServerHandler {
             ended,
         } = attempt;
         let kernel_s = ended.duration_since(started).as_secs_f64();
-        let cpu_available = self.inner.sensors.availability_over(started, ended);
+        let cpu_available = if kernel.sleeps() {
+            self.inner.sensors.sleeping_over(started, ended)
+        } else {
+            self.inner.sensors.availability_over(started, ended)
+        };
         let (outputs, inputs) = result.map_err(KernelError::into_call_error)?;
         kernel
             .desc()

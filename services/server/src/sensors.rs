@@ -114,6 +114,17 @@ impl Sensors {
         }
     }
 
+    /// [`availability_over`](Self::availability_over) for a kernel that sleeps (an emulated
+    /// one): only the configured trace slows it, never the host's other processes. On a server
+    /// that also runs real kernels the host's load was a third of the way to doubling the
+    /// speeds its emulated models learned (2,400–4,200 rows/s for a true 2,000).
+    pub fn sleeping_over(&self, from: Instant, to: Instant) -> Option<f64> {
+        match &self.source {
+            Source::Trace(..) => self.availability_over(from, to),
+            Source::Idle | Source::Host(_) => Some(1.0),
+        }
+    }
+
     /// Memory free for new work, bytes (`MemAvailable`).
     pub fn free_memory_bytes(&self) -> Option<u64> {
         let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -208,6 +219,14 @@ mod tests {
         assert!((mean - 0.75).abs() < 1e-9, "{mean}");
         let idle = Sensors::start(None, origin, true);
         assert_eq!(idle.availability_now(), Some(1.0));
+        // A sleeping kernel follows the trace, and on a host of real kernels is never slowed.
+        let (from, to) = (
+            origin + Duration::from_secs(18),
+            origin + Duration::from_secs(22),
+        );
+        assert_eq!(s.sleeping_over(from, to), s.availability_over(from, to));
+        let host = Sensors::start(None, origin, false);
+        assert_eq!(host.sleeping_over(from, to), Some(1.0));
     }
 
     #[test]

@@ -128,23 +128,26 @@ impl AgentCore {
             self.config.transfers().latency_s,
             self.config.transfers().bandwidth,
         );
-        let comm_of = |slot: usize| -> f64 {
+        // A part's exchange per step: `bytes` in `messages`, half with each neighbour (a
+        // slab's two boundary rows), pulled from where the neighbour made them.
+        let exchange = |a: usize, b: usize| -> f64 {
             let Some(c) = req.comm else { return 0.0 };
-            let me = self.registry.entry(slot).addr();
-            let others: Vec<f64> = slots
-                .iter()
-                .filter(|&&o| o != slot)
-                .map(|&o| {
-                    let peer = self.registry.entry(o).addr();
-                    let per = c.bytes / u64::from(c.messages.max(1));
-                    self.links.transfer(me, peer, per, lat, bw).mean * f64::from(c.messages.max(1))
-                })
-                .collect();
-            if others.is_empty() {
-                0.0
-            } else {
-                others.iter().sum::<f64>() / others.len() as f64
+            let (me, peer) = (
+                self.registry.entry(slots[a]).addr(),
+                self.registry.entry(slots[b]).addr(),
+            );
+            let messages = (c.messages / 2).max(1);
+            let per = c.bytes / 2 / u64::from(messages);
+            self.links.transfer(peer, me, per, lat, bw).mean * f64::from(messages)
+        };
+        // Before a set is chosen, a part's neighbours are any of the others: the mean over
+        // them ranks the servers by connectivity.
+        let comm_of = |i: usize| -> f64 {
+            if req.comm.is_none() || slots.len() < 2 {
+                return 0.0;
             }
+            let others = (0..slots.len()).filter(|&o| o != i);
+            others.map(|o| exchange(i, o)).sum::<f64>() / (slots.len() - 1) as f64
         };
         let unit_work = svc.facts.work(&profile_of(1)).filter(|w| *w > 0.0);
         let workers: Vec<Worker<'_>> = slots
@@ -164,17 +167,21 @@ impl AgentCore {
                     time: f.as_ref(),
                     cap: cap_of(slot),
                     rate,
-                    comm_s: comm_of(slot),
+                    comm_s: comm_of(i),
                 }
             })
             .collect();
-        let plan = divide::plan(req.units, &workers, policy, selection).map_err(|e| match e {
-            DivideError::NoServers => RpcError::new(ErrorCode::ServerNotFound, e.to_string()),
-            other => bad(format!(
-                "`{}` over {} units: {other}",
-                req.service, req.units
-            )),
-        })?;
+        let slab: Option<divide::Exchange<'_>> =
+            req.comm.map(|_| &exchange as divide::Exchange<'_>);
+        let plan = divide::plan_slab(req.units, &workers, slab, policy, selection).map_err(
+            |e| match e {
+                DivideError::NoServers => RpcError::new(ErrorCode::ServerNotFound, e.to_string()),
+                other => bad(format!(
+                    "`{}` over {} units: {other}",
+                    req.service, req.units
+                )),
+            },
+        )?;
         let mut first = 0u64;
         let parts = plan
             .parts
@@ -188,6 +195,7 @@ impl AgentCore {
                     units: p.units,
                     predicted_s: p.time.0,
                     sd_s: p.time.1,
+                    comm_s: p.comm_s,
                 };
                 first += p.units;
                 part

@@ -18,9 +18,10 @@ const SLACK: f64 = 0.05;
 /// Linearisations refreshed at the new parts.
 const REFRESHES: usize = 3;
 
-/// How much slower per unit than half its size a part must get for a cliff (paging) to be
-/// seen (a gentle decline over many sizes, as caches give, is none): a model knows a cliff only as a fall between two measured sizes (e.g. 3 Gop/s at 500,
-/// 0.3 at 550), a model's noise is a few percent, a cliff's fall is several times.
+/// How much slower per unit than half its size a part must get, there and at twice its size,
+/// for a cliff (paging) to be seen: a model knows a cliff only as a fall between two measured
+/// sizes (e.g. 3 Gop/s at 500, 0.3 at 550), and a cliff's fall is several times, where a
+/// model's noise is a few percent and a cache's decline is gentle.
 const KNEE: f64 = 1.1;
 /// Within a bracket that holds a cliff, how far above the level before it a part's time per
 /// unit may be before the fall is taken to have begun.
@@ -60,7 +61,16 @@ pub fn knee(w: &Worker<'_>, n: u64) -> u64 {
     if !pu[0].is_finite() {
         return 0;
     }
-    let Some(i) = (1..pu.len()).find(|&i| fallen(pu[i], KNEE * pu[i - 1])) else {
+    // A cliff stays: paging does not stop at a larger size. A single slow point of a model
+    // learned from a few short calls on a busy host (a 12 ms part that waited 3 ms for a core)
+    // makes a bump that the next doubling is over again.
+    let cliff = |i: usize| {
+        fallen(pu[i], KNEE * pu[i - 1])
+            && pu
+                .get(i + 1)
+                .is_none_or(|&next| fallen(next, KNEE * pu[i - 1]))
+    };
+    let Some(i) = (1..pu.len()).find(|&i| cliff(i)) else {
         return hi;
     };
     let (lo, up) = (xs[i - 1], xs[i]);

@@ -22,7 +22,7 @@ mod tests;
 use gridwise_predict::Stoch;
 
 pub use balance::balance;
-pub use select::plan;
+pub use select::{Exchange, plan, plan_slab};
 
 /// How N units are split over a set of servers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -103,6 +103,8 @@ pub struct PlannedPart {
     pub units: u64,
     /// Predicted seconds (compute, transfers, communication) and spread.
     pub time: (f64, f64),
+    /// Of that, the exchange with its neighbours per step.
+    pub comm_s: f64,
 }
 
 /// A divisible job's plan.

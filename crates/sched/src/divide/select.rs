@@ -1,17 +1,38 @@
 //! Which servers take a divisible job (seed 004 §3.2): the candidates ordered by desirability —
 //! `compute` (seconds per unit at an even share), `connectivity` (seconds per iteration of
-//! talking to neighbours) and `both` (the mean of the two ranks) — and every prefix of every
-//! ordering balanced; the set whose slowest part is predicted to finish first wins, fewer
+//! talking to neighbours; for a slab with pairwise exchanges, grown from the fastest by the
+//! cheapest link to those in) and `both` (the mean of the two ranks) — and every prefix of
+//! every ordering balanced (a slab's set laid out as a chain of cheap links); the set whose slowest part is predicted to finish first wins, fewer
 //! servers on a tie. More servers is not always faster: each brings its communication, and a
 //! slow one can only hold the others back.
 
 use super::balance::balance;
 use super::{DivideError, DividePlan, DividePolicy, PlannedPart, Selection, Worker, part_time};
 
-/// The plan for `n` units over `workers` by `policy`, on the set `selection` says.
+/// Seconds per step that the part on worker `a` spends taking its boundary rows from its
+/// neighbour on worker `b` (indices into the workers), in a slab job.
+pub type Exchange<'a> = &'a dyn Fn(usize, usize) -> f64;
+
+/// The plan for `n` units over `workers` by `policy`, on the set `selection` says; each
+/// worker's `comm_s` is what its part pays per step whatever its neighbours.
 pub fn plan(
     n: u64,
     workers: &[Worker<'_>],
+    policy: DividePolicy,
+    selection: Selection,
+) -> Result<DividePlan, DivideError> {
+    plan_slab(n, workers, None, policy, selection)
+}
+
+/// [`plan`] for a slab job whose parts pay `exchange` with their neighbours: every candidate
+/// set is laid out as a chain (neighbours on cheap links: a site's servers side by side, one
+/// slow link crossed once), and each part pays the dearer of its two exchanges, which run at
+/// once. Its `comm_s` then depends on the set, as it does: a server on a slow link costs its
+/// neighbours nothing unless it is used.
+pub fn plan_slab(
+    n: u64,
+    workers: &[Worker<'_>],
+    exchange: Option<Exchange<'_>>,
     policy: DividePolicy,
     selection: Selection,
 ) -> Result<DividePlan, DivideError> {
@@ -33,7 +54,10 @@ pub fn plan(
         idx
     };
     let compute = order_by(&per_unit);
-    let connectivity = order_by(&|w: &Worker<'_>| w.comm_s);
+    let connectivity = match exchange {
+        Some(ex) => grown(&compute, ex),
+        None => order_by(&|w: &Worker<'_>| w.comm_s),
+    };
     let rank_of = |order: &[usize]| {
         let mut r = vec![0usize; order.len()];
         for (pos, &j) in order.iter().enumerate() {
@@ -66,14 +90,15 @@ pub fn plan(
     let mut last_err = DivideError::NoServerCanRun;
     for (name, order) in &orderings {
         for &k in &sizes {
-            let set: Vec<&Worker<'_>> = order[..k].iter().map(|&j| &workers[j]).collect();
-            let (units, slack) = match balance(n, &set, policy) {
+            let (laid_out, units, slack) = match balanced(n, workers, &order[..k], exchange, policy)
+            {
                 Ok(x) => x,
                 Err(e) => {
                     last_err = e;
                     continue;
                 }
             };
+            let set: Vec<&Worker<'_>> = laid_out.iter().collect();
             let used = units.iter().filter(|&&u| u > 0).count();
             let parts: Vec<PlannedPart> = set
                 .iter()
@@ -85,6 +110,7 @@ pub fn plan(
                         id: w.id,
                         units: u,
                         time: (t.mean, t.sd),
+                        comm_s: if used > 1 { w.comm_s } else { 0.0 },
                     }
                 })
                 .collect();
@@ -112,4 +138,119 @@ pub fn plan(
         }
     }
     best.ok_or(last_err)
+}
+
+/// The workers `subset` (indices into `workers`) laid out and balanced: with `exchange`, as a
+/// chain whose parts pay the dearer of their neighbours' exchanges; a worker the balance
+/// leaves without units is taken out and the rest laid out again, since its neighbours then
+/// meet each other.
+#[allow(clippy::type_complexity)]
+fn balanced<'a>(
+    n: u64,
+    workers: &[Worker<'a>],
+    subset: &[usize],
+    exchange: Option<Exchange<'_>>,
+    policy: DividePolicy,
+) -> Result<(Vec<Worker<'a>>, Vec<u64>, Option<f64>), DivideError> {
+    let Some(ex) = exchange else {
+        let set: Vec<Worker<'a>> = subset.iter().map(|&j| workers[j]).collect();
+        let (units, slack) = balance(n, &set.iter().collect::<Vec<_>>(), policy)?;
+        return Ok((set, units, slack));
+    };
+    let mut subset = subset.to_vec();
+    loop {
+        let chain = chain(&subset, ex);
+        let paid = |i: usize| {
+            let mut c: f64 = 0.0;
+            if i > 0 {
+                c = c.max(ex(chain[i], chain[i - 1]));
+            }
+            if i + 1 < chain.len() {
+                c = c.max(ex(chain[i], chain[i + 1]));
+            }
+            c
+        };
+        let set: Vec<Worker<'a>> = (0..chain.len())
+            .map(|i| Worker {
+                comm_s: paid(i),
+                ..workers[chain[i]]
+            })
+            .collect();
+        let (units, slack) = balance(n, &set.iter().collect::<Vec<_>>(), policy)?;
+        if units.iter().all(|&u| u > 0) || units.iter().all(|&u| u == 0) {
+            return Ok((set, units, slack));
+        }
+        subset = chain
+            .iter()
+            .zip(&units)
+            .filter(|(_, u)| **u > 0)
+            .map(|(&j, _)| j)
+            .collect();
+    }
+}
+
+/// `set` in the order its parts should take the units: a path through every worker whose
+/// dearest link is as cheap as can be found (then the cheapest in all), by growing it from
+/// each worker in turn to the nearest one left. Two sites joined by a slow link come out as
+/// one site, then the other.
+fn chain(set: &[usize], ex: Exchange<'_>) -> Vec<usize> {
+    if set.len() <= 2 {
+        return set.to_vec();
+    }
+    let cost = |a: usize, b: usize| ex(a, b).max(ex(b, a));
+    let mut best: Option<(f64, f64, Vec<usize>)> = None;
+    for &start in set {
+        let mut path = vec![start];
+        let mut left: Vec<usize> = set.iter().copied().filter(|&j| j != start).collect();
+        let (mut dearest, mut total) = (0.0f64, 0.0);
+        while !left.is_empty() {
+            let last = path[path.len() - 1];
+            let (i, c) = left
+                .iter()
+                .enumerate()
+                .map(|(i, &j)| (i, cost(last, j)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .expect("some worker left");
+            dearest = dearest.max(c);
+            total += c;
+            path.push(left.swap_remove(i));
+        }
+        let better = best.as_ref().is_none_or(|(d, t, _)| {
+            dearest < *d * (1.0 - 1e-9) || (dearest <= *d * (1.0 + 1e-9) && total < *t)
+        });
+        if better {
+            best = Some((dearest, total, path));
+        }
+    }
+    best.map(|b| b.2).unwrap_or_default()
+}
+
+/// The workers in the order a set grows by connectivity when exchanges depend on the pair:
+/// from the fastest, each next one the one whose cheapest exchange with those already in is
+/// the cheapest (the faster on a tie, `by_compute` giving the order). Every prefix is then a
+/// well-connected set, a site before the servers behind a slow link, which a mean over all
+/// pairs cannot tell apart when the sites are alike.
+fn grown(by_compute: &[usize], ex: Exchange<'_>) -> Vec<usize> {
+    let Some(&first) = by_compute.first() else {
+        return Vec::new();
+    };
+    let cost = |a: usize, b: usize| ex(a, b).max(ex(b, a));
+    let mut order = vec![first];
+    let mut left: Vec<usize> = by_compute[1..].to_vec();
+    while !left.is_empty() {
+        let (i, _) = left
+            .iter()
+            .enumerate()
+            .map(|(i, &j)| {
+                let c = order
+                    .iter()
+                    .map(|&o| cost(o, j))
+                    .fold(f64::INFINITY, f64::min);
+                (i, c)
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+            .expect("some worker left");
+        order.push(left.remove(i));
+    }
+    order
 }

@@ -235,3 +235,70 @@ fn noise_and_a_gentle_decline_are_no_cliff() {
     let declining = |x: u64| Stoch::point(0.002 + x as f64 / (3000.0 - 0.05 * x as f64));
     assert_eq!(balance::knee(&worker(0, &declining, 3000.0), 8000), 8000);
 }
+
+/// Two sites of two servers, 1000 units/s each: 10 ms to exchange rows inside a site, 200 ms
+/// across. The plan lays each site's servers side by side (one slow crossing); a small job
+/// stays in one site, a large one takes all four, and each part's exchange is the dearer of
+/// its neighbours'.
+#[test]
+fn a_slab_leaves_a_site_behind_a_slow_link_out_until_the_job_is_large() {
+    let t = linear(1000.0, 0.001);
+    // Indices 0 and 2 in one site, 1 and 3 in the other: the chain must regroup them.
+    let site = |i: usize| i % 2;
+    let ex = |a: usize, b: usize| if site(a) == site(b) { 0.01 } else { 0.2 };
+    let workers: Vec<Worker<'_>> = (0..4)
+        .map(|j| Worker {
+            comm_s: (0.01 + 2.0 * 0.2) / 3.0,
+            ..worker(j, &t, 1000.0)
+        })
+        .collect();
+    let small = plan_slab(200, &workers, Some(&ex), DividePolicy::Fpm, Selection::Best).unwrap();
+    assert_eq!(small.parts.len(), 2, "{small:?}");
+    let ids: Vec<usize> = small.parts.iter().map(|p| p.id).collect();
+    assert_eq!(site(ids[0]), site(ids[1]), "{small:?}");
+    assert!(small.parts.iter().all(|p| (p.comm_s - 0.01).abs() < 1e-12));
+    let large = plan_slab(
+        20_000,
+        &workers,
+        Some(&ex),
+        DividePolicy::Fpm,
+        Selection::Best,
+    )
+    .unwrap();
+    assert_eq!(large.parts.len(), 4, "{large:?}");
+    let sites: Vec<usize> = large.parts.iter().map(|p| site(p.id)).collect();
+    assert!(
+        sites[0] == sites[1] && sites[2] == sites[3] && sites[1] != sites[2],
+        "{sites:?}"
+    );
+    let comm: Vec<f64> = large.parts.iter().map(|p| p.comm_s).collect();
+    assert_eq!(comm, vec![0.01, 0.2, 0.2, 0.01]);
+    // The parts on the slow crossing pay for it with fewer units.
+    assert!(large.parts[1].units < large.parts[0].units, "{large:?}");
+    // Every host, as `all` asks: the parts beside the crossing would pay more than the job
+    // takes, get no rows, and their neighbours meet across it.
+    let all = plan_slab(200, &workers, Some(&ex), DividePolicy::Fpm, Selection::All).unwrap();
+    assert!(
+        all.parts.iter().all(|p| (p.comm_s - 0.2).abs() < 1e-12),
+        "{all:?}"
+    );
+    assert!(
+        all.makespan.0 > 1.3 * small.makespan.0,
+        "{all:?} vs {small:?}"
+    );
+}
+
+/// A model learned from a few short calls on a busy host: one point 30% slow (a part that
+/// waited for a core), the speed flat on either side. No cliff: the part is not capped there.
+#[test]
+fn one_slow_point_of_a_model_is_no_cliff() {
+    let bumpy = |x: u64| {
+        let s = if (120..=140).contains(&x) {
+            1400.0
+        } else {
+            2000.0
+        };
+        Stoch::point(0.003 + x as f64 / s)
+    };
+    assert_eq!(balance::knee(&worker(0, &bumpy, 2000.0), 3200), 3200);
+}
