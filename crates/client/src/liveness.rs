@@ -186,7 +186,14 @@ impl Liveness {
             // so a server that freezes just after answering loses its calls within three
             // intervals on a busy host too.
             let left = self.limit().saturating_sub(last_ok.elapsed());
-            let wait = self.interval.min(left.max(Duration::from_millis(1)));
+            // Once the verdict is in, a ping has its whole interval: with the deadline long
+            // past, it had 1 ms, and a server back after a partition (a dial and a hello, a few
+            // ms on a shaped link) was seen answering only by luck, up to 9.6 s after the heal.
+            let wait = if *w.unresponsive.borrow() {
+                self.interval
+            } else {
+                self.interval.min(left.max(Duration::from_millis(1)))
+            };
             let answered = tokio::time::timeout(wait, async {
                 if client.is_none() {
                     let (framed, _) = wire::connect(&addr, &self.dial, "client liveness")

@@ -23,11 +23,11 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(5);
 /// ends at the predicted finish) for up to this long. Heartbeats wait for it too, and then
 /// flush what is queued before they go.
 const REPORT_LINGER: Duration = Duration::from_millis(5);
-/// The longest wait between two registration attempts: an agent that restarts is back in
-/// business as soon as its servers are, so they retry often.
 /// The least a heartbeat waits for its answer: a busy agent on a loaded host must not be
 /// taken for a cut.
 const HEARTBEAT_DEADLINE_MIN: Duration = Duration::from_secs(2);
+/// The longest wait between two registration attempts: an agent that restarts is back in
+/// business as soon as its servers are, so they retry often.
 const REGISTER_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
 struct Linked {
@@ -153,7 +153,15 @@ pub async fn run(
                     // Points queued before registering (a model loaded from disk) go now, not
                     // after a linger: the heartbeat just said their build is done.
                     outbox.take_all(&mut inbox);
-                    if flush(&l, &mut outbox, batch_max, &reg.name).await {
+                    if flush(
+                        &l,
+                        &mut outbox,
+                        batch_max,
+                        &reg.name,
+                        deadline_for(interval),
+                    )
+                    .await
+                    {
                         linked = Some(l);
                     }
                 }
@@ -228,16 +236,16 @@ pub async fn run(
                     models: handler.progress(),
                 };
                 outbox.take_all(&mut inbox);
-                if !flush(link, &mut outbox, batch_max, &reg.name).await {
+                if !flush(link, &mut outbox, batch_max, &reg.name, deadline_for(interval)).await {
                     linked = None;
                     continue;
                 }
                 last_told = hb.load.cpu_available;
-                // A heartbeat unanswered for a few intervals means the path to the agent is
-                // cut or the connection is stuck in TCP's back-off; a new connection finds the
-                // agent as soon as the path heals, the old one only at its next retransmit.
-                let deadline = (interval * 3).clamp(HEARTBEAT_DEADLINE_MIN, RPC_TIMEOUT);
-                match link.client.heartbeat(wire::context(deadline), hb).await {
+                match link
+                    .client
+                    .heartbeat(wire::context(deadline_for(interval)), hb)
+                    .await
+                {
                     Ok(Ack::Ok) => {}
                     Ok(Ack::Reregister) => {
                         tracing::warn!("the agent no longer knows this server: registering again");
@@ -269,7 +277,7 @@ pub async fn run(
                         Err(_) => break,
                     }
                 }
-                if !flush(link, &mut outbox, batch_max, &reg.name).await {
+                if !flush(link, &mut outbox, batch_max, &reg.name, deadline_for(interval)).await {
                     linked = None;
                 }
             }
@@ -287,15 +295,30 @@ fn changed(told: Option<f64>, now: Option<f64>) -> bool {
     }
 }
 
-/// Sends what is waiting, in batches; false when the agent must be reached (or registered
-/// with) again first.
-async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize, name: &str) -> bool {
+/// How long a heartbeat, or a batch of what waits for the agent, may go unanswered: a few
+/// intervals mean the path to the agent is cut or the connection is stuck in TCP's back-off,
+/// and a new connection finds the agent as soon as the path heals, the old one only at its
+/// next retransmit. Reports wait behind the heartbeat on the same loop: with the 5 s RPC
+/// deadline a batch sent into a partition held the next heartbeat 5 s past the heal.
+fn deadline_for(interval: Duration) -> Duration {
+    (interval * 3).clamp(HEARTBEAT_DEADLINE_MIN, RPC_TIMEOUT)
+}
+
+/// Sends what is waiting, in batches, each answered within `deadline`; false when the agent
+/// must be reached (or registered with) again first (what was not delivered stays queued).
+async fn flush(
+    link: &Linked,
+    outbox: &mut Outbox,
+    batch_max: usize,
+    name: &str,
+    deadline: Duration,
+) -> bool {
     while !outbox.points.is_empty() {
         let batch: Vec<ModelPoint> = outbox.points.iter().take(batch_max).cloned().collect();
         let n = batch.len();
         let r = link
             .client
-            .model_points(wire::context(RPC_TIMEOUT), link.id, batch)
+            .model_points(wire::context(deadline), link.id, batch)
             .await;
         if !delivered(r, n, "model point(s)", name) {
             return false;
@@ -307,7 +330,7 @@ async fn flush(link: &Linked, outbox: &mut Outbox, batch_max: usize, name: &str)
         let n = batch.len();
         let r = link
             .client
-            .report(wire::context(RPC_TIMEOUT), link.id, batch)
+            .report(wire::context(deadline), link.id, batch)
             .await;
         match r {
             // A new agent cannot use tickets of the old one (nor a replaced process report for
