@@ -7,7 +7,7 @@
 use crate::client::{CallResult, GridClient};
 use crate::error::GrpcError;
 use crate::handle::FunctionHandle;
-use gridwise_proto::{DivideReply, DivideRequest, ErrorCode, NeighbourComm, Value};
+use gridwise_proto::{DividePart, DivideReply, DivideRequest, ErrorCode, NeighbourComm, Value};
 use std::time::Instant;
 
 /// How to divide: along which size parameter, with what else, by which policy over which
@@ -58,6 +58,21 @@ pub struct DivideRun {
     pub parts: Vec<PartRun>,
     /// From the first part sent to the last one back, s.
     pub makespan_s: f64,
+}
+
+/// A part's failure, named by the units it covered and where it ran (`what`: "part of
+/// units", "slab of rows").
+pub(crate) fn part_failed(p: &DividePart, what: &str, e: GrpcError) -> GrpcError {
+    GrpcError::new(
+        e.code,
+        format!(
+            "the {what} {}..{} on {}: {}",
+            p.first,
+            p.first + p.units,
+            p.server,
+            e.message
+        ),
+    )
 }
 
 impl GridClient {
@@ -138,16 +153,7 @@ impl GridClient {
                     result,
                 }),
                 Err(e) => {
-                    failed.get_or_insert(GrpcError::new(
-                        e.code,
-                        format!(
-                            "the part of units {}..{} on {}: {}",
-                            p.first,
-                            p.first + p.units,
-                            p.server,
-                            e.message
-                        ),
-                    ));
+                    failed.get_or_insert(part_failed(p, "part of units", e));
                 }
             }
         }

@@ -6,7 +6,7 @@
 //! against what each part spent pulling its rows.
 
 use crate::client::{CallResult, GridClient};
-use crate::divide::DivideSpec;
+use crate::divide::{DivideSpec, part_failed};
 use crate::error::GrpcError;
 use crate::handle::FunctionHandle;
 use gridwise_proto::{DivideReply, ErrorCode, NeighbourComm, RemoteRef, Value};
@@ -211,16 +211,7 @@ impl GridClient {
                         });
                     }
                     Err(e) => {
-                        failed.get_or_insert(GrpcError::new(
-                            e.code,
-                            format!(
-                                "the slab of rows {}..{} on {}: {}",
-                                p.first,
-                                p.first + p.units,
-                                p.server,
-                                e.message
-                            ),
-                        ));
+                        failed.get_or_insert(part_failed(p, "slab of rows", e));
                     }
                 }
             }
