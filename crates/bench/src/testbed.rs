@@ -45,6 +45,17 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Where the server named `name` (its host's name) listens.
+    pub fn addr_of(&self, name: &str) -> anyhow::Result<String> {
+        let i = self
+            .grid
+            .names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| anyhow::anyhow!("no server {name}"))?;
+        Ok(self.grid.servers[i].addr.clone())
+    }
+
     /// The host a daemon address belongs to.
     pub fn host_of_addr(&self, addr: &str) -> Option<String> {
         let ip = addr.rsplit_once(':').map_or(addr, |(h, _)| h);

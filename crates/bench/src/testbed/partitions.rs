@@ -66,15 +66,6 @@ struct Seen {
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
-    let addr_of = |name: &str| -> anyhow::Result<String> {
-        let i = ctx
-            .grid
-            .names
-            .iter()
-            .position(|n| n == name)
-            .ok_or_else(|| anyhow::anyhow!("no server {name}"))?;
-        Ok(ctx.grid.servers[i].addr.clone())
-    };
     let mix = Mix::on(&ctx.client)?;
     for sc in scenarios() {
         eprintln!(
@@ -84,7 +75,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         let addrs: Vec<String> = sc
             .servers
             .iter()
-            .map(|s| addr_of(s))
+            .map(|s| ctx.addr_of(s))
             .collect::<anyhow::Result<_>>()?;
         let seen = Arc::new(Mutex::new(Seen::default()));
         let mut play: Option<Playing> = None;

@@ -286,15 +286,9 @@ fn oracle_plan(ctx: &Ctx, cut: &OracleCut) -> anyhow::Result<DivideReply> {
     let mut first = 0;
     let mut parts = Vec::with_capacity(cut.parts.len());
     for (host, units) in &cut.parts {
-        let i = ctx
-            .grid
-            .names
-            .iter()
-            .position(|n| n == host)
-            .ok_or_else(|| anyhow::anyhow!("no server on {host}"))?;
         parts.push(DividePart {
             server: host.clone(),
-            addr: ctx.grid.servers[i].addr.clone(),
+            addr: ctx.addr_of(host)?,
             first,
             units: *units,
             predicted_s: cut.step_s,

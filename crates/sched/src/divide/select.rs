@@ -197,7 +197,7 @@ fn chain(set: &[usize], ex: Exchange<'_>) -> Vec<usize> {
     if set.len() <= 2 {
         return set.to_vec();
     }
-    let cost = |a: usize, b: usize| ex(a, b).max(ex(b, a));
+    let cost = |a: usize, b: usize| link_cost(ex, a, b);
     let mut best: Option<(f64, f64, Vec<usize>)> = None;
     for &start in set {
         let mut path = vec![start];
@@ -234,7 +234,7 @@ fn grown(by_compute: &[usize], ex: Exchange<'_>) -> Vec<usize> {
     let Some(&first) = by_compute.first() else {
         return Vec::new();
     };
-    let cost = |a: usize, b: usize| ex(a, b).max(ex(b, a));
+    let cost = |a: usize, b: usize| link_cost(ex, a, b);
     let mut order = vec![first];
     let mut left: Vec<usize> = by_compute[1..].to_vec();
     while !left.is_empty() {
@@ -253,4 +253,10 @@ fn grown(by_compute: &[usize], ex: Exchange<'_>) -> Vec<usize> {
         order.push(left.remove(i));
     }
     order
+}
+
+/// What a link between two workers costs a layout: the slower of its two directions (each
+/// neighbour pulls the other's row).
+fn link_cost(ex: Exchange<'_>, a: usize, b: usize) -> f64 {
+    ex(a, b).max(ex(b, a))
 }
