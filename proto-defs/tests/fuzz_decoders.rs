@@ -68,6 +68,7 @@ fn registration() -> Registration {
         cores: 2,
         memory_budget_bytes: 1 << 29,
         max_frame_bytes: 1 << 30,
+        sleeping: vec!["emulated".into()],
     }
 }
 

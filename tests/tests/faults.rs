@@ -58,6 +58,7 @@ fn fake(name: &str, addr: &str) -> Registration {
         cores: 64,
         memory_budget_bytes: 1 << 40,
         max_frame_bytes: 1 << 30,
+        sleeping: Vec::new(),
     }
 }
 

@@ -371,7 +371,8 @@ impl ComputeModel for FpmModel {
     ) -> Compute {
         let family = self.family.unwrap_or(service.family);
         let c = quiet(server, service, work, profile, family);
-        if !stretchable(&c.source) || !c.seconds.is_finite() {
+        let sleeps = server.offer.is_some_and(|o| o.sleeps);
+        if sleeps || !stretchable(&c.source) || !c.seconds.is_finite() {
             return c;
         }
         match self.load {

@@ -98,6 +98,8 @@ pub struct OfferKnowledge {
     /// The pooled relative standard deviation of the model's measured points: the spread of
     /// an estimate before any call has scored the model.
     pub point_spread: f64,
+    /// Its kernel sleeps for its time (an emulated one): the host's load does not stretch it.
+    pub sleeps: bool,
 }
 
 impl OfferKnowledge {
@@ -112,6 +114,7 @@ impl OfferKnowledge {
             regression: RegressionModel::default(),
             regression_misfit: Misfit::default(),
             point_spread: 0.0,
+            sleeps: false,
         }
     }
 

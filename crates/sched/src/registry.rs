@@ -477,9 +477,17 @@ impl Registry {
                 .iter()
                 .find(|(n, _)| *n == desc.name)
                 .map(|(_, r)| *r);
+            let sleeps = reg.sleeping.contains(&desc.name);
             let known = match kept {
-                Some(o) => OfferKnowledge { rate, ..o.known },
-                None => OfferKnowledge::new(desc.size_params.clone(), rate),
+                Some(o) => OfferKnowledge {
+                    rate,
+                    sleeps,
+                    ..o.known
+                },
+                None => OfferKnowledge {
+                    sleeps,
+                    ..OfferKnowledge::new(desc.size_params.clone(), rate)
+                },
             };
             offers.push(Offer { service, known });
             self.add_provider(service, slot);

@@ -45,6 +45,7 @@ pub fn registration(name: &str, services: &[ServiceDesc]) -> Registration {
         secret: None,
         instance: String::new(),
         max_frame_bytes: u64::MAX,
+        sleeping: Vec::new(),
         memory_budget_bytes: u64::MAX,
         name: name.into(),
         addr: format!("{name}.example:7000"),

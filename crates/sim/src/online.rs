@@ -379,6 +379,7 @@ fn agent(
             secret: None,
             instance: format!("sim-{s}"),
             max_frame_bytes: u64::MAX,
+            sleeping: Vec::new(),
             memory_budget_bytes: u64::MAX,
             name: name.clone(),
             addr: format!("sim-{s}:0"),

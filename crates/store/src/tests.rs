@@ -28,6 +28,7 @@ fn registration(name: &str, port: u16) -> Registration {
         secret: None,
         instance: String::new(),
         max_frame_bytes: u64::MAX,
+        sleeping: Vec::new(),
         memory_budget_bytes: u64::MAX,
         name: name.into(),
         addr: format!("127.0.0.1:{port}"),

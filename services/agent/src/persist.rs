@@ -138,6 +138,7 @@ mod tests {
             secret: None,
             instance: String::new(),
             max_frame_bytes: u64::MAX,
+            sleeping: Vec::new(),
             memory_budget_bytes: u64::MAX,
             name: "busy".into(),
             addr: "127.0.0.1:7001".into(),

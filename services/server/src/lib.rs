@@ -26,6 +26,17 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+/// The services whose kernels sleep (`Registration::sleeping`), sorted.
+fn sleeping_services(set: &kernels::KernelSet) -> Vec<String> {
+    let mut names: Vec<String> = set
+        .values()
+        .filter(|k| k.sleeps())
+        .map(|k| k.desc().name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
 /// The kernels, under the configured load from now on, and the sensors that report it.
 fn kernels_and_sensors(
     cfg: &ServerConfig,
@@ -113,6 +124,7 @@ pub async fn run_with(
         budget: wire::MemoryBudget::new(budget),
         max_frame_bytes: cfg.max_frame_bytes as u64,
     };
+    let sleeping = sleeping_services(&set);
     // Frames still arriving get their own budget: sharing the calls' would let busy calls
     // make every new request fail to arrive. At least one frame of the largest size fits.
     let mut accept = wire::AcceptConfig::new(
@@ -137,6 +149,7 @@ pub async fn run_with(
         cores: host::cores(),
         memory_budget_bytes: budget,
         max_frame_bytes: cfg.max_frame_bytes as u64,
+        sleeping,
     };
     model_manager::validate(&cfg.models, &handler)?;
     if !cfg.models.is_empty() {

@@ -273,6 +273,64 @@ fn the_band_model_adjusts_the_estimate_by_the_load_history() {
     );
 }
 
+/// An emulated kernel sleeps for its time: the host's load, however low the sensed share of a
+/// core, does not stretch its estimate (four emulated servers sharing two cores sensed 50–95%
+/// each, and a slab of equal servers was split 646 rows to 941 by it).
+#[test]
+fn a_sleeping_kernel_is_not_stretched_by_the_hosts_load() {
+    let mut c = AgentCore::new(CoreConfig {
+        sensor_sample: Duration::from_secs(1),
+        ..CoreConfig::default()
+    });
+    let ids: Vec<ServerId> = ["sleeps", "computes"]
+        .iter()
+        .map(|name| {
+            let mut reg = registration(name, &[dgemm()]);
+            if *name == "sleeps" {
+                reg.sleeping = vec!["dgemm".into()];
+            }
+            let id = c.register(reg, Duration::ZERO).unwrap().server_id;
+            c.model_points(id, &[point(100, 2e9), point(200, 2e9)]);
+            id
+        })
+        .collect();
+    for (s, &id) in ids.iter().enumerate() {
+        for t in 0..6u64 {
+            let hb = Heartbeat {
+                server_id: id,
+                load: LoadSample {
+                    cpu_available: Some(0.5),
+                    ..LoadSample::default()
+                },
+                models: Vec::new(),
+            };
+            c.heartbeat(&hb, Duration::from_secs(t + s as u64));
+        }
+    }
+    let ideal = 2.0 * 150f64.powi(3) / 2e9;
+    let etc = |name: &str| {
+        c.explain(
+            &dgemm_profile(150, 150, 150),
+            &RankOptions {
+                pin_server: Some(name.into()),
+                ..RankOptions::default()
+            },
+            Duration::from_secs(8),
+        )
+        .unwrap()
+        .remove(0)
+        .etc
+    };
+    let asleep = etc("sleeps");
+    assert!(
+        (asleep.compute_s - ideal).abs() / ideal < 1e-9,
+        "{asleep:?}"
+    );
+    assert_eq!(asleep.cpu_available, None);
+    let busy = etc("computes");
+    assert!(busy.compute_s > 1.8 * ideal, "{busy:?}");
+}
+
 #[test]
 fn forecast_availability_stretches_the_quiet_estimate_once() {
     let mut c = AgentCore::new(CoreConfig {

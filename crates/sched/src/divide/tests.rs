@@ -302,3 +302,33 @@ fn one_slow_point_of_a_model_is_no_cliff() {
     };
     assert_eq!(balance::knee(&worker(0, &bumpy, 2000.0), 3200), 3200);
 }
+
+/// The slab bench's model of a server on the test bed (2·10⁸ op/s, 10⁵ op a row): 1 row took
+/// 1.0 ms, 2 rows 1.2 ms (a call's overhead and timer slack), larger parts as fast as the
+/// server is, and every part pays an 84 ms exchange. The small sizes' noise is no cliff: the
+/// part was capped at 2 rows, and the other servers took 1,000 rows each where 800 was even.
+#[test]
+fn the_smallest_sizes_noise_is_no_cliff() {
+    let points = [
+        (1.0, 9.9e7),
+        (2.0, 1.65e8),
+        (25.0, 1.97e8),
+        (125.0, 1.994e8),
+        (325.0, 1.998e8),
+    ];
+    let speed = |x: f64| {
+        let i = points
+            .iter()
+            .position(|p| p.0 >= x)
+            .unwrap_or(points.len() - 1);
+        if i == 0 || points[i].0 <= x {
+            return points[i].1;
+        }
+        let (a, b) = (points[i - 1], points[i]);
+        a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0)
+    };
+    let model = |x: u64| Stoch::point(0.084 + x as f64 * 1e5 / speed(x as f64));
+    assert_eq!(balance::knee(&worker(0, &model, 2000.0), 3200), 3200);
+    let alone = |x: u64| Stoch::point(x as f64 * 1e5 / speed(x as f64));
+    assert_eq!(balance::knee(&worker(0, &alone, 2000.0), 3200), 3200);
+}
