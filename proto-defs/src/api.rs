@@ -56,6 +56,11 @@ pub trait AgentApi {
     /// A server this client reported unreachable answers it again (a partition healed): the
     /// agent ends the suspicion the report set, so the server is used again at once.
     async fn reachable(server: ServerId);
+    /// The client brought `bytes` of a kept output back from the server at `holder` in
+    /// `seconds`: the reply leg of that server's client link, which calls whose inputs are
+    /// small or pulled from other servers never show (a graph's fetched 2 MB output over a
+    /// 20 Mbit/s link was predicted at 2 ms from 50-byte requests, once at 45 s).
+    async fn fetched(holder: String, bytes: u64, seconds: f64);
 }
 
 /// A compute server: runs calls.

@@ -55,6 +55,10 @@ pub struct GraphRequest {
     /// How load enters the estimates, other than the agent's default.
     #[serde(default)]
     pub load_model: Option<crate::LoadModel>,
+    /// Map as if moving data between servers cost nothing (a mapper that knows no links), then
+    /// predict the mapping with the links as they are: what learning links is worth.
+    #[serde(default)]
+    pub link_blind: bool,
 }
 
 /// A live server as the plan numbers it.
@@ -325,6 +329,7 @@ pub fn check_graph(
         request: GraphRequest {
             conservative_tf: None,
             load_model: None,
+            link_blind: false,
             calls: out_calls,
             edges,
             policy: policy.map(str::to_string),

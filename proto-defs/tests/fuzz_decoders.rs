@@ -147,6 +147,7 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
                 request: GraphRequest {
                     conservative_tf: None,
                     load_model: None,
+                    link_blind: false,
                     calls: vec![GraphCall {
                         name: "a".into(),
                         profile: profile(),

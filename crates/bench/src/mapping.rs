@@ -58,6 +58,7 @@ fn rank_during_map() -> anyhow::Result<DuringMap> {
     let request = GraphRequest {
         conservative_tf: None,
         load_model: None,
+        link_blind: false,
         calls: (0..g.len())
             .map(|i| GraphCall {
                 name: format!("t{i}"),

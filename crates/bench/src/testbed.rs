@@ -12,6 +12,7 @@
 
 mod bulk;
 pub mod graph;
+mod graph_oracle;
 mod links;
 mod partitions;
 mod slab;
@@ -54,6 +55,63 @@ impl Ctx<'_> {
             .position(|n| n == name)
             .ok_or_else(|| anyhow::anyhow!("no server {name}"))?;
         Ok(self.grid.servers[i].addr.clone())
+    }
+
+    /// Waits until the agent has measured the links between every two servers.
+    pub fn wait_for_links(&self) -> anyhow::Result<()> {
+        let servers = self.grid.servers.len();
+        let started = std::time::Instant::now();
+        loop {
+            let pairs = self
+                .client
+                .link_matrix()?
+                .iter()
+                .filter(|l| {
+                    self.grid.servers.iter().any(|s| s.addr == l.from)
+                        && self.grid.servers.iter().any(|s| s.addr == l.sample.to)
+                })
+                .count();
+            if pairs >= servers * (servers - 1) {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(90),
+                "the servers measured {pairs} of their {} links in 90 s",
+                servers * (servers - 1)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// A call's own cost from the client's host, less its compute: the least of three
+    /// one-unit calls of `service` on every server (`compute_s` each), its outputs kept on
+    /// the server and freed (the first call to each opens its connection).
+    pub fn call_overhead_s(
+        &self,
+        service: &str,
+        args: &dyn Fn() -> Vec<gridwise_proto::Value>,
+        keep: &[usize],
+        compute_s: f64,
+    ) -> anyhow::Result<f64> {
+        let c = &self.client;
+        let mut overhead_s = f64::INFINITY;
+        for _ in 0..3 {
+            for s in &self.grid.names {
+                let on = c.function_handle_init(service, s)?;
+                let one = c.call_keep(&on, args(), keep)?;
+                overhead_s = overhead_s.min((one.round_trip_s - compute_s).max(0.0));
+                let kept: Vec<_> = one
+                    .outputs
+                    .iter()
+                    .filter_map(|v| match v {
+                        gridwise_proto::Value::Ref(r) => Some(r.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                c.free(&kept)?;
+            }
+        }
+        Ok(overhead_s)
     }
 
     /// The host a daemon address belongs to.

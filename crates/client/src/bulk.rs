@@ -52,7 +52,7 @@ impl Inner {
             if keep.contains(&(i as u32)) {
                 continue;
             }
-            *slot = Box::pin(self.conn.bulk.get(&r.holder, r.handle, None))
+            *slot = Box::pin(self.conn.bulk_get(r))
                 .await
                 .map_err(|e| collect_failure(who, i, r, e))?;
         }

@@ -703,7 +703,7 @@ impl GridClient {
     /// A value kept on a server, brought back.
     pub async fn fetch(&self, r: &RemoteRef) -> Result<Value, GrpcError> {
         if r.bytes >= wire::bulk::BULK_MIN_BYTES {
-            return match self.inner.conn.bulk.get(&r.holder, r.handle, None).await {
+            return match self.inner.conn.bulk_get(r).await {
                 Ok(v) => Ok(v),
                 Err(wire::bulk::BulkError::Refused(e)) => Err(GrpcError::from(e)),
                 Err(wire::bulk::BulkError::Dial(e)) => Err(GrpcError::from(e)),

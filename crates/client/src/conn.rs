@@ -388,6 +388,26 @@ impl Conn {
             .await
     }
 
+    /// Brings a large value from its holder on a bulk connection and tells the agent, in
+    /// passing (one attempt, not waited for), how long it took: the reply leg of the holder's
+    /// client link (`AgentApi::fetched`).
+    pub(crate) async fn bulk_get(
+        &self,
+        r: &gridwise_proto::RemoteRef,
+    ) -> Result<gridwise_proto::Value, wire::bulk::BulkError> {
+        let started = Instant::now();
+        let v = self.bulk.get(&r.holder, r.handle, None).await?;
+        let seconds = started.elapsed().as_secs_f64();
+        let (client, ctx) = (lock(&self.agent).client.clone(), self.agent_ctx());
+        let (holder, bytes) = (r.holder.clone(), v.payload_bytes());
+        self.rt.spawn(async move {
+            if let Err(e) = client.fetched(ctx, holder, bytes, seconds).await {
+                tracing::debug!("could not tell the agent of a fetch: {e}");
+            }
+        });
+        Ok(v)
+    }
+
     /// `AgentApi::status`.
     pub(crate) async fn status(&self) -> Result<AgentStatus, GrpcError> {
         self.agent_call(|c, ctx| async move { c.status(ctx).await })

@@ -124,6 +124,7 @@ pub struct Graph {
     policy: Option<String>,
     conservative_tf: Option<f64>,
     load_model: Option<gridwise_proto::LoadModel>,
+    link_blind: bool,
 }
 
 /// How one call of a run went.
@@ -192,6 +193,7 @@ impl Graph {
             policy: None,
             conservative_tf: None,
             load_model: None,
+            link_blind: false,
         }
     }
 
@@ -235,6 +237,12 @@ impl Graph {
     /// Estimates with this load model instead of the agent's default (`blind` ignores load).
     pub fn load_model(&mut self, load: gridwise_proto::LoadModel) {
         self.load_model = Some(load);
+    }
+
+    /// Maps as if data moved between servers for free, and predicts that mapping with the
+    /// links as they are: to see what the links the agent learned are worth.
+    pub fn link_blind(&mut self) {
+        self.link_blind = true;
     }
 
     /// Calls recorded so far: also the [`CallRef::index`] the next call will get.
@@ -303,6 +311,7 @@ impl Graph {
         }
         request.conservative_tf = self.conservative_tf;
         request.load_model = self.load_model;
+        request.link_blind = self.link_blind;
         Ok(Prepared {
             request,
             descs,

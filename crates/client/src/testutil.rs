@@ -86,6 +86,8 @@ pub struct AgentState {
     pub unreachable: Mutex<Vec<(Ticket, ServerId)>>,
     /// Servers clients said they reach again.
     pub reachable: Mutex<Vec<ServerId>>,
+    /// (holder, bytes) of every fetch the client told of.
+    pub fetched: Mutex<Vec<(String, u64)>>,
     next_ticket: AtomicU64,
     /// Delay before answering rank, ms.
     pub rank_delay_ms: AtomicU64,
@@ -194,6 +196,9 @@ impl AgentApi for TestAgent {
     }
     async fn reachable(self, _: Context, server: ServerId) {
         self.0.reachable.lock().unwrap().push(server);
+    }
+    async fn fetched(self, _: Context, holder: String, bytes: u64, _: f64) {
+        self.0.fetched.lock().unwrap().push((holder, bytes));
     }
     async fn model_points(self, _: Context, _: ServerId, _: Vec<ModelPoint>) -> Ack {
         Ack::Ok

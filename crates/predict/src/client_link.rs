@@ -18,6 +18,10 @@ use std::collections::VecDeque;
 const KEPT: usize = 64;
 /// Calls before the fit replaces the configured defaults.
 const MIN_CALLS: usize = 4;
+/// How far past the largest transfer seen the fit prices one: the per-byte cost fitted from
+/// small messages is mostly their timer noise (50-byte requests once priced a 2 MB fetch over a
+/// 20 Mbit/s link at 45 s, and at 2 ms).
+const REACH: f64 = 16.0;
 
 /// One server's recent client transfers and their fit.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -25,6 +29,8 @@ pub struct ClientLink {
     /// (bytes, CPU availability, seconds).
     recent: VecDeque<(f64, f64, f64)>,
     fit: Option<Fit>,
+    /// The largest of the recent transfers, bytes.
+    largest: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -65,6 +71,7 @@ impl ClientLink {
         self.recent
             .push_back((bytes as f64, availability(cpu_available), seconds));
         self.fit = fit(self.recent.make_contiguous());
+        self.largest = self.recent.iter().map(|r| r.0).fold(0.0, f64::max);
     }
 
     /// Whether enough calls were seen to fit the link ([`transfer`](Self::transfer) answers).
@@ -74,9 +81,12 @@ impl ClientLink {
 
     /// Seconds to move `bytes` one way while the host gives `cpu_available` of a core (`None`:
     /// quiet), with the spread of the recent calls about the fit; `None` until enough calls
-    /// were seen.
+    /// were seen, and for more than [`REACH`] times the largest of them.
     pub fn transfer(&self, bytes: u64, cpu_available: Option<f64>) -> Option<Stoch> {
         let f = self.fit?;
+        if bytes as f64 > REACH * self.largest.max(1.0) {
+            return None;
+        }
         let t = f.at(bytes as f64, availability(cpu_available)).max(0.0);
         Some(Stoch::new(t, t * f.relative_sd))
     }
@@ -244,8 +254,23 @@ mod tests {
         }
         l.record(5, f64::NAN, None);
         l.record(5, -1.0, None);
-        let t = l.transfer(10_000_000, None).unwrap();
-        assert!((t.mean - 0.1).abs() < 1e-6, "{t:?}");
+        let t = l.transfer(1_000_000, None).unwrap();
+        assert!((t.mean - 0.01).abs() < 1e-6, "{t:?}");
+    }
+
+    #[test]
+    fn a_size_far_past_every_transfer_seen_is_not_priced() {
+        let mut l = ClientLink::default();
+        // 50-byte requests whose times are the timer's: the per-byte fit is noise.
+        for k in 0..10 {
+            l.record(50, 2e-3 + f64::from(k) * 1e-4, None);
+        }
+        assert!(l.transfer(800, None).is_some());
+        assert_eq!(l.transfer(2_000_000, None), None);
+        // Once a 2 MB transfer was seen, sizes up to 16 times that are priced.
+        l.record(2_000_000, 0.8, None);
+        assert!(l.transfer(2_000_000, None).is_some());
+        assert_eq!(l.transfer(40_000_000, None), None);
     }
 
     #[test]

@@ -316,6 +316,25 @@ impl AgentCore {
         }
     }
 
+    /// A client fetched `bytes` of a kept output from the server at `holder` in `seconds`: the
+    /// server's client link learns its reply leg from it, as from a call's inputs (the host's
+    /// load does not enter: no kernel shared the CPU with it that the agent knows of). False
+    /// when no server is at `holder`.
+    pub fn client_fetched(&mut self, holder: &str, bytes: u64, seconds: f64) -> bool {
+        let Some(slot) =
+            (0..self.registry.len()).find(|&s| self.registry.entry(s).addr() == holder)
+        else {
+            return false;
+        };
+        let e = self.registry.entry_mut(slot);
+        e.host_mut().client_link.record(bytes, seconds, None);
+        let offers: Vec<ServiceIdx> = e.all_offers().iter().map(|o| o.service).collect();
+        for idx in offers {
+            self.invalidate_bound(idx, slot);
+        }
+        true
+    }
+
     /// A client gives back an assignment it holds; false if it was not pending or is held by
     /// another client (nobody may clear another's reservations).
     pub fn release_by(&mut self, ticket: Ticket, holder: &str) -> bool {

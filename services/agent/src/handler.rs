@@ -584,6 +584,10 @@ impl AgentApi for AgentHandler {
         }
     }
 
+    async fn fetched(self, _: Context, holder: String, bytes: u64, seconds: f64) {
+        self.core().client_fetched(&holder, bytes, seconds);
+    }
+
     async fn models(self, _: Context) -> Vec<ModelSummary> {
         self.core().models()
     }

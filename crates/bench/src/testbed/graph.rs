@@ -6,20 +6,22 @@
 //! The graph: `make` → four branches of three `step`s → a tree of three `join`s, every call
 //! linear in n = 250,000 (2 MB of f64), every server's speed known from its config.
 //!
-//! The bound counts what cannot be avoided: each call at its fastest server, on the longest
-//! chain (six calls) and over the total work ÷ the summed speeds, plus the fetched output's
-//! trip over the client's link. Transfers between servers count nothing in it, so it is
-//! below what any mapping reaches when data must cross the 100 Mbit/s uplinks.
+//! Judged against the best schedule found offline with the true speeds and the shaped links
+//! (`graph_oracle`: it counts transfers), and shown beside the bound that counts none (each
+//! call at its fastest server, on the longest chain or over the total work ÷ the summed
+//! speeds, plus the fetched output's trip over the client's link), which no mapping reaches
+//! when data must cross the 100 Mbit/s uplinks. A link-blind mapping (the agent's default
+//! policy as if data moved for free) shows what the learned links are worth.
 
-use super::{CLIENT_HOST, Ctx, judged};
+use super::{CLIENT_HOST, Ctx, graph_oracle, judged};
 use gridwise_client::{Client, GraphArg};
 use gridwise_proto::Value;
 use serde_json::json;
 use std::time::Instant;
 
 pub const N: i64 = 250_000;
-const BRANCHES: usize = 4;
-const STEPS: usize = 3;
+pub const BRANCHES: usize = 4;
+pub const STEPS: usize = 3;
 /// Measured runs of each way after one to warm up.
 const RUNS: usize = 3;
 
@@ -52,8 +54,17 @@ fn bound_s(client_rate_bytes: f64) -> f64 {
     chain.max(work) + (N * 8) as f64 / client_rate_bytes
 }
 
+/// How the agent maps the graph.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mapping<'a> {
+    /// A policy by name instead of the default.
+    pub policy: Option<&'a str>,
+    /// Map as if data moved between servers for free.
+    pub link_blind: bool,
+}
+
 /// The graph through the agent's mapping; returns (actual, predicted) makespans.
-pub fn mapped(c: &Client, policy: Option<&str>) -> anyhow::Result<(f64, f64)> {
+pub fn mapped(c: &Client, how: Mapping<'_>) -> anyhow::Result<(f64, f64)> {
     let mut g = c.graph();
     let make = g.call_named("make", "make", vec![N.into()]);
     let mut tips: Vec<GraphArg> = Vec::new();
@@ -78,12 +89,11 @@ pub fn mapped(c: &Client, policy: Option<&str>) -> anyhow::Result<(f64, f64)> {
     }
     let last = fetch.expect("a join");
     g.fetch(last);
-    // Every host of the bed shares this machine's CPUs, and the emulated kernels sleep: a
-    // host's sensed load is the whole machine's and slows nothing here, so the estimates
-    // take the quiet-host time (on real hosts the default forecast is the right one).
-    g.load_model(gridwise_proto::LoadModel::Blind);
-    if let Some(p) = policy {
+    if let Some(p) = how.policy {
         g.policy(p);
+    }
+    if how.link_blind {
+        g.link_blind();
     }
     let run = g.run()?;
     let out = run.outputs(last).expect("the fetched output");
@@ -143,50 +153,77 @@ fn via_client(c: &Client) -> anyhow::Result<f64> {
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let c = &ctx.client;
-    let rate = ctx.bed.topology().host(CLIENT_HOST)?.link.bytes_per_s();
+    let topo = ctx.bed.topology();
+    let rate = topo.host(CLIENT_HOST)?.link.bytes_per_s();
     let bound = bound_s(rate);
+    eprintln!("bench testbed: graph: waiting for the links between the servers …");
+    ctx.wait_for_links()?;
+    let slowest = SPEEDS.iter().map(|s| s.1).fold(f64::INFINITY, f64::min);
+    let dispatch_s = ctx.call_overhead_s("make", &|| vec![Value::Int(1)], &[0], 1.0 / slowest)?;
+    let oracle = graph_oracle::best(topo, CLIENT_HOST, dispatch_s)?;
+    eprintln!(
+        "bench testbed: graph: a call's own cost {:.1} ms; the best placement found offline: {:.3} s ({})",
+        dispatch_s * 1e3,
+        oracle.makespan_s,
+        oracle.servers.join(" ")
+    );
     eprintln!("bench testbed: graph: warming up …");
-    mapped(c, None)?;
-    let mut default_runs = Vec::new();
-    for i in 0..RUNS {
-        eprintln!(
-            "bench testbed: graph: default policy, run {} of {RUNS} …",
-            i + 1
-        );
-        default_runs.push(mapped(c, None)?);
-    }
+    mapped(c, Mapping::default())?;
+    let runs = |what: &str, how: Mapping<'_>| -> anyhow::Result<Vec<(f64, f64)>> {
+        (0..RUNS)
+            .map(|i| {
+                eprintln!("bench testbed: graph: {what}, run {} of {RUNS} …", i + 1);
+                mapped(c, how)
+            })
+            .collect()
+    };
+    let default_runs = runs("default policy", Mapping::default())?;
+    let blind_runs = runs(
+        "link-blind",
+        Mapping {
+            link_blind: true,
+            ..Mapping::default()
+        },
+    )?;
     eprintln!("bench testbed: graph: through the client (classic GridSolve) …");
     let mut client_runs = Vec::new();
     for _ in 0..RUNS {
         client_runs.push(via_client(c)?);
     }
     let worst = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
-    let actual: Vec<f64> = default_runs.iter().map(|r| r.0).collect();
+    let actual = |runs: &[(f64, f64)]| runs.iter().map(|r| r.0).collect::<Vec<f64>>();
     let predicted_err: Vec<f64> = default_runs
         .iter()
         .map(|(a, p)| ((p - a) / a).abs())
         .collect();
-    let worst_default = worst(&actual);
+    let worst_default = worst(&actual(&default_runs));
     let best_via_client = client_runs.iter().cloned().fold(f64::INFINITY, f64::min);
     let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
-    let v = judged(worst_default, bound, 0.0, 1.10);
+    let r3s = |v: &[f64]| v.iter().map(|x| r3(*x)).collect::<Vec<_>>();
+    let v = judged(worst_default, oracle.makespan_s, 0.0, 1.10);
     let _ = ctx.emit.send(json!({
         "bench": "testbed",
         "experiment": "graph",
         "calls": calls_total(),
         "edge_bytes": N * 8,
-        "default_makespans_s": actual.iter().map(|x| r3(*x)).collect::<Vec<_>>(),
-        "predicted_makespans_s": default_runs.iter().map(|r| r3(r.1)).collect::<Vec<_>>(),
-        "bound_s": r3(bound),
-        "bound": "each call at its fastest server on the longest chain, or total work over summed speeds; plus the fetched output over the client's link; server-to-server transfers free",
+        "default_makespans_s": r3s(&actual(&default_runs)),
+        "predicted_makespans_s": r3s(&default_runs.iter().map(|r| r.1).collect::<Vec<_>>()),
+        "link_blind_makespans_s": r3s(&actual(&blind_runs)),
+        "link_blind_predicted_s": r3s(&blind_runs.iter().map(|r| r.1).collect::<Vec<_>>()),
+        "bound_s": r3(oracle.makespan_s),
+        "bound": "the best of 65,536 placements (make, each branch whole, each join on any server), list-scheduled with the true speeds, the shaped link rates and the measured cost of a call from the client; transfers never share a link",
+        "bound_servers": oracle.servers,
+        "bound_without_transfers_s": r3(bound),
         "default_vs_bound_worst": v["ratio"],
         "default_vs_bound_ok": v["ok"],
-        "via_client_makespans_s": client_runs.iter().map(|x| r3(*x)).collect::<Vec<_>>(),
+        "default_vs_bound_without_transfers_worst": r3(worst_default / bound),
+        "link_blind_vs_default_worst": r3(worst(&actual(&blind_runs)) / worst_default),
+        "via_client_makespans_s": r3s(&client_runs),
         "speedup_over_via_client_worst": r3(best_via_client / worst_default),
         "speedup_ok": best_via_client / worst_default >= 2.0,
         "prediction_error_worst": r3(worst(&predicted_err)),
         "prediction_ok": worst(&predicted_err) <= 0.05,
-        "goals": "default <= 1.10x bound; >= 2x faster than via-client; predicted within 5%",
+        "goals": "default <= 1.10x the bound that counts transfers; >= 2x faster than via-client; predicted within 5%",
     }));
     Ok(())
 }

@@ -218,7 +218,7 @@ fn graph_cut(ctx: &Ctx) -> anyhow::Result<()> {
         |_, _, _| {},
     );
     let t = Instant::now();
-    let got = graph::mapped(&ctx.client, None);
+    let got = graph::mapped(&ctx.client, graph::Mapping::default());
     let took = t.elapsed().as_secs_f64();
     play.finish();
     let _ = ctx.emit.send(json!({

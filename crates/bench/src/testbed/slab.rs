@@ -13,7 +13,6 @@ use gridwise_client::{DivideSpec, SlabRun};
 use gridwise_fpm::partition::fpm_split;
 use gridwise_proto::{DividePart, DivideReply, Value};
 use serde_json::json;
-use std::time::{Duration, Instant};
 
 /// Each boundary row.
 pub const HALO_BYTES: u64 = 1 << 20;
@@ -115,59 +114,22 @@ fn permutations<T: Copy>(v: &[T]) -> Vec<Vec<T>> {
     out
 }
 
-/// Waits until the agent has measured the links between every two servers.
-fn wait_for_links(ctx: &Ctx, servers: usize) -> anyhow::Result<()> {
-    let started = Instant::now();
-    loop {
-        let pairs = ctx
-            .client
-            .link_matrix()?
-            .iter()
-            .filter(|l| {
-                ctx.grid.servers.iter().any(|s| s.addr == l.from)
-                    && ctx.grid.servers.iter().any(|s| s.addr == l.sample.to)
-            })
-            .count();
-        if pairs >= servers * (servers - 1) {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(90),
-            "the servers measured {pairs} of their {} links in 90 s",
-            servers * (servers - 1)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let hosts: Vec<String> = ctx.grid.names.clone();
     eprintln!("bench testbed: slab: waiting for the links between the servers …");
-    wait_for_links(ctx, hosts.len())?;
+    ctx.wait_for_links()?;
     let c = &ctx.client;
     let h = c.function_handle_default("slab")?;
     let inputs = |_: u64, n: u64| vec![Value::Int(n as i64)];
     let empty = || Value::Bytes(Vec::new());
-    // A call's own cost (one row, no neighbours), less its compute: the least of a few, on
-    // every server (the first call to each opens its connection).
-    let mut overhead_s = f64::INFINITY;
-    for _ in 0..3 {
-        for s in &hosts {
-            let on = c.function_handle_init("slab", s)?;
-            // Its rows stay on the server, as a slab's do (1 MiB each over the client's
-            // 20 Mbit/s link would be 0.8 s).
-            let one = c.call_keep(&on, vec![Value::Int(1), empty(), empty()], &[0, 1])?;
-            overhead_s = overhead_s.min((one.round_trip_s - 1.0 / ROWS_PER_S).max(0.0));
-            let kept: Vec<_> = one.outputs[..2]
-                .iter()
-                .filter_map(|v| match v {
-                    Value::Ref(r) => Some(r.clone()),
-                    _ => None,
-                })
-                .collect();
-            c.free(&kept)?;
-        }
-    }
+    // A call's own cost: one row, no neighbours, its rows kept on the server as a slab's are
+    // (1 MiB each over the client's 20 Mbit/s link would be 0.8 s).
+    let overhead_s = ctx.call_overhead_s(
+        "slab",
+        &|| vec![Value::Int(1), empty(), empty()],
+        &[0, 1],
+        1.0 / ROWS_PER_S,
+    )?;
     eprintln!(
         "bench testbed: slab: a call's own cost from the client's host: {:.1} ms",
         overhead_s * 1e3

@@ -514,8 +514,17 @@ impl GraphSnapshot {
             }
         }
 
+        let blind;
+        let mapped_with = if req.link_blind {
+            blind = CommModel::free(m)
+                .with_dispatch(dispatch_s)
+                .map_err(|e| invalid(e.to_string()))?;
+            &blind
+        } else {
+            &comm
+        };
         let mapping = policy
-            .map(&graph, &etc, &comm, Some(&rates))
+            .map(&graph, &etc, mapped_with, Some(&rates))
             .map_err(|e| invalid(format!("mapping the graph with {policy}: {e}")))?;
         let predicted = replay(&graph, &etc, &comm, &mapping)
             .map_err(|e| invalid(format!("replaying the {policy} mapping: {e}")))?;

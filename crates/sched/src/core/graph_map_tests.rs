@@ -30,6 +30,7 @@ fn diamond(policy: Option<&str>, reserve: bool) -> GraphRequest {
     GraphRequest {
         conservative_tf: None,
         load_model: None,
+        link_blind: false,
         calls: vec![
             call("a", 1000),
             call("b", 1000),
@@ -89,6 +90,46 @@ fn the_fetched_outputs_trip_to_the_client_counts_in_the_makespan() {
     );
     // The ends of the calls themselves do not move: the fetch comes after them.
     assert_eq!(fetched.end_s, plain.end_s);
+}
+
+/// Calls with 50-byte inputs say nothing of what 8 MB cost over the client's link (on the test
+/// bed they once made a 2 MB fetch cost 45 s); the client's fetches do: 8 MB in 0.64 s (100
+/// Mbit/s), and the graph's fetched output is planned at that.
+#[test]
+fn the_clients_fetches_teach_the_trip_of_a_fetched_output() {
+    let mut c = grid(&[("solo", 1e9)]);
+    let id = c.server_by_name("solo").unwrap().id();
+    let reports: Vec<CallReport> = (0..8)
+        .map(|i| {
+            let timing = Timing {
+                input_transfer_s: 0.002 + f64::from(i) * 1e-4,
+                ..Timing::default()
+            };
+            echo_report(timing, Some(50))
+        })
+        .collect();
+    c.report(id, &reports, Duration::ZERO);
+    let mut req = diamond(None, false);
+    req.calls[3].fetched = true;
+    req.calls[3].profile.out_bytes = 8_000_000;
+    // Until a fetch, the output's trip is at the default link (as in the test above).
+    let cfg = CoreConfig::default();
+    let default_trip = cfg.default_latency_s + 8e6 / cfg.default_bandwidth_bytes_per_s;
+    let before = c.map_graph(&req, Duration::ZERO).unwrap();
+    let plain = c.map_graph(&diamond(None, false), Duration::ZERO).unwrap();
+    let trip = before.makespan_s - plain.makespan_s;
+    assert!(
+        (trip - default_trip).abs() < 1e-9,
+        "{trip} vs {default_trip}"
+    );
+    assert!(!c.client_fetched("nobody:1", 8_000_000, 0.64));
+    for (bytes, s) in [(8_000_000, 0.642), (4_000_000, 0.322), (8_000_000, 0.641)] {
+        assert!(c.client_fetched("solo.example:7000", bytes, s));
+    }
+    let fetched = c.map_graph(&req, Duration::ZERO).unwrap();
+    let plain = c.map_graph(&diamond(None, false), Duration::ZERO).unwrap();
+    let trip = fetched.makespan_s - plain.makespan_s;
+    assert!((trip - 0.64).abs() < 0.02, "{trip}");
 }
 
 /// A finished `echo` with no ticket.
@@ -188,6 +229,41 @@ fn heft_spreads_the_parallel_pair_and_transfers_cost_link_time() {
     assert!((plan.critical_path_s - 6.0).abs() < 1e-9);
 }
 
+/// Over a link so slow that an edge costs 10 s, the mapper that knows it keeps the diamond on
+/// one server; a link-blind one splits the parallel pair to save 2 s, and its prediction
+/// counts the link it ignored.
+#[test]
+fn a_link_blind_mapping_ignores_the_links_and_its_prediction_pays_them() {
+    let mut c = grid(&[("x", 1e9), ("y", 1e9)]);
+    let id = c.server_by_name("x").unwrap().id();
+    let sample = LinkSample {
+        to: "y.example:7000".into(),
+        latency_s: 0.0,
+        bandwidth_bytes_per_s: 8e5,
+    };
+    c.record_links(id, &[sample], Duration::ZERO);
+    let aware = c
+        .map_graph(&diamond(Some("heft"), false), Duration::ZERO)
+        .unwrap();
+    assert_eq!(aware.server_of[1], aware.server_of[2], "{aware:?}");
+    let blind = c
+        .map_graph(
+            &GraphRequest {
+                link_blind: true,
+                ..diamond(Some("heft"), false)
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    assert_ne!(blind.server_of[1], blind.server_of[2], "{blind:?}");
+    assert!(
+        blind.makespan_s > aware.makespan_s + 5.0,
+        "{} vs {}",
+        blind.makespan_s,
+        aware.makespan_s
+    );
+}
+
 #[test]
 fn reserve_records_one_ticket_per_call_and_reports_clear_them() {
     let mut c = grid(&[("x", 1e9), ("y", 2e9)]);
@@ -227,6 +303,7 @@ fn faster_server_takes_more_of_a_bag_by_default_lp() {
     let req = GraphRequest {
         conservative_tf: None,
         load_model: None,
+        link_blind: false,
         calls: (0..10).map(|i| call(&format!("t{i}"), 1000)).collect(),
         edges: vec![],
         policy: None,
@@ -247,6 +324,7 @@ fn bad_requests_say_what_is_wrong() {
     let empty = GraphRequest {
         conservative_tf: None,
         load_model: None,
+        link_blind: false,
         calls: vec![],
         edges: vec![],
         policy: None,

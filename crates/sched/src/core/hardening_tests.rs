@@ -337,6 +337,7 @@ fn calls_go_only_where_they_fit_in_memory() {
         &gridwise_proto::GraphRequest {
             conservative_tf: None,
             load_model: None,
+            link_blind: false,
             calls: vec![gridwise_proto::GraphCall {
                 name: "huge".into(),
                 profile: p,
