@@ -111,6 +111,8 @@ pub enum ToAgent {
     Report(CallReport),
     /// A point a model build measured (or loaded from the model directory).
     Point(ModelPoint),
+    /// A link as a pull of a remote input used it ([`crate::peers::Peers::pull`]).
+    Link(LinkSample),
 }
 
 /// How long after its last benchmark the host load still carries the benchmark (the one-minute
@@ -281,7 +283,11 @@ impl ServerHandler {
                         .get(r.handle, owner)
                         .ok_or_else(|| not_found(r.handle, &r.holder))?
                 } else {
-                    self.inner.peers.pull(r, owner).await?
+                    let (value, sample) = self.inner.peers.pull(r, owner).await?;
+                    if let Some(s) = sample {
+                        let _ = self.inner.to_agent.send(ToAgent::Link(s));
+                    }
+                    value
                 };
                 *v = value;
                 Ok::<_, CallError>(())
@@ -1044,7 +1050,7 @@ mod tests {
         let oks: Vec<bool> = std::iter::from_fn(|| reports.try_recv().ok())
             .filter_map(|m| match m {
                 ToAgent::Report(r) => Some(r.ok),
-                ToAgent::Point(_) => None,
+                ToAgent::Point(_) | ToAgent::Link(_) => None,
             })
             .collect();
         assert_eq!(oks, [false, true]);

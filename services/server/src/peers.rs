@@ -15,6 +15,8 @@ pub struct Peers {
     conns: Mutex<HashMap<String, ServerApiClient>>,
     /// Large values come over bulk connections, straight into their final buffer.
     bulk: wire::bulk::BulkPool,
+    /// Per peer, the latency its last probe measured: what a timed pull's bandwidth is net of.
+    latency_s: std::sync::Mutex<HashMap<String, f64>>,
 }
 
 /// How long pulling one value may take.
@@ -30,6 +32,7 @@ impl Peers {
             wire,
             me,
             conns: Mutex::new(HashMap::new()),
+            latency_s: std::sync::Mutex::default(),
         }
     }
 
@@ -49,7 +52,7 @@ impl Peers {
     pub async fn probe(&self, addr: &str) -> Result<LinkSample, CallError> {
         let c = self.client(addr).await?;
         let max = crate::link_probe::max_bytes_to(addr, crate::link_probe::PEER_MAX_BYTES);
-        crate::link_probe::measure(addr, max, |n| {
+        let sample = crate::link_probe::measure(addr, max, |n| {
             let c = c.clone();
             async move {
                 // A broken pooled connection is replaced at the next use.
@@ -63,30 +66,62 @@ impl Peers {
                 })
             }
         })
-        .await
+        .await?;
+        self.latencies().insert(addr.to_string(), sample.latency_s);
+        Ok(sample)
+    }
+
+    fn latencies(&self) -> std::sync::MutexGuard<'_, HashMap<String, f64>> {
+        self.latency_s.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Pulls a value kept for `owner` from its holder (one retry on a fresh connection if the
     /// pooled one broke). A holder that is gone, or no longer has the value, makes the input
     /// lost ([`CallErrorKind::InputLost`]): another server would not find it either, so the
     /// call is not retried elsewhere, and a graph recomputes the value from its producer.
-    pub async fn pull(&self, r: &RemoteRef, owner: &str) -> Result<Value, CallError> {
+    ///
+    /// A large value (on a bulk connection) also times the link as calls use it
+    /// ([`crate::link_probe::pulled`]): a sample for the agent.
+    pub async fn pull(
+        &self,
+        r: &RemoteRef,
+        owner: &str,
+    ) -> Result<(Value, Option<LinkSample>), CallError> {
+        if r.bytes >= wire::bulk::BULK_MIN_BYTES {
+            let started = std::time::Instant::now();
+            let v = self.pull_bulk(r, owner).await?;
+            let secs = started.elapsed().as_secs_f64();
+            let latency_s = self.latencies().get(&r.holder).copied().unwrap_or(0.0);
+            let sample = crate::link_probe::pulled(&r.holder, v.payload_bytes(), secs, latency_s);
+            return Ok((v, sample));
+        }
+        self.pull_rpc(r, owner).await.map(|v| (v, None))
+    }
+
+    async fn pull_bulk(&self, r: &RemoteRef, owner: &str) -> Result<Value, CallError> {
         let lost = |why: String| {
             CallError::input_lost(
                 r.handle,
                 format!("remote input {} ({}) is lost: {why}", r.handle, r.kind),
             )
         };
-        if r.bytes >= wire::bulk::BULK_MIN_BYTES {
-            return match self.bulk.get(&r.holder, r.handle, Some(owner)).await {
-                Ok(v) => Ok(v),
-                Err(wire::bulk::BulkError::Refused(e)) if e.kind == CallErrorKind::InputLost => {
-                    Err(not_found(r.handle, &r.holder))
-                }
-                Err(wire::bulk::BulkError::Refused(e)) => Err(e),
-                Err(e) => Err(lost(format!("pulling it from {} failed: {e}", r.holder))),
-            };
+        match self.bulk.get(&r.holder, r.handle, Some(owner)).await {
+            Ok(v) => Ok(v),
+            Err(wire::bulk::BulkError::Refused(e)) if e.kind == CallErrorKind::InputLost => {
+                Err(not_found(r.handle, &r.holder))
+            }
+            Err(wire::bulk::BulkError::Refused(e)) => Err(e),
+            Err(e) => Err(lost(format!("pulling it from {} failed: {e}", r.holder))),
         }
+    }
+
+    async fn pull_rpc(&self, r: &RemoteRef, owner: &str) -> Result<Value, CallError> {
+        let lost = |why: String| {
+            CallError::input_lost(
+                r.handle,
+                format!("remote input {} ({}) is lost: {why}", r.handle, r.kind),
+            )
+        };
         for attempt in 0..2 {
             let c = self
                 .client(&r.holder)

@@ -21,6 +21,8 @@ pub const ROWS_PER_S: f64 = 2000.0;
 /// Operations per row (the service's complexity is `n` times this).
 const ROW_OPS: f64 = 1e5;
 const SIZES: [u64; 6] = [100, 200, 400, 800, 1600, 3200];
+/// The part the call's own cost is measured with.
+const OVERHEAD_ROWS: u64 = 25;
 /// Steps per job; the first has no rows to take yet, the median of the others is measured.
 const STEPS: usize = 8;
 
@@ -122,13 +124,16 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let h = c.function_handle_default("slab")?;
     let inputs = |_: u64, n: u64| vec![Value::Int(n as i64)];
     let empty = || Value::Bytes(Vec::new());
-    // A call's own cost: one row, no neighbours, its rows kept on the server as a slab's are
-    // (1 MiB each over the client's 20 Mbit/s link would be 0.8 s).
+    // A call's own cost: a part of the smallest size the plans use, no neighbours, its rows
+    // kept on the server as a slab's are (1 MiB each over the client's 20 Mbit/s link would be
+    // 0.8 s). Not one row: the models would keep a 1-row point slowed by the call's fixed
+    // costs (1.0 ms for 0.5 ms of rows), and their speed interpolated from it made 32 rows
+    // look 25% dearer on one server than on its twin.
     let overhead_s = ctx.call_overhead_s(
         "slab",
-        &|| vec![Value::Int(1), empty(), empty()],
+        &|| vec![Value::Int(OVERHEAD_ROWS as i64), empty(), empty()],
         &[0, 1],
-        1.0 / ROWS_PER_S,
+        OVERHEAD_ROWS as f64 / ROWS_PER_S,
     )?;
     eprintln!(
         "bench testbed: slab: a call's own cost from the client's host: {:.1} ms",
