@@ -298,6 +298,29 @@ pub(crate) struct Batch {
     rank_us: Vec<f64>,
 }
 
+/// One completion of a batch, as `run_batch_with`'s callback sees it.
+pub(crate) struct Done<'a> {
+    /// Completions so far, this one included.
+    pub(crate) count: usize,
+    /// The server that answered (none for a failed call).
+    pub(crate) server: Option<&'a str>,
+    /// When the call was submitted.
+    pub(crate) sent: Instant,
+}
+
+impl Batch {
+    /// Adds another batch's counts to this one's.
+    pub(crate) fn add(&mut self, other: Batch) {
+        self.lost += other.lost;
+        self.wrong += other.wrong;
+        self.failed += other.failed;
+        self.retried += other.retried;
+        self.tries += other.tries;
+        self.duplicates += other.duplicates;
+        self.rank_us.extend(other.rank_us);
+    }
+}
+
 impl Batch {
     /// The 99th percentile of the agent's ranking time, µs (one decimal).
     pub(crate) fn rank_p99_us(&self) -> f64 {
@@ -319,8 +342,20 @@ pub(crate) fn run_batch(
     label: &str,
     mut on_done: impl FnMut(usize) -> anyhow::Result<()>,
 ) -> anyhow::Result<Batch> {
+    run_batch_with(client, mix, calls, window, label, |d| on_done(d.count))
+}
+
+/// [`run_batch`], its callback told which server answered each call and when it was sent.
+pub(crate) fn run_batch_with(
+    client: &Client,
+    mix: &Mix,
+    calls: usize,
+    window: usize,
+    label: &str,
+    mut on_done: impl FnMut(&Done<'_>) -> anyhow::Result<()>,
+) -> anyhow::Result<Batch> {
     let started = Instant::now();
-    let mut sessions: HashMap<SessionId, usize> = HashMap::new();
+    let mut sessions: HashMap<SessionId, (usize, Instant)> = HashMap::new();
     let (mut sent, mut done) = (0usize, 0usize);
     let mut b = Batch {
         lost: 0,
@@ -332,11 +367,13 @@ pub(crate) fn run_batch(
         rank_us: Vec::with_capacity(calls),
     };
     let mut failures: Vec<String> = Vec::new();
-    let submit = |i: usize, sessions: &mut HashMap<SessionId, usize>| -> anyhow::Result<()> {
-        let id = client.call_async(&mix.handles[Mix::kind(i)], mix.inputs(i))?;
-        sessions.insert(id, i);
-        Ok(())
-    };
+    let submit =
+        |i: usize, sessions: &mut HashMap<SessionId, (usize, Instant)>| -> anyhow::Result<()> {
+            let at = Instant::now();
+            let id = client.call_async(&mix.handles[Mix::kind(i)], mix.inputs(i))?;
+            sessions.insert(id, (i, at));
+            Ok(())
+        };
     while sent < window.min(calls) {
         submit(sent, &mut sessions)?;
         sent += 1;
@@ -361,9 +398,10 @@ pub(crate) fn run_batch(
             }
         };
         last_completion = Instant::now();
-        let i = sessions.remove(&id).unwrap_or(usize::MAX);
+        let (i, sent_at) = sessions.remove(&id).unwrap_or((usize::MAX, Instant::now()));
         let r = client.wait(id);
         done += 1;
+        let server = r.as_ref().ok().map(|r| r.server.clone());
         match r {
             Ok(r) => {
                 if i == usize::MAX || !mix.right(i, &r) {
@@ -382,7 +420,11 @@ pub(crate) fn run_batch(
                 }
             }
         }
-        on_done(done)?;
+        on_done(&Done {
+            count: done,
+            server: server.as_deref(),
+            sent: sent_at,
+        })?;
         if done % 1000 == 0 {
             eprintln!(
                 "bench {label}: {done}/{calls} done, {} failed, {:.1} s",

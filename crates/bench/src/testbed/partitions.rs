@@ -5,7 +5,7 @@
 //! and how long after the heal the agent had the servers up and they ran calls again.
 
 use super::{Ctx, graph};
-use crate::faults::{Mix, run_batch};
+use crate::faults::{Done, Mix, run_batch_with};
 use gridwise_proto::ServerState;
 use gridwise_testbed::Cut;
 use gridwise_testbed::schedule::{Event, Playing};
@@ -13,8 +13,12 @@ use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Enough that calls go on for several seconds after the heal.
+/// Enough that calls go on for several seconds after the heal, most times.
 const CALLS: usize = 3000;
+/// More calls, in batches of this many, while the watcher has not seen the cut servers run
+/// calls again: with the agent cut from half the servers the other half ran the rest of a
+/// batch before the heal, and nothing was left to use the healed servers for.
+const MORE_CALLS: usize = 200;
 const WINDOW: usize = 8;
 /// How long each cut lasts.
 const CUT: Duration = Duration::from_secs(5);
@@ -62,7 +66,24 @@ struct Seen {
     up_again_s: Option<f64>,
     /// When the client no longer held any of them unresponsive.
     answer_again_s: Option<f64>,
-    used_again_s: Option<f64>,
+    /// Per cut server, when a call sent after the heal was first answered by it.
+    used: Vec<Option<f64>>,
+}
+
+impl Seen {
+    fn new(servers: usize) -> Seen {
+        Seen {
+            used: vec![None; servers],
+            ..Seen::default()
+        }
+    }
+
+    /// When every cut server had been used again.
+    fn used_again_s(&self) -> Option<f64> {
+        self.used
+            .iter()
+            .try_fold(0.0f64, |m, u| u.map(|u| m.max(u)))
+    }
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
@@ -77,13 +98,30 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
             .iter()
             .map(|s| ctx.addr_of(s))
             .collect::<anyhow::Result<_>>()?;
-        let seen = Arc::new(Mutex::new(Seen::default()));
+        let seen = Arc::new(Mutex::new(Seen::new(sc.servers.len())));
         let mut play: Option<Playing> = None;
         let mut watcher = None;
+        let mut cut_at: Option<Instant> = None;
         let bed = ctx.bed.clone();
-        let batch = run_batch(&ctx.client, &mix, CALLS, WINDOW, "testbed", |done| {
-            if done == CALLS / 10 {
-                let cut_at = Instant::now();
+        // A cut server is used again when a call sent after the heal is answered by it.
+        let note_use = |d: &Done<'_>, cut_at: Option<Instant>| {
+            let (Some(at), Some(server)) = (cut_at, d.server) else {
+                return;
+            };
+            let Some(k) = sc.servers.iter().position(|s| *s == server) else {
+                return;
+            };
+            if d.sent >= at + CUT {
+                let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                if s.used[k].is_none() {
+                    s.used[k] = Some(at.elapsed().as_secs_f64());
+                }
+            }
+        };
+        let mut batch = run_batch_with(&ctx.client, &mix, CALLS, WINDOW, "testbed", |d| {
+            if d.count == CALLS / 10 {
+                let at = Instant::now();
+                cut_at = Some(at);
                 play = Some(Playing::start(
                     bed.clone(),
                     vec![
@@ -96,15 +134,32 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
                         }
                     },
                 ));
-                watcher = Some(watch(ctx, &addrs, cut_at, seen.clone()));
+                watcher = Some(watch(ctx, &addrs, at, seen.clone()));
             }
+            note_use(d, cut_at);
             Ok(())
         })?;
         if let Some(p) = play {
             p.finish();
         }
-        // The watcher stops once the servers ran calls again, or 20 s after the heal.
+        // The watcher stops once the servers ran calls again, or 20 s after the heal; calls
+        // go on until then.
+        let mut calls = CALLS;
         if let Some(w) = watcher {
+            while !w.is_finished() {
+                batch.add(run_batch_with(
+                    &ctx.client,
+                    &mix,
+                    MORE_CALLS,
+                    WINDOW,
+                    "testbed",
+                    |d| {
+                        note_use(d, cut_at);
+                        Ok(())
+                    },
+                )?);
+                calls += MORE_CALLS;
+            }
             let _ = w.join();
         }
         let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,7 +174,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
             "cut": sc.cut.to_string(),
             "servers_cut": sc.servers,
             "cut_s": heal,
-            "calls": CALLS,
+            "calls": calls,
             "lost": batch.lost,
             "wrong": batch.wrong,
             "failed": batch.failed,
@@ -129,16 +184,18 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
             "gave_up_within_3_liveness": seen.gave_up_s.map(|s| s <= 3.0 * LIVENESS.as_secs_f64()),
             "up_again_after_heal_s": r2(after_heal(seen.up_again_s)),
             "answer_client_again_after_heal_s": r2(after_heal(seen.answer_again_s)),
-            "used_again_after_heal_s": r2(after_heal(seen.used_again_s)),
-            "used_again_within_2_heartbeats": after_heal(seen.used_again_s)
+            "used_again_after_heal_s": r2(after_heal(seen.used_again_s())),
+            "used_again_within_2_heartbeats": after_heal(seen.used_again_s())
                 .map(|s| s <= 2.0 * HEARTBEAT.as_secs_f64()),
         }));
     }
     graph_cut(ctx)
 }
 
-/// Watches the client's verdicts and the agent's view from the cut until the servers run
-/// calls again after the heal.
+/// Watches the client's verdicts and the agent's view from the cut until the servers ran
+/// calls again after the heal (the batch notes that), or 20 s after the heal. Nothing here
+/// talks to the cut servers: a ping over a connection that lost packets in the cut waits for
+/// TCP's retransmission, and held the watcher (and every time it took) up to a second late.
 fn watch(
     ctx: &Ctx,
     addrs: &[String],
@@ -147,24 +204,20 @@ fn watch(
 ) -> std::thread::JoinHandle<()> {
     let (client, addrs) = (ctx.client.clone(), addrs.to_vec());
     std::thread::spawn(move || {
-        let executed = |a: &str| client.ping(a).map(|p| p.executed).ok();
-        let mut before: Vec<Option<u64>> = vec![None; addrs.len()];
-        let mut used: Vec<bool> = vec![false; addrs.len()];
         let limit = CUT + Duration::from_secs(20);
+        let lock = || seen.lock().unwrap_or_else(|e| e.into_inner());
         while cut_at.elapsed() < limit {
             let t = cut_at.elapsed().as_secs_f64();
-            let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
-            if s.gave_up_s.is_none()
-                && cut_at.elapsed() < CUT
-                && client
-                    .unresponsive_servers()
-                    .iter()
-                    .any(|a| addrs.contains(a))
-            {
-                s.gave_up_s = Some(t);
+            let healed = cut_at.elapsed() >= CUT;
+            let unresponsive = client
+                .unresponsive_servers()
+                .iter()
+                .any(|a| addrs.contains(a));
+            if !healed && unresponsive && lock().gave_up_s.is_none() {
+                lock().gave_up_s = Some(t);
             }
-            if cut_at.elapsed() >= CUT {
-                if s.up_again_s.is_none() {
+            if healed {
+                if lock().up_again_s.is_none() {
                     let up = client.status().ok().is_some_and(|st| {
                         addrs.iter().all(|a| {
                             st.servers
@@ -173,31 +226,17 @@ fn watch(
                         })
                     });
                     if up {
-                        s.up_again_s = Some(t);
+                        lock().up_again_s = Some(t);
                     }
                 }
-                if s.answer_again_s.is_none()
-                    && !client
-                        .unresponsive_servers()
-                        .iter()
-                        .any(|a| addrs.contains(a))
-                {
+                let mut s = lock();
+                if s.answer_again_s.is_none() && !unresponsive {
                     s.answer_again_s = Some(t);
                 }
-                for (i, a) in addrs.iter().enumerate() {
-                    let now = executed(a);
-                    match (before[i], now) {
-                        (None, Some(n)) => before[i] = Some(n),
-                        (Some(b), Some(n)) if n > b => used[i] = true,
-                        _ => {}
-                    }
-                }
-                if used.iter().all(|u| *u) {
-                    s.used_again_s = Some(t);
+                if s.used_again_s().is_some() && s.up_again_s.is_some() {
                     return;
                 }
             }
-            drop(s);
             std::thread::sleep(Duration::from_millis(20));
         }
     })
