@@ -447,10 +447,12 @@ pub struct Registration {
     /// are larger are not sent there.
     #[serde(default = "unlimited")]
     pub max_frame_bytes: u64,
-    /// Services whose kernels sleep for their time rather than compute (emulated ones): the
-    /// host's load does not stretch them, so the agent predicts them as on a quiet host. Four
-    /// servers sharing two cores sensed 50–95% of a core each, and a prediction divided by
-    /// that split a slab of equal servers 646 rows to 941.
+    /// Services whose times the load this server reports does not stretch: kernels that sleep
+    /// rather than compute (emulated ones) on a server that reports its host's load, so the
+    /// agent predicts them as on a quiet host. Four servers sharing two cores sensed 50–95% of
+    /// a core each, and a prediction divided by that split a slab of equal servers 646 rows to
+    /// 941. Under a configured load trace the trace is what slows them, and the server reports
+    /// it: none are listed.
     #[serde(default)]
     pub sleeping: Vec<String>,
 }

@@ -26,8 +26,13 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-/// The services whose kernels sleep (`Registration::sleeping`), sorted.
-fn sleeping_services(set: &kernels::KernelSet) -> Vec<String> {
+/// The services whose times the load `sensors` report does not stretch
+/// (`Registration::sleeping`), sorted: those whose kernels sleep, unless a configured trace
+/// slows them.
+fn sleeping_services(set: &kernels::KernelSet, sensors: &sensors::Sensors) -> Vec<String> {
+    if sensors.slows_sleeping_kernels() {
+        return Vec::new();
+    }
     let mut names: Vec<String> = set
         .values()
         .filter(|k| k.sleeps())
@@ -124,7 +129,7 @@ pub async fn run_with(
         budget: wire::MemoryBudget::new(budget),
         max_frame_bytes: cfg.max_frame_bytes as u64,
     };
-    let sleeping = sleeping_services(&set);
+    let sleeping = sleeping_services(&set, &sensors);
     // Frames still arriving get their own budget: sharing the calls' would let busy calls
     // make every new request fail to arrive. At least one frame of the largest size fits.
     let mut accept = wire::AcceptConfig::new(

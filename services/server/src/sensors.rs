@@ -125,6 +125,12 @@ impl Sensors {
         }
     }
 
+    /// Whether what these sensors report slows a kernel that sleeps: a configured trace does
+    /// (it is the emulated load), the host's own load does not.
+    pub fn slows_sleeping_kernels(&self) -> bool {
+        matches!(self.source, Source::Trace(..))
+    }
+
     /// Memory free for new work, bytes (`MemAvailable`).
     pub fn free_memory_bytes(&self) -> Option<u64> {
         let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -227,6 +233,9 @@ mod tests {
         assert_eq!(s.sleeping_over(from, to), s.availability_over(from, to));
         let host = Sensors::start(None, origin, false);
         assert_eq!(host.sleeping_over(from, to), Some(1.0));
+        // So the agent hears of the trace's load for sleeping kernels, and of no host's.
+        assert!(s.slows_sleeping_kernels());
+        assert!(!host.slows_sleeping_kernels() && !idle.slows_sleeping_kernels());
     }
 
     #[test]
