@@ -78,7 +78,7 @@ pub(crate) fn part_failed(p: &DividePart, what: &str, e: GrpcError) -> GrpcError
 impl GridClient {
     /// The request for `units` of `h`'s service, its byte counts taken from `inputs` at one and
     /// two units (a part's bytes grow linearly with its units).
-    pub(crate) fn divide_request(
+    fn divide_request(
         h: &FunctionHandle,
         units: u64,
         spec: &DivideSpec,

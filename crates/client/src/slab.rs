@@ -140,12 +140,7 @@ impl GridClient {
             v.extend([Value::Bytes(Vec::new()), Value::Bytes(Vec::new())]);
             v
         };
-        // `top` and `bottom` stay on the servers for the neighbours to pull: they never cross
-        // the client's link, and a plan that charged them to it (2 MiB a part over 20 Mbit/s,
-        // once the agent knew that link) left every server it knew that of out.
-        let mut req = Self::divide_request(h, units, &spec, &with_rows)?;
-        req.out_bytes.0 = req.out_bytes.0.saturating_sub(2 * halo_bytes);
-        let plan = self.inner.conn.divide(&req).await?;
+        let plan = self.divide_plan(h, units, &spec, &with_rows).await?;
         self.run_slab(h, plan, steps, inputs).await
     }
 

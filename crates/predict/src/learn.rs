@@ -165,7 +165,8 @@ impl HostKnowledge {
         client_in_bytes: Option<u64>,
         cpu_available: Option<f64>,
     ) {
-        self.overhead.record(timing);
+        // Inputs not all from the client: some were pulled, inside the server's time.
+        self.overhead.record(timing, client_in_bytes.is_none());
         if let Some(bytes) = client_in_bytes {
             self.client_link
                 .record(bytes, timing.input_transfer_s, cpu_available);
