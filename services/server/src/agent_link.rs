@@ -318,29 +318,18 @@ async fn flush(
     name: &str,
     deadline: Duration,
 ) -> bool {
-    while !outbox.points.is_empty() {
-        let batch: Vec<ModelPoint> = outbox.points.iter().take(batch_max).cloned().collect();
-        let n = batch.len();
-        let r = link
-            .client
-            .model_points(wire::context(deadline), link.id, batch)
-            .await;
-        if !delivered(r, n, "model point(s)", name) {
-            return false;
-        }
-        outbox.points.drain(..n);
+    let ctx = || wire::context(deadline);
+    let points = send_all(&mut outbox.points, batch_max, "model point(s)", name, |b| {
+        link.client.model_points(ctx(), link.id, b)
+    });
+    if !points.await {
+        return false;
     }
-    while !outbox.links.is_empty() {
-        let batch: Vec<LinkSample> = outbox.links.iter().take(batch_max).cloned().collect();
-        let n = batch.len();
-        let r = link
-            .client
-            .links(wire::context(deadline), link.id, batch)
-            .await;
-        if !delivered(r, n, "link sample(s)", name) {
-            return false;
-        }
-        outbox.links.drain(..n);
+    let links = send_all(&mut outbox.links, batch_max, "link sample(s)", name, |b| {
+        link.client.links(ctx(), link.id, b)
+    });
+    if !links.await {
+        return false;
     }
     while !outbox.reports.is_empty() {
         let batch: Vec<CallReport> = outbox.reports.iter().take(batch_max).cloned().collect();
@@ -366,6 +355,30 @@ async fn flush(
                 outbox.reports.drain(..n);
             }
         }
+    }
+    true
+}
+
+/// Sends `queue` in batches of `batch_max` with `send`, each acknowledged before the next;
+/// false (what was not delivered stays queued) when the agent must be reached again first.
+async fn send_all<T: Clone, F, Fut>(
+    queue: &mut VecDeque<T>,
+    batch_max: usize,
+    what: &str,
+    name: &str,
+    send: F,
+) -> bool
+where
+    F: Fn(Vec<T>) -> Fut,
+    Fut: std::future::Future<Output = Result<Ack, tarpc::client::RpcError>>,
+{
+    while !queue.is_empty() {
+        let batch: Vec<T> = queue.iter().take(batch_max).cloned().collect();
+        let n = batch.len();
+        if !delivered(send(batch).await, n, what, name) {
+            return false;
+        }
+        queue.drain(..n);
     }
     true
 }
