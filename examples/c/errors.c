@@ -49,6 +49,18 @@ int main(int argc, char **argv) {
 
     expect("a handle before grpc_initialize", grpc_function_handle_default(&h, "add"),
            GRPC_NOT_INITIALIZED);
+    {
+        /* A handle never initialised (zeroed, as a static one is) before grpc_initialize: the
+           missing initialisation is the error, not the handle. */
+        grpc_function_handle_t zeroed;
+        grpc_sessionid_t none;
+        memset(&zeroed, 0, sizeof zeroed);
+        expect("a call on a zeroed handle before grpc_initialize", grpc_call(&zeroed, 1, 2, &y),
+               GRPC_NOT_INITIALIZED);
+        expect("an async call on it", grpc_call_async(&zeroed, &none, 1, 2, &y),
+               GRPC_NOT_INITIALIZED);
+        expect("destructing it", grpc_function_handle_destruct(&zeroed), GRPC_NOT_INITIALIZED);
+    }
     expect("grpc_get_last_error after it", grpc_get_last_error(), GRPC_NOT_INITIALIZED);
     expect("a configuration file that is not there", grpc_initialize("/nonexistent/gw.toml"),
            GRPC_CONFIGFILE_NOT_FOUND);

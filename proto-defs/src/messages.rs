@@ -27,16 +27,19 @@ pub struct CallProfile {
     pub inline_bytes: u64,
 }
 
+/// The memory a server needs for a call whose inputs (those sent and those pulled) and
+/// outputs come to these bytes: twice their sum — a kernel may hold a working copy of each,
+/// and a reply is serialised whole before it is sent. Client, agent and server all judge a
+/// call by this one rule.
+pub fn footprint_bytes(input_bytes: u64, output_bytes: u64) -> u64 {
+    input_bytes.saturating_add(output_bytes).saturating_mul(2)
+}
+
 impl CallProfile {
-    /// The memory a server needs for this call: inputs (those sent and those pulled) and
-    /// outputs, twice — a kernel may hold a working copy of each, and a reply is serialised
-    /// whole before it is sent. Server and agent both judge a call by this one rule.
+    /// This call's [`footprint_bytes`].
     pub fn footprint_bytes(&self) -> u64 {
         let remote: u64 = self.remote_in.iter().map(|(_, b)| *b).sum();
-        self.in_bytes
-            .saturating_add(remote)
-            .saturating_add(self.out_bytes)
-            .saturating_mul(2)
+        footprint_bytes(self.in_bytes.saturating_add(remote), self.out_bytes)
     }
 }
 

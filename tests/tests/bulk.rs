@@ -115,3 +115,33 @@ fn another_client_cannot_read_a_value_kept_for_someone_else() {
         N * 8
     );
 }
+
+#[test]
+fn servers_and_the_agent_read_and_drop_probes_and_keep_no_values_from_them() {
+    use gridwise_e2e::raw;
+    use gridwise_proto::wire::Role;
+    use gridwise_proto::wire::bulk::{BulkError, BulkPool, PROBE_MAX_BYTES};
+    let g = grid();
+    let c = client(&g);
+    let (s1, agent) = (g.servers[0].addr.clone(), g.agent.addr.clone());
+    let token = g.client_token.clone();
+    let rt = raw::runtime();
+    rt.block_on(async {
+        let pool = BulkPool::new(raw::dial(Role::Client, token.as_deref(), "prober"), "test");
+        // Larger than any frame either daemon takes: a probe is not a frame.
+        for addr in [&s1, &agent] {
+            pool.probe(addr, 5 * FRAME as u64)
+                .await
+                .unwrap_or_else(|e| panic!("probing {addr}: {e}"));
+        }
+        let e = pool.probe(&s1, PROBE_MAX_BYTES + 1).await.unwrap_err();
+        assert!(e.to_string().contains("larger than"), "{e}");
+        pool.probe(&s1, 1).await.expect("a probe after a refusal");
+        // The agent stages nothing.
+        match pool.put(&agent, &ramp(N / 8)).await {
+            Err(BulkError::Refused(e)) => assert!(e.message.contains("keeps no values"), "{e}"),
+            other => panic!("the agent took a value: {:?}", other.err()),
+        }
+    });
+    assert_eq!(held(&c, &s1), 0, "a probe left something held");
+}

@@ -59,6 +59,11 @@ unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, GrpcError> {
 /// # Safety
 /// `h` is NULL or points at a `grpc_function_handle_t`.
 unsafe fn handle<'a>(h: *mut CHandle) -> Result<&'a gridwise_client::FunctionHandle, GrpcError> {
+    // GFD.52 puts the missing initialisation first: any handle, valid or not, is refused
+    // with GRPC_NOT_INITIALIZED before `grpc_initialize`.
+    if !grpc::is_initialized() {
+        return Err(GrpcError::not_initialized());
+    }
     let invalid = || {
         GrpcError::new(
             ErrorCode::InvalidFunctionHandle,

@@ -561,7 +561,10 @@ where
 macro_rules! serve_forever {
     ($listener:expr, $cfg:expr, $node:expr, $make:expr) => {{
         $crate::serve_forever!($listener, $cfg, $node, $make, bulk: |conn: $crate::wire::Accepted| async move {
-            $crate::__reexport::tracing::warn!(peer = %conn.peer.addr, "closing a bulk connection: this daemon takes no bulk values");
+            let peer = conn.peer.addr.clone();
+            if let Err(why) = $crate::wire::bulk::serve(conn, &$crate::wire::bulk::ProbesOnly).await {
+                $crate::__reexport::tracing::debug!(%peer, "bulk connection closed: {why}");
+            }
         })
     }};
     ($listener:expr, $cfg:expr, $node:expr, $make:expr, bulk: $bulk:expr) => {{

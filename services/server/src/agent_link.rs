@@ -6,8 +6,8 @@
 
 use crate::handler::{ServerHandler, ToAgent};
 use gridwise_proto::{
-    Ack, AgentApiClient, CallReport, Heartbeat, LinkSample, ModelPoint, Registration, ServerId,
-    wire,
+    Ack, AgentApiClient, CallError, CallReport, Heartbeat, LinkSample, ModelPoint, Registration,
+    ServerId, wire,
 };
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -72,17 +72,20 @@ fn push_bounded<T>(q: &mut VecDeque<T>, x: T) {
 /// The link to the agent, measured as peers are (`link_probe`): the agent is on every call's
 /// control path.
 async fn probe_agent(
+    handler: &ServerHandler,
     client: &AgentApiClient,
     addr: &str,
-) -> Result<LinkSample, tarpc::client::RpcError> {
-    let max = crate::link_probe::max_bytes_to(addr, crate::link_probe::AGENT_MAX_BYTES);
-    crate::link_probe::measure(addr, max, |n| {
-        client.sink(
-            wire::context(RPC_TIMEOUT),
-            serde_bytes::ByteBuf::from(vec![0u8; n]),
-        )
-    })
-    .await
+) -> Result<LinkSample, CallError> {
+    handler
+        .peers()
+        .measure_link(addr, || async {
+            client
+                .sink(wire::context(RPC_TIMEOUT), serde_bytes::ByteBuf::new())
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+        .await
 }
 
 /// The wait before registering again after the agent refused a registration.
@@ -111,6 +114,8 @@ pub async fn run(
     let probe_every = link_probe.unwrap_or(Duration::from_secs(365 * 24 * 3600));
     let mut next_probe =
         tokio::time::Instant::now() + crate::link_probe::next_round_in(probe_every, true);
+    // When the round now waiting for a quiet spell fell due.
+    let mut probe_due: Option<tokio::time::Instant> = None;
     let batch_max = batch_max.max(1);
     let mut linked: Option<Linked> = None;
     let mut outbox = Outbox::default();
@@ -204,8 +209,19 @@ pub async fn run(
         };
         tokio::select! {
             _ = tokio::time::sleep_until(next_probe), if link_probe.is_some() => {
-                next_probe = tokio::time::Instant::now()
-                    + crate::link_probe::next_round_in(probe_every, false);
+                let now = tokio::time::Instant::now();
+                let due = *probe_due.get_or_insert(now);
+                if crate::link_probe::wait_for_quiet(
+                    handler.busy_calls(),
+                    handler.quiet_for(),
+                    now - due,
+                    probe_every,
+                ) {
+                    next_probe = now + crate::link_probe::QUIET / 2;
+                    continue;
+                }
+                probe_due = None;
+                next_probe = now + crate::link_probe::next_round_in(probe_every, false);
                 // Off the loop: probes take a moment, heartbeats must not wait for them.
                 let (client, id, h) = (link.client.clone(), link.id, handler.clone());
                 let agent_addr = agent.clone();
@@ -218,7 +234,7 @@ pub async fn run(
                         .map(|s| s.addr)
                         .collect();
                     let mut samples = h.probe_links(&peers).await;
-                    match probe_agent(&client, &agent_addr).await {
+                    match probe_agent(&h, &client, &agent_addr).await {
                         Ok(s) => samples.push(s),
                         Err(e) => tracing::debug!("cannot probe the link to the agent: {e}"),
                     }

@@ -40,6 +40,10 @@ impl BulkStore for ServerHandler {
         self.read_kept(handle, owner)
             .ok_or_else(|| not_found(handle, self.addr()))
     }
+
+    fn moved(&self) {
+        self.note_data_moving();
+    }
 }
 
 /// Serves one bulk connection, logging why it ended if it was not the peer's doing.

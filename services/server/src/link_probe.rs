@@ -15,14 +15,11 @@ pub const FIRST_BYTES: usize = 1 << 20;
 const TOO_FAST_S: f64 = 0.04;
 /// What the second message aims to take.
 const AIM_S: f64 = 0.1;
-/// The most a probe sends a peer server in one message.
-pub const PEER_MAX_BYTES: usize = 32 << 20;
-/// The most a probe sends the agent in one message: the agent's frames are 16 MiB by default,
-/// and a larger one would cost the server its connection.
-pub const AGENT_MAX_BYTES: usize = 8 << 20;
+/// The most a probe sends in one message (on a bulk connection, which reads and drops it).
+pub const MAX_BYTES: usize = 32 << 20;
 const _: () = assert!(
-    AGENT_MAX_BYTES < 16 << 20,
-    "below the agent's default frame limit"
+    MAX_BYTES as u64 <= gridwise_proto::wire::bulk::PROBE_MAX_BYTES,
+    "no larger than a daemon reads"
 );
 
 /// Whether the round trips were taken while the link was busy (with another server's probe
@@ -55,9 +52,26 @@ pub fn second_probe_bytes(first_bytes: usize, secs: f64, max_bytes: usize) -> Op
     Some(((rate * AIM_S) as usize).clamp(first_bytes, max_bytes))
 }
 
+/// Probe rounds in a row a link may be skipped as busy before it is measured anyway.
+pub const MOST_SKIPPED: u32 = 3;
+
+/// Whether round trips of `rtt_s` queued behind other data on a link whose quiet latency is
+/// `quiet_latency_s`: a shaper's queue (200 ms deep on the test bed) adds tens of ms.
+fn queued(rtt_s: f64, quiet_latency_s: f64) -> bool {
+    rtt_s > 4.0 * quiet_latency_s + 0.001
+}
+
 /// Measures the link with `send(n)`, which delivers an `n`-byte message (never more than
-/// `max_bytes`) and waits for its acknowledgement (`n = 0` for a round trip).
-pub async fn measure<F, Fut, T, E>(to: &str, max_bytes: usize, mut send: F) -> Result<LinkSample, E>
+/// `max_bytes`) and waits for its acknowledgement (`n = 0` for a round trip). `None` when the
+/// round trips show the link carrying other data twice, 300 ms apart, compared with
+/// `quiet_latency_s`: the messages would measure that data's share and take from it (a 50 MB
+/// pull across a 100 Mbit/s uplink lost 12% to other servers' probes).
+pub async fn measure<F, Fut, T, E>(
+    to: &str,
+    max_bytes: usize,
+    quiet_latency_s: Option<f64>,
+    mut send: F,
+) -> Result<Option<LinkSample>, E>
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -73,6 +87,9 @@ where
             let t = Instant::now();
             send(0).await?;
             rtt = rtt.min(t.elapsed().as_secs_f64());
+        }
+        if quiet_latency_s.is_some_and(|l| queued(rtt, l)) {
+            continue;
         }
         let timed = |bytes: usize, t: Instant| (bytes, (t.elapsed().as_secs_f64() - rtt).max(1e-6));
         let t = Instant::now();
@@ -94,7 +111,7 @@ where
             break;
         }
     }
-    Ok(last.expect("one attempt at least"))
+    Ok(last)
 }
 
 /// What a pull of `bytes` from `holder` that took `secs` says of the link, net of the
@@ -120,43 +137,95 @@ pub fn next_round_in(interval: Duration, first: bool) -> Duration {
     interval.mul_f64(f)
 }
 
+/// How long no call may have run and no value moved here before a probe round starts.
+pub const QUIET: Duration = Duration::from_secs(2);
+/// Probe intervals a round waits for a quiet spell at most: a server that is never quiet
+/// still measures its links now and then (its pulls also measure them, as calls use them).
+const MOST_DEFERRED: u32 = 4;
+
+/// Whether a probe round that fell due `waited` ago waits longer: while calls run here or
+/// data moved in the last [`QUIET`] (a probe beside a graph's pulls measured them instead of
+/// the link, and slowed them), for up to [`MOST_DEFERRED`] intervals.
+pub fn wait_for_quiet(
+    busy_calls: u32,
+    quiet_for: Duration,
+    waited: Duration,
+    every: Duration,
+) -> bool {
+    (busy_calls > 0 || quiet_for < QUIET) && waited < every * MOST_DEFERRED
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn round_trips_that_queued_behind_other_data_are_told_from_a_quiet_link() {
+        // Quiet: 0.1 ms each way on the test bed, 25 ms across a continent.
+        assert!(!queued(0.0003, 0.0001));
+        assert!(queued(0.02, 0.0001));
+        assert!(!queued(0.06, 0.025));
+        assert!(queued(0.25, 0.025));
+    }
+
+    #[tokio::test]
+    async fn a_busy_link_is_not_measured_and_a_quiet_one_is() {
+        // A link whose round trips take `rtt` and which moves `rate` bytes/s.
+        let link = |rtt: f64, rate: f64| {
+            move |n: usize| async move {
+                tokio::time::sleep(Duration::from_secs_f64(rtt + n as f64 / rate)).await;
+                Ok::<(), ()>(())
+            }
+        };
+        let busy = measure("p", MAX_BYTES, Some(0.0001), link(0.03, 1e8)).await;
+        assert_eq!(busy, Ok(None));
+        let quiet = measure("p", MAX_BYTES, Some(0.0001), link(0.0002, 1e8))
+            .await
+            .unwrap()
+            .expect("a sample");
+        let ratio = quiet.bandwidth_bytes_per_s / 1e8;
+        assert!((0.8..1.05).contains(&ratio), "{quiet:?}");
+        // Never measured before: nothing to compare with, so measured.
+        assert!(
+            measure("p", MAX_BYTES, None, link(0.03, 1e8))
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_probe_waits_for_a_quiet_spell_but_not_forever() {
+        let every = Duration::from_secs(15);
+        let s = Duration::from_secs;
+        assert!(!wait_for_quiet(0, s(3), s(0), every));
+        assert!(wait_for_quiet(1, s(3), s(0), every));
+        assert!(wait_for_quiet(0, Duration::from_millis(500), s(10), every));
+        assert!(!wait_for_quiet(2, s(0), s(60), every));
+    }
+
     use super::*;
 
     #[test]
     fn a_fast_link_gets_a_second_probe_sized_for_it() {
         // 1 MiB in 100 ms: 10 MB/s, timed well enough.
-        assert_eq!(second_probe_bytes(FIRST_BYTES, 0.1, PEER_MAX_BYTES), None);
+        assert_eq!(second_probe_bytes(FIRST_BYTES, 0.1, MAX_BYTES), None);
         // 1 MiB in 8 ms (a gigabit): about 13 MB for 100 ms.
-        let b = second_probe_bytes(FIRST_BYTES, 0.008, PEER_MAX_BYTES).unwrap();
+        let b = second_probe_bytes(FIRST_BYTES, 0.008, MAX_BYTES).unwrap();
         assert!((12 << 20..14 << 20).contains(&b), "{b}");
-        // Loopback speeds stop at the cap, which for the agent is below its frame limit.
+        // Loopback speeds stop at the cap.
         assert_eq!(
-            second_probe_bytes(FIRST_BYTES, 1e-5, PEER_MAX_BYTES),
-            Some(PEER_MAX_BYTES)
-        );
-        assert_eq!(
-            second_probe_bytes(FIRST_BYTES, 1e-5, AGENT_MAX_BYTES),
-            Some(AGENT_MAX_BYTES)
+            second_probe_bytes(FIRST_BYTES, 1e-5, MAX_BYTES),
+            Some(MAX_BYTES)
         );
     }
 
     #[test]
     fn loopback_peers_get_the_first_message_only() {
-        assert_eq!(max_bytes_to("127.0.0.1:7100", PEER_MAX_BYTES), FIRST_BYTES);
-        assert_eq!(max_bytes_to("[::1]:7100", PEER_MAX_BYTES), FIRST_BYTES);
-        assert_eq!(max_bytes_to("localhost:7100", AGENT_MAX_BYTES), FIRST_BYTES);
+        assert_eq!(max_bytes_to("127.0.0.1:7100", MAX_BYTES), FIRST_BYTES);
+        assert_eq!(max_bytes_to("[::1]:7100", MAX_BYTES), FIRST_BYTES);
+        assert_eq!(max_bytes_to("localhost:7100", MAX_BYTES), FIRST_BYTES);
+        assert_eq!(max_bytes_to("10.201.1.2:7100", MAX_BYTES), MAX_BYTES);
         assert_eq!(
-            max_bytes_to("10.201.1.2:7100", PEER_MAX_BYTES),
-            PEER_MAX_BYTES
-        );
-        assert_eq!(
-            second_probe_bytes(
-                FIRST_BYTES,
-                1e-5,
-                max_bytes_to("127.0.0.1:1", PEER_MAX_BYTES)
-            ),
+            second_probe_bytes(FIRST_BYTES, 1e-5, max_bytes_to("127.0.0.1:1", MAX_BYTES)),
             None
         );
     }

@@ -66,7 +66,7 @@ struct Seen {
     up_again_s: Option<f64>,
     /// When the client no longer held any of them unresponsive.
     answer_again_s: Option<f64>,
-    /// Per cut server, when a call sent after the heal was first answered by it.
+    /// Per cut server, when the first call sent after the heal that it answered was sent.
     used: Vec<Option<f64>>,
 }
 
@@ -103,7 +103,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         let mut watcher = None;
         let mut cut_at: Option<Instant> = None;
         let bed = ctx.bed.clone();
-        // A cut server is used again when a call sent after the heal is answered by it.
+        // A cut server is used again when a call sent after the heal is answered by it; it
+        // was used from the moment that call was sent.
         let note_use = |d: &Done<'_>, cut_at: Option<Instant>| {
             let (Some(at), Some(server)) = (cut_at, d.server) else {
                 return;
@@ -112,10 +113,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
                 return;
             };
             if d.sent >= at + CUT {
+                // Used when the call was sent there, not when it came back: a `sleep 1` of
+                // the mix sent at once after the heal came back a second later.
+                let t = d.sent.duration_since(at).as_secs_f64();
                 let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
-                if s.used[k].is_none() {
-                    s.used[k] = Some(at.elapsed().as_secs_f64());
-                }
+                s.used[k] = Some(s.used[k].map_or(t, |u: f64| u.min(t)));
             }
         };
         let mut batch = run_batch_with(&ctx.client, &mix, CALLS, WINDOW, "testbed", |d| {

@@ -314,15 +314,18 @@ impl GraphSnapshot {
     }
 
     /// Seconds to bring `bytes` of outputs from server `s` back to the client: its client
-    /// link as its recent calls showed it, else the default link.
+    /// link as its recent calls showed it, else the narrowest another server's calls showed,
+    /// else the default link.
     fn to_client_s(&self, s: usize, bytes: u64) -> f64 {
-        self.servers[s]
-            .host()
-            .client_link
-            .transfer(bytes, None)
-            .map(|t| t.mean)
-            .filter(|t| t.is_finite())
-            .unwrap_or(self.default_latency_s + bytes as f64 / self.default_bandwidth)
+        let others = self.servers.iter().map(|e| &e.host().client_link);
+        gridwise_predict::client_link::transfer_or_narrowest(
+            &self.servers[s].host().client_link,
+            others,
+            bytes,
+            None,
+        )
+        .map(|t| t.mean)
+        .unwrap_or(self.default_latency_s + bytes as f64 / self.default_bandwidth)
     }
 
     /// Step 2: maps the graph on the copied platform and predicts its timeline. Pure and
