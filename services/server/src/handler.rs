@@ -23,6 +23,7 @@ use gridwise_proto::{
     LinkSample, LoadSample, ModelPoint, ModelProgress, Pong, RemoteRef, ServerApi, ServerInfo,
     Timing, Value,
 };
+use gridwise_server_core::admission::{self, Admission, CallSizes};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,6 +66,8 @@ struct Inner {
     peers: Peers,
     /// When data last moved through here (see [`ServerHandler::quiet_for`]).
     data_moved: Mutex<Instant>,
+    /// Whether a call is taken: the rules, on values.
+    admission: Admission,
 }
 
 /// Notes, when dropped, that data moves through the server (a call's reply leaves).
@@ -95,13 +98,6 @@ impl CallLimits {
         }
     }
 }
-
-/// What a reply adds to its outputs' payload on the wire: the frame, the response envelope,
-/// the timing and the server's name, with room to spare.
-const REPLY_OVERHEAD: u64 = 64 * 1024;
-
-/// Calls whose footprint is below this are not charged to the memory budget.
-const UNCHARGED_BELOW: u64 = 256 * 1024;
 
 /// How this server takes part in remote data: its address and how much it may keep.
 pub struct RemoteData {
@@ -145,6 +141,11 @@ impl ServerHandler {
     ) -> std::io::Result<Self> {
         let peer = Arc::new(Peer::local(Role::Server, &name));
         let slot_threads = Slots::new(slots as usize, &name)?;
+        let (name_for_refusals, limits_budget, limits_frame) = (
+            name.clone(),
+            limits.budget.total_bytes(),
+            limits.max_frame_bytes,
+        );
         Ok(Self {
             inner: Arc::new(Inner {
                 data: DataStore::new(remote.max_bytes, remote.idle_ttl),
@@ -165,6 +166,11 @@ impl ServerHandler {
                 progress: Mutex::new(Vec::new()),
                 metrics: std::sync::OnceLock::new(),
                 data_moved: Mutex::new(Instant::now()),
+                admission: Admission {
+                    server: name_for_refusals,
+                    budget_bytes: limits_budget,
+                    max_frame_bytes: limits_frame,
+                },
             }),
             peer,
         })
@@ -322,41 +328,24 @@ impl ServerHandler {
         req: &ExecuteRequest,
         keep: &[u32],
     ) -> Result<u64, CallError> {
-        let desc = kernel.desc();
-        let held: u64 = req.inputs.iter().map(Value::payload_bytes).sum();
-        let outputs = desc.output_bytes(&req.inputs);
-        let out: u64 = outputs.iter().sum();
-        let footprint = gridwise_proto::footprint_bytes(held, out);
-        let budget = self.inner.limits.budget.total_bytes();
-        if footprint > budget {
-            return Err(CallError::new(
-                CallErrorKind::ResourceLimit,
-                format!(
-                    "`{}` needs {:.1} MB here ({:.1} MB of inputs and {:.1} MB of outputs, twice), more than server {}'s memory budget of {:.1} MB (memory_budget_bytes); use smaller sizes or a server with more memory",
-                    req.service,
-                    mb(footprint),
-                    mb(held),
-                    mb(out),
-                    self.inner.name,
-                    mb(budget)
-                ),
-            ));
-        }
-        let returned: u64 = outputs
-            .iter()
-            .enumerate()
-            .filter(|(i, b)| returned_inline(req, keep, *i, **b))
-            .map(|(_, b)| *b)
-            .sum();
-        self.check_reply(&req.service, returned, req.reply_limit_bytes)?;
-        Ok(footprint)
+        let outputs = kernel.desc().output_bytes(&req.inputs);
+        self.inner.admission.admit(&CallSizes {
+            service: &req.service,
+            input_bytes: req.inputs.iter().map(Value::payload_bytes).sum(),
+            outputs: outputs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (*b, returned_inline(req, keep, i, *b)))
+                .collect(),
+            client_reply_limit: req.reply_limit_bytes,
+        })
     }
 
     /// Takes a call's memory, waiting (in arrival order) for running calls to give some back.
     /// Small calls are not charged: at most `slots` of them run at once, and charging costs a
     /// lock per call.
     async fn take_memory(&self, footprint: u64) -> Result<Option<Charge>, CallError> {
-        if footprint < UNCHARGED_BELOW {
+        if !admission::charged(footprint) {
             return Ok(None);
         }
         let budget = &self.inner.limits.budget;
@@ -373,51 +362,13 @@ impl ServerHandler {
     /// Counts a call's inputs as held while it waits for a slot and for memory; refuses it when
     /// waiting calls already hold a quarter of the budget (another server may take it).
     fn hold_while_waiting(&self, bytes: u64) -> Result<WaitingBytes, CallError> {
-        let cap = self.inner.limits.budget.total_bytes() / 4;
         let before = self.inner.waiting_bytes.fetch_add(bytes, Ordering::Relaxed);
         let guard = WaitingBytes {
             handler: self.inner.clone(),
             bytes,
         };
-        if bytes > 0 && before.saturating_add(bytes) > cap {
-            return Err(CallError::new(
-                CallErrorKind::Unavailable,
-                format!(
-                    "server {} is saturated: calls waiting here already hold {:.1} MB of inputs; another server may take this call",
-                    self.inner.name,
-                    mb(before)
-                ),
-            ));
-        }
+        self.inner.admission.may_wait(before, bytes)?;
         Ok(guard)
-    }
-
-    /// Refuses outputs that would not fit in one reply frame: this server's, or the client's
-    /// (`reply_limit`, 0 for none).
-    fn check_reply(&self, service: &str, returned: u64, reply_limit: u64) -> Result<(), CallError> {
-        let (limit, whose) = self.reply_limit(reply_limit);
-        if returned.saturating_add(REPLY_OVERHEAD) > limit {
-            return Err(CallError::new(
-                CallErrorKind::ResourceLimit,
-                format!(
-                    "`{service}` would return {:.1} MB of outputs, more than one reply may carry ({:.1} MB, {whose}); keep the large outputs on the server (keep_outputs / call_keep) and fetch them in parts, or use smaller sizes",
-                    returned as f64 / 1e6,
-                    limit as f64 / 1e6
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The largest reply this call may have (the client's limit or this server's, the lower)
-    /// and whose limit that is.
-    fn reply_limit(&self, client_limit: u64) -> (u64, &'static str) {
-        let own = self.inner.limits.max_frame_bytes;
-        if client_limit > 0 && client_limit < own {
-            (client_limit, "the client's max_frame_bytes")
-        } else {
-            (own, "this server's max_frame_bytes")
-        }
     }
 
     /// Requests only a client may make.
@@ -597,7 +548,7 @@ impl ServerHandler {
             }
         };
         let gone = || CallError::new(CallErrorKind::Unavailable, "the server is shutting down");
-        let (attempt, memory) = if footprint >= UNCHARGED_BELOW {
+        let (attempt, memory) = if admission::charged(footprint) {
             // The slot's thread waits for the work while this task waits for the memory.
             let (granted_tx, granted) = oneshot::channel();
             let (work_tx, work_rx) = std::sync::mpsc::sync_channel::<Job>(1);
@@ -662,7 +613,9 @@ impl ServerHandler {
             .filter(|(i, v)| returned_inline(&req, keep, *i, v.payload_bytes()))
             .map(|(_, v)| v.payload_bytes())
             .sum();
-        self.check_reply(&req.service, returned, req.reply_limit_bytes)?;
+        self.inner
+            .admission
+            .check_reply(&req.service, returned, req.reply_limit_bytes)?;
         Ok(Finished {
             outputs,
             queue_wait_s,
@@ -688,7 +641,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 struct Turn {
     arrived: Instant,
     cancel: CancelFlag,
-    /// Memory the call takes while it runs (see [`UNCHARGED_BELOW`]).
+    /// Memory the call takes while it runs (see [`admission::charged`]).
     footprint: u64,
     waiting: WaitingBytes,
     ticket: Ticket,
@@ -713,10 +666,6 @@ struct Finished {
     returned: u64,
     /// Held until the reply is built.
     _memory: Option<Charge>,
-}
-
-fn mb(bytes: u64) -> f64 {
-    bytes as f64 / 1e6
 }
 
 /// Whether output `i` (of `bytes`) goes back inside the reply: not kept here, and not staged
@@ -862,11 +811,7 @@ impl ServerApi for ServerHandler {
             let ran = self.run_call(kernel, req, turn, &keep).await?;
             // Copies ride in the reply beside what it returns; those that would not fit are
             // left out, which costs their consumers a pull.
-            let room = self
-                .reply_limit(client_limit)
-                .0
-                .saturating_sub(REPLY_OVERHEAD)
-                .saturating_sub(ran.returned);
+            let room = self.inner.admission.reply_room(client_limit, ran.returned);
             let (outputs, copies) = self.keep(ran.outputs, &keep, copy_below, room)?;
             let outputs = if bulk_outputs {
                 self.stage_outputs(outputs, &keep)

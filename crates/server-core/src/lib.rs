@@ -1,0 +1,7 @@
+//! What a server decides about a call, on values: the daemon (`services/server`) asks and
+//! carries the answer out (waits for memory, runs the kernel, sends the reply). Nothing here
+//! touches a socket, a thread or a clock, so every rule is tested on numbers.
+
+pub mod admission;
+
+pub use admission::{Admission, CallSizes, UNCHARGED_BELOW};
