@@ -117,6 +117,10 @@ pub struct GraphPlan {
     pub default_bandwidth: f64,
     /// Links measured between the plan's servers.
     pub links: Vec<PlannedLink>,
+    /// The site of each server, read off the measured links (fast links join a site): the
+    /// transfers between two sites in one direction took turns on one path in the
+    /// prediction. All 0 (or empty) when nothing was shared.
+    pub site_of: Vec<u32>,
     /// What every data edge was charged besides its link, s: the producer's reply reaching the
     /// client and the consumer's request reaching its server, each at the mean time the
     /// servers' recent calls took to cross their client links (the default latency for a

@@ -46,4 +46,4 @@ pub mod __reexport {
 }
 
 /// The protocol version every connection's hello carries; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;

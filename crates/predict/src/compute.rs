@@ -281,17 +281,21 @@ fn fpm(server: ServerView<'_>, work: Option<f64>, x: &[i64]) -> Option<Compute> 
 }
 
 /// The rate for a size outside the model: the calibrated one, unless the size is past the
-/// top of a one-parameter model whose speed there is slower. A server whose model saw its
-/// speed fall (paging at its largest measured size) is not trusted to run fast again just
-/// past it: a divisible job's plan once sent a 514-unit part to a server whose model ended,
-/// slow, at 4000, because 8000 units were estimated at the calibrated rate of 10.
+/// top of a one-parameter model whose speed fell there. A server whose model saw its speed
+/// fall (paging at its largest measured size) is not trusted to run fast again just past it:
+/// a divisible job's plan once sent a 514-unit part to a server whose model ended, slow, at
+/// 4000, because 8000 units were estimated at the calibrated rate of 10. A top that is the
+/// model's fastest point saw no fall: a model of calls at n = 1 only (all overhead, a
+/// "speed" of a few hundred thousand op/s where the kernel runs at millions) once put
+/// n = 250,000 at 2–3.8 s where it took 0.31–0.63 s.
 fn rate_outside_model(server: ServerView<'_>, m: &Fpm, x: &[i64]) -> Option<f64> {
     let rate = server.rate()?;
+    let peak = m.points().iter().map(|(_, s)| s.mean).fold(0.0, f64::max);
     let edge = m
         .past_top(x)
         .then(|| m.speed(x))
         .flatten()
-        .filter(|s| *s > 0.0);
+        .filter(|s| *s > 0.0 && *s < peak);
     Some(edge.map_or(rate, |s| s.min(rate)))
 }
 

@@ -416,6 +416,7 @@ pub(crate) mod tests {
             default_latency_s: 1e-4,
             default_bandwidth: 1e9,
             links: vec![],
+            site_of: vec![],
             dispatch_s: 0.0,
             start_s: vec![0.0, 4.0, 1.0],
             end_s: vec![1.0, 5.0, 4.0],

@@ -19,7 +19,8 @@
 use super::{AgentCore, Call, not_offered, sizes_mismatch};
 use crate::catalog::Catalog;
 use crate::graph::{
-    CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, best_lower_bound, makespan_spread, replay,
+    CommModel, EtcMatrix, GraphPolicy, Sites, Task, TaskGraph, best_lower_bound, makespan_spread,
+    replay,
 };
 use crate::registry::ServerEntry;
 use gridwise_predict::{ComputeModel, Links};
@@ -516,6 +517,14 @@ impl GraphSnapshot {
                 }
             }
         }
+        // Paths between sites are shared: read the sites off the links measured.
+        let measured: Vec<(usize, usize, f64)> = links
+            .iter()
+            .map(|l| (l.from as usize, l.to as usize, l.bandwidth))
+            .collect();
+        let sites = Sites::infer(m, &measured);
+        let site_of = (0..m).map(|s| sites.site(s) as u32).collect();
+        let comm = comm.with_sites(sites).map_err(|e| invalid(e.to_string()))?;
 
         let blind;
         let mapped_with = if req.link_blind {
@@ -581,6 +590,7 @@ impl GraphSnapshot {
                 default_latency_s: lat,
                 default_bandwidth: bw,
                 links,
+                site_of,
                 dispatch_s,
                 start_s,
                 end_s,

@@ -164,6 +164,33 @@ fn solve_profile(n: i64) -> CallProfile {
 }
 
 #[test]
+fn past_the_top_a_fall_caps_the_rate_and_a_lone_slow_point_does_not() {
+    let mut c = AgentCore::new(CoreConfig::default());
+    let a = c
+        .register(registration("a", &[solve()]), Duration::ZERO)
+        .unwrap()
+        .server_id;
+    let past_top = |c: &AgentCore| {
+        let k = c
+            .explain(&solve_profile(500), &pinned_a(), Duration::ZERO)
+            .unwrap();
+        k[0].etc.compute_s
+    };
+    let calibrated = past_top(&c);
+    // Calls at a tiny size are all overhead, far below the calibrated rate. No fall was seen,
+    // so the calibrated rate still prices 500³ operations.
+    c.model_points(a, &[solve_point(2, 1e3)]);
+    assert_eq!(past_top(&c), calibrated);
+    // Fast in the middle, slow at the top (paging): past it, the top's speed stands.
+    c.model_points(a, &[solve_point(100, 5e12), solve_point(200, 1e5)]);
+    assert!(
+        (past_top(&c) - 500f64.powi(3) / 1e5).abs() < 1e-6,
+        "{}",
+        past_top(&c)
+    );
+}
+
+#[test]
 fn a_size_a_model_rules_out_is_not_offered() {
     let mut c = AgentCore::new(CoreConfig::default());
     let a = c

@@ -9,6 +9,7 @@
 
 use super::platform::PlatformError;
 use super::shared_rows::SharedRows;
+use super::sites::Sites;
 
 /// Latency and bandwidth between every ordered pair of servers, and what every data edge costs
 /// on top wherever its ends are (its dispatch: 0 unless set); a transfer between two tasks on
@@ -23,6 +24,8 @@ pub struct CommModel {
     /// Per sending server, its row.
     rows: SharedRows,
     dispatch_s: f64,
+    /// Where transfers between sites share a path; None when they never do.
+    sites: Option<Sites>,
 }
 
 /// Equal when every link between two distinct servers and the dispatch are, however the rows
@@ -31,6 +34,7 @@ impl PartialEq for CommModel {
     fn eq(&self, other: &Self) -> bool {
         self.servers == other.servers
             && self.dispatch_s == other.dispatch_s
+            && self.sites == other.sites
             && (0..self.servers).all(|a| {
                 let (l, s) = self.links_from(a);
                 let (ol, os) = other.links_from(a);
@@ -48,6 +52,7 @@ impl CommModel {
             s_per_byte: vec![0.0; servers],
             rows: SharedRows::new(vec![0; servers], 1),
             dispatch_s: 0.0,
+            sites: None,
         }
     }
 
@@ -66,6 +71,32 @@ impl CommModel {
     /// What every data edge costs on top of its link (see [`CommModel::with_dispatch`]).
     pub fn dispatch_s(&self) -> f64 {
         self.dispatch_s
+    }
+
+    /// Transfers between two sites in one direction take turns on one path (see
+    /// [`Sites`]); a single site shares nothing and is the same as none.
+    pub fn with_sites(mut self, sites: Sites) -> Result<Self, PlatformError> {
+        if sites.servers() != self.servers {
+            return Err(PlatformError::Sites {
+                sites_for: sites.servers(),
+                servers: self.servers,
+            });
+        }
+        self.sites = (sites.count() > 1).then_some(sites);
+        Ok(self)
+    }
+
+    /// The sites whose transfers share paths, when there are two or more.
+    pub fn sites(&self) -> Option<&Sites> {
+        self.sites.as_ref()
+    }
+
+    /// A transfer of `bytes` from `from` to another server, in parts: (latency s, the seconds
+    /// its bytes hold the link). The dispatch comes on top.
+    #[inline]
+    pub fn link_parts(&self, from: usize, to: usize, bytes: u64) -> (f64, f64) {
+        let i = self.rows.row(from) * self.servers + to;
+        (self.latency_s[i], bytes as f64 * self.s_per_byte[i])
     }
 
     /// The same latency (s) and bandwidth (bytes/s) between every pair of distinct servers.
@@ -105,6 +136,7 @@ impl CommModel {
                 classes,
             ),
             dispatch_s: 0.0,
+            sites: None,
         };
         for from in 0..classes {
             let checked: Vec<(f64, f64)> = (0..classes)
@@ -188,8 +220,8 @@ impl CommModel {
         if from == to {
             return self.dispatch_s;
         }
-        let i = self.rows.row(from) * self.servers + to;
-        self.dispatch_s + self.latency_s[i] + bytes as f64 * self.s_per_byte[i]
+        let (latency_s, busy_s) = self.link_parts(from, to, bytes);
+        self.dispatch_s + latency_s + busy_s
     }
 
     /// The links out of `from`, to every server in order: (latency s, seconds per byte),

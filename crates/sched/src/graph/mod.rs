@@ -17,6 +17,7 @@ pub mod platform;
 pub mod policy;
 pub mod replay;
 mod shared_rows;
+pub mod sites;
 pub mod spread;
 
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub use platform::{CommModel, EtcMatrix, PlatformError, ShapeMismatch, check_sha
 pub use policy::lp::{LpOutcome, lp_lower_bound};
 pub use policy::{GraphPolicy, ParsePolicyError};
 pub use replay::{Replay, ReplayError, Slot, earliest_lane, replay};
+pub use sites::Sites;
 pub use spread::{MakespanSpread, makespan_spread};
 
 use thiserror::Error;

@@ -70,6 +70,9 @@ pub enum PlatformError {
     /// Memory capacities or graph that do not match the matrix.
     #[error("memory exclusion: {reason}")]
     Memory { reason: String },
+    /// Sites given for another number of servers.
+    #[error("sites are given for {sites_for} servers, the links for {servers}")]
+    Sites { sites_for: usize, servers: usize },
     /// A link with a negative/NaN latency or a non-positive/NaN bandwidth.
     #[error(
         "link {from} -> {to}: latency {latency_s} s and bandwidth {bandwidth} B/s; latency must be >= 0 and bandwidth > 0"

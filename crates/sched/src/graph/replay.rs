@@ -8,10 +8,17 @@
 //! `start = max(inputs arrived, a slot free, previous task on the server started)`. That is
 //! O(N + E) (plus O(log slots) per task), and an order that cannot run shows up as tasks the
 //! pass never reaches: a deadlock.
+//!
+//! Where transfers between sites share a path ([`CommModel::with_sites`]), each books the path
+//! in turn, so tasks are taken in the order they are released (O(log N) more each) and a
+//! transfer waits for the ones on its path before it.
 
 use super::Mapping;
 use super::dag::{GraphError, TaskGraph, TaskIdx};
 use super::platform::{CommModel, EtcMatrix, ShapeMismatch, check_shapes};
+use super::sites::book;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use thiserror::Error;
 
 /// One task on a server's timeline.
@@ -176,19 +183,47 @@ pub(crate) fn replay_unchecked(
         .map(|l| Vec::with_capacity(l.len()))
         .collect();
     let mut finish = vec![f64::NAN; n];
-    let mut stack: Vec<TaskIdx> = (0..n).filter(|&t| waiting[t] == 0).collect();
+    // Transfers that share a path book it in turn, so tasks must come in the order their
+    // inputs are ready; without shared paths any order gives the same replay, and a stack is
+    // cheapest.
+    let sites = comm.sites();
+    let mut spells: Vec<Vec<(f64, f64)>> = vec![Vec::new(); sites.map_or(0, |x| x.count().pow(2))];
+    let mut ready = Ready::new(sites.is_some());
+    for t in (0..n).filter(|&t| waiting[t] == 0) {
+        ready.push(t, 0.0);
+    }
     let mut done = 0usize;
-    let release = |t: TaskIdx, waiting: &mut Vec<usize>, stack: &mut Vec<TaskIdx>| {
+    // Released once every predecessor has finished and the task before it on its server has
+    // started: when all that it waits for is known.
+    let release = |t: TaskIdx,
+                   waiting: &mut Vec<usize>,
+                   ready: &mut Ready,
+                   finish: &[f64],
+                   last_start: &[f64]| {
         waiting[t] -= 1;
         if waiting[t] == 0 {
-            stack.push(t);
+            let inputs = adj
+                .preds(t)
+                .iter()
+                .map(|&(p, _)| finish[p])
+                .fold(0.0, f64::max);
+            ready.push(t, inputs.max(last_start[mapping.server_of[t]]));
         }
     };
-    while let Some(t) = stack.pop() {
+    while let Some(t) = ready.pop() {
         let s = mapping.server_of[t];
         let mut start = last_start[s];
         for &(p, bytes) in adj.preds(t) {
-            start = start.max(finish[p] + comm.transfer_s(mapping.server_of[p], s, bytes));
+            let from = mapping.server_of[p];
+            let arrives = match sites.and_then(|x| x.path(from, s)) {
+                Some(path) => {
+                    let (latency_s, busy_s) = comm.link_parts(from, s, bytes);
+                    let sent = finish[p] + comm.dispatch_s();
+                    book(&mut spells[path], sent, busy_s) + busy_s + latency_s
+                }
+                None => finish[p] + comm.transfer_s(from, s, bytes),
+            };
+            start = start.max(arrives);
         }
         // Slots are identical and starts on a server never decrease, so the earliest-free slot
         // is as good as any free one.
@@ -206,10 +241,10 @@ pub(crate) fn replay_unchecked(
         });
         done += 1;
         for &(c, _) in adj.succs(t) {
-            release(c, &mut waiting, &mut stack);
+            release(c, &mut waiting, &mut ready, &finish, &last_start);
         }
         if let Some(&next) = mapping.order[s].get(pos[t] + 1) {
-            release(next, &mut waiting, &mut stack);
+            release(next, &mut waiting, &mut ready, &finish, &last_start);
         }
     }
     if done < n {
@@ -221,6 +256,61 @@ pub(crate) fn replay_unchecked(
         per_server,
         task_finish: finish,
     })
+}
+
+/// Tasks whose predecessors are all placed: a stack, or, where transfers share paths, a heap
+/// that yields the one released earliest.
+enum Ready {
+    Stack(Vec<TaskIdx>),
+    Heap(BinaryHeap<Reverse<(Released, TaskIdx)>>),
+}
+
+/// A release time ordered by `total_cmp` (replay times are never NaN).
+#[derive(Clone, Copy)]
+struct Released(f64);
+
+impl PartialEq for Released {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Released {}
+
+impl PartialOrd for Released {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Released {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+impl Ready {
+    fn new(in_time_order: bool) -> Self {
+        if in_time_order {
+            Ready::Heap(BinaryHeap::new())
+        } else {
+            Ready::Stack(Vec::new())
+        }
+    }
+
+    fn push(&mut self, t: TaskIdx, released_s: f64) {
+        match self {
+            Ready::Stack(v) => v.push(t),
+            Ready::Heap(h) => h.push(Reverse((Released(released_s), t))),
+        }
+    }
+
+    fn pop(&mut self) -> Option<TaskIdx> {
+        match self {
+            Ready::Stack(v) => v.pop(),
+            Ready::Heap(h) => h.pop().map(|Reverse((_, t))| t),
+        }
+    }
 }
 
 /// Names a server whose next task waits for an input that never comes.
@@ -252,6 +342,7 @@ fn deadlock(
 mod tests {
     use super::*;
     use crate::graph::dag::Task;
+    use crate::graph::sites::Sites;
 
     /// a -> c, b -> c with 1e6 bytes each.
     fn join() -> TaskGraph {
@@ -286,6 +377,34 @@ mod tests {
                 end_s: 3.5
             }
         );
+    }
+
+    #[test]
+    fn transfers_between_two_sites_take_turns_on_their_path() {
+        // a on s0 feeds b on s1 and c on s2; s1 and s2 form the other site, 1 MB at 1 MB/s.
+        let mut g = TaskGraph::new();
+        for n in ["a", "b", "c"] {
+            g.add_task(Task::new(n, "svc", 1.0));
+        }
+        g.add_edge(0, 1, 1_000_000).unwrap();
+        g.add_edge(0, 2, 1_000_000).unwrap();
+        let etc = EtcMatrix::new(3, 3, vec![1.0; 9]).unwrap();
+        let map = Mapping {
+            server_of: vec![0, 1, 2],
+            order: vec![vec![0], vec![1], vec![2]],
+        };
+        let comm = CommModel::uniform(3, 0.0, 1e6).unwrap();
+        let apart = replay(&g, &etc, &comm, &map).unwrap();
+        assert_eq!(apart.task_finish, [1.0, 3.0, 3.0]);
+        let sites = Sites::new(&[0, 1, 1]);
+        let shared = comm.clone().with_sites(sites).unwrap();
+        let r = replay(&g, &etc, &shared, &map).unwrap();
+        let mut later = r.task_finish[1..].to_vec();
+        later.sort_by(f64::total_cmp);
+        assert_eq!(later, [3.0, 4.0]);
+        // Inside one site nothing is shared.
+        let one = comm.with_sites(Sites::one(3)).unwrap();
+        assert_eq!(replay(&g, &etc, &one, &map).unwrap(), apart);
     }
 
     #[test]
