@@ -362,6 +362,16 @@ impl Client {
         self.run(self.inner.divide(h, units, spec, inputs))
     }
 
+    /// See [`GridClient::run_divide`].
+    pub fn run_divide(
+        &self,
+        h: &FunctionHandle,
+        plan: gridwise_proto::DivideReply,
+        inputs: &dyn Fn(u64, u64) -> Vec<Value>,
+    ) -> Result<crate::DivideRun, GrpcError> {
+        self.run(self.inner.run_divide(h, plan, inputs))
+    }
+
     /// See [`GridClient::divide_slab`].
     pub fn divide_slab(
         &self,

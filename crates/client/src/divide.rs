@@ -128,6 +128,17 @@ impl GridClient {
         inputs: &dyn Fn(u64, u64) -> Vec<Value>,
     ) -> Result<DivideRun, GrpcError> {
         let plan = self.divide_plan(h, units, spec, inputs).await?;
+        self.run_divide(h, plan, inputs).await
+    }
+
+    /// Runs `h`'s service cut as `plan` says: the agent's (see [`GridClient::divide_plan`]),
+    /// or a cut made elsewhere, such as a benchmark's oracle, run the same way to compare.
+    pub async fn run_divide(
+        &self,
+        h: &FunctionHandle,
+        plan: DivideReply,
+        inputs: &dyn Fn(u64, u64) -> Vec<Value>,
+    ) -> Result<DivideRun, GrpcError> {
         // Bound handles and inputs first: the parts then leave back to back, as the plan has it.
         let mut ready = Vec::with_capacity(plan.parts.len());
         for p in &plan.parts {

@@ -220,6 +220,13 @@ pub async fn run(
                     next_probe = now + crate::link_probe::QUIET / 2;
                     continue;
                 }
+                if handler.busy_calls() > 0 || handler.quiet_for() < crate::link_probe::QUIET {
+                    tracing::info!(
+                        "probing the links although calls ran here in the last {:?}: none was quiet for {:.0} s",
+                        crate::link_probe::QUIET,
+                        (now - due).as_secs_f64()
+                    );
+                }
                 probe_due = None;
                 next_probe = now + crate::link_probe::next_round_in(probe_every, false);
                 // Off the loop: probes take a moment, heartbeats must not wait for them.
