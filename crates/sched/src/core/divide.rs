@@ -16,14 +16,18 @@ fn bad(message: String) -> RpcError {
     RpcError::new(ErrorCode::OtherErrorCode, message)
 }
 
-impl AgentCore {
-    /// Plans `req` (records nothing: the parts are ranked and reserved when they are called).
-    pub fn divide(&self, req: &DivideRequest, now: Duration) -> Result<DivideReply, RpcError> {
-        let svc = self
-            .catalog
-            .get(&req.service)
-            .ok_or_else(|| not_offered(&req.service))?;
-        let params = &svc.desc.size_params;
+/// What a divide request asks, checked: the sizes held fixed in every part (in the service's
+/// order, the unit's left out), how to split, and which servers may take parts.
+struct Job {
+    fixed: Vec<(String, i64)>,
+    policy: DividePolicy,
+    selection: Selection,
+}
+
+impl Job {
+    /// Refuses a unit the service has no size parameter for, a fixed size missing, an empty
+    /// job and an unknown policy.
+    fn of(req: &DivideRequest, params: &[String]) -> Result<Job, RpcError> {
         if !params.contains(&req.unit_param) {
             return Err(bad(format!(
                 "`{}` has no size parameter `{}` to divide along (it has: {})",
@@ -32,7 +36,6 @@ impl AgentCore {
                 list_or_none(params)
             )));
         }
-        // The size parameters in the service's order, the unit's left for each part.
         let mut fixed = Vec::new();
         for p in params.iter().filter(|p| **p != req.unit_param) {
             let v = req
@@ -60,6 +63,59 @@ impl AgentCore {
             (false, Some(k)) => Selection::Count(k.max(1) as usize),
             (false, None) => Selection::Best,
         };
+        Ok(Job {
+            fixed,
+            policy,
+            selection,
+        })
+    }
+}
+
+impl AgentCore {
+    /// The plan as the client gets it: each part's server, its first unit and its
+    /// predictions. `slots` maps the planner's worker ids to registry slots.
+    fn divide_reply(&self, plan: &divide::DividePlan, slots: &[usize]) -> DivideReply {
+        let mut first = 0u64;
+        let parts = plan
+            .parts
+            .iter()
+            .map(|p| {
+                let e = self.registry.entry(slots[p.id]);
+                let part = DividePart {
+                    server: e.name().to_string(),
+                    addr: e.addr().to_string(),
+                    first,
+                    units: p.units,
+                    predicted_s: p.time.0,
+                    sd_s: p.time.1,
+                    comm_s: p.comm_s,
+                };
+                first += p.units;
+                part
+            })
+            .collect();
+        DivideReply {
+            parts,
+            makespan_s: plan.makespan.0,
+            makespan_sd_s: plan.makespan.1,
+            policy: plan.policy.name().to_string(),
+            ordering: plan.ordering.clone(),
+            slack: plan.slack,
+        }
+    }
+
+    /// Plans `req` (records nothing: the parts are ranked and reserved when they are called).
+    pub fn divide(&self, req: &DivideRequest, now: Duration) -> Result<DivideReply, RpcError> {
+        let svc = self
+            .catalog
+            .get(&req.service)
+            .ok_or_else(|| not_offered(&req.service))?;
+        let params = &svc.desc.size_params;
+        let Job {
+            fixed,
+            policy,
+            selection,
+        } = Job::of(req, params)?;
         let profile_of = |x: u64| -> CallProfile {
             let mut p = req.profile(x);
             p.sizes = params
@@ -182,32 +238,6 @@ impl AgentCore {
                 )),
             },
         )?;
-        let mut first = 0u64;
-        let parts = plan
-            .parts
-            .iter()
-            .map(|p| {
-                let e = self.registry.entry(slots[p.id]);
-                let part = DividePart {
-                    server: e.name().to_string(),
-                    addr: e.addr().to_string(),
-                    first,
-                    units: p.units,
-                    predicted_s: p.time.0,
-                    sd_s: p.time.1,
-                    comm_s: p.comm_s,
-                };
-                first += p.units;
-                part
-            })
-            .collect();
-        Ok(DivideReply {
-            parts,
-            makespan_s: plan.makespan.0,
-            makespan_sd_s: plan.makespan.1,
-            policy: plan.policy.name().to_string(),
-            ordering: plan.ordering,
-            slack: plan.slack,
-        })
+        Ok(self.divide_reply(&plan, &slots))
     }
 }

@@ -57,6 +57,27 @@ pub struct GraphSnapshot {
     taken_at: Duration,
 }
 
+/// Every call's time on every server (row-major calls × servers), as `GraphSnapshot::map`
+/// plans with them.
+struct CallTimes {
+    planned: Vec<f64>,
+    means: Vec<f64>,
+    spreads: Vec<f64>,
+    unknown: Vec<(u32, u32)>,
+    /// Per server, what its recent calls cost it besides queue and kernel, s.
+    overhead: Vec<f64>,
+    /// Per server, its one benchmark rate (constant-speed's view).
+    rates: Vec<f64>,
+}
+
+/// The links a mapping is predicted over, and what the plan says of them.
+struct Platform {
+    comm: CommModel,
+    links: Vec<PlannedLink>,
+    site_of: Vec<u32>,
+    dispatch_s: f64,
+}
+
 /// A mapped graph waiting for [`AgentCore::reserve_graph`].
 pub struct MappedGraph {
     plan: GraphPlan,
@@ -330,11 +351,119 @@ impl GraphSnapshot {
     }
 
     /// Step 2: maps the graph on the copied platform and predicts its timeline. Pure and
-    /// possibly long (HEFT on 10⁵ calls, an LP), so run it without the core's lock.
+    /// possibly long (HEFT on 10⁵ calls, an LP), so run it without the core's lock. Its
+    /// steps: the calls checked into a task graph, every call's time on every server, the
+    /// links and sites between the servers, the mapping and its replay, the plan.
     pub fn map(self, req: &GraphRequest) -> Result<MappedGraph, RpcError> {
-        let (n, m) = (req.calls.len(), self.servers.len());
-        // Every call checked as `rank` would (sizes in order), work once.
-        let mut calls = Vec::with_capacity(n);
+        let (graph, calls) = self.task_graph(req)?;
+        let policy_requested = self.policy.is_some();
+        let policy = self
+            .policy
+            .unwrap_or_else(|| GraphPolicy::default_for(&graph));
+        let CallTimes {
+            planned,
+            means,
+            spreads,
+            unknown,
+            overhead,
+            rates,
+        } = self.call_times(req, &calls, policy)?;
+        let servers = self.planned_servers();
+        let etc = self.etc_matrix(&servers, planned, calls.len())?;
+        let means = self.etc_matrix(&servers, means, calls.len())?;
+        let platform = self.links_between(&servers)?;
+        let blind;
+        let mapped_with = if req.link_blind {
+            blind = CommModel::free(servers.len())
+                .with_dispatch(platform.dispatch_s)
+                .map_err(|e| invalid(e.to_string()))?;
+            &blind
+        } else {
+            &platform.comm
+        };
+        let mapping = policy
+            .map(&graph, &etc, mapped_with, Some(&rates))
+            .map_err(|e| invalid(format!("mapping the graph with {policy}: {e}")))?;
+        let predicted = replay(&graph, &etc, &platform.comm, &mapping)
+            .map_err(|e| invalid(format!("replaying the {policy} mapping: {e}")))?;
+        // The makespan's spread, drawn around the estimates' means (not the conservative
+        // times the mapping may have planned with).
+        let spread = makespan_spread(&graph, &means, &spreads, &platform.comm, &mapping, 1)
+            .map_err(|e| invalid(format!("replaying the {policy} mapping: {e}")))?;
+        let lower = best_lower_bound(&graph, &etc, None).map_err(|e| invalid(e.to_string()))?;
+        let bounds = lower.bounds;
+
+        // The client fetches the outputs it wants once every call has run, one after the
+        // other (`gridwise_client`'s graph runner), so their trips over the client links add
+        // to the makespan.
+        let fetch_s: f64 = req
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.fetched)
+            .map(|(t, c)| self.to_client_s(mapping.server_of[t], c.profile.out_bytes))
+            .sum();
+        let n = calls.len();
+        let (mut start_s, mut end_s, mut lane) = (vec![0.0; n], vec![0.0; n], vec![0u32; n]);
+        for server in &predicted.per_server {
+            for s in server {
+                start_s[s.task] = s.start_s;
+                end_s[s.task] = s.end_s;
+                lane[s.task] = s.lane as u32;
+            }
+        }
+        // Reserved as single calls are, at the kernel's time: the agent compares it with the
+        // kernel's when the report comes.
+        let compute_s = (0..n)
+            .map(|t| {
+                let s = mapping.server_of[t];
+                (etc.get(t, s) - overhead[s]).max(0.0)
+            })
+            .collect();
+        Ok(MappedGraph {
+            plan: GraphPlan {
+                policy: policy.name().to_string(),
+                policy_requested,
+                servers,
+                server_of: mapping.server_of.iter().map(|&s| s as u32).collect(),
+                order: mapping
+                    .order
+                    .iter()
+                    .map(|o| o.iter().map(|&t| t as u32).collect())
+                    .collect(),
+                tickets: Vec::new(),
+                etc: (0..n).flat_map(|t| etc.row(t).to_vec()).collect(),
+                unknown,
+                default_latency_s: self.default_latency_s,
+                default_bandwidth: self.default_bandwidth,
+                links: platform.links,
+                site_of: platform.site_of,
+                dispatch_s: platform.dispatch_s,
+                start_s,
+                end_s,
+                lane,
+                makespan_s: predicted.makespan_s + fetch_s,
+                makespan_sd_s: spread.as_ref().map_or(0.0, |s| s.sd_s),
+                makespan_interval90_s: spread
+                    .map(|s| (s.interval90_s.0 + fetch_s, s.interval90_s.1 + fetch_s)),
+                lower_bound_s: lower.seconds,
+                lower_bound_kind: lower.kind.name().to_string(),
+                critical_path_s: bounds.critical_path_s,
+                average_parallelism: bounds.average_parallelism,
+                total_work_s: bounds.total_work_s,
+            },
+            reserve: self.reserve,
+            compute_s,
+        })
+    }
+
+    /// The request's calls, each checked as `rank` would check it (offered, sizes in order),
+    /// with its work evaluated once, and its data edges: the task graph to map.
+    fn task_graph<'s>(
+        &'s self,
+        req: &'s GraphRequest,
+    ) -> Result<(TaskGraph, Vec<Call<'s>>), RpcError> {
+        let mut calls = Vec::with_capacity(req.calls.len());
         let mut graph = TaskGraph::new();
         for c in &req.calls {
             let svc = self
@@ -369,7 +498,21 @@ impl GraphSnapshot {
                 .map_err(|err| invalid(err.to_string()))?;
         }
         graph.adjacency().map_err(|err| invalid(err.to_string()))?;
+        Ok((graph, calls))
+    }
 
+    /// Every call's time on every server: the estimate planned with (`planned`: the
+    /// conservative one where the request asks, plus the server's recent per-call cost;
+    /// infinite where it cannot run), its mean and spread, the calls with no estimate at all,
+    /// and each server's classic-GridSolve rate for constant-speed. Refuses a call no live
+    /// server can run.
+    fn call_times(
+        &self,
+        req: &GraphRequest,
+        calls: &[Call<'_>],
+        policy: GraphPolicy,
+    ) -> Result<CallTimes, RpcError> {
+        let (n, m) = (calls.len(), self.servers.len());
         let mut values = vec![f64::INFINITY; n * m];
         let mut spreads = vec![0.0; n * m];
         let mut means = vec![f64::INFINITY; n * m];
@@ -422,10 +565,6 @@ impl GraphSnapshot {
                 }
             }
         }
-        let policy_requested = self.policy.is_some();
-        let policy = self
-            .policy
-            .unwrap_or_else(|| GraphPolicy::default_for(&graph));
         // Classic GridSolve: one benchmark rate per server. A server's rate is its calibrated
         // rate for the first of the graph's services it offers (measured at one size, which is
         // the point: it cannot see paging), else its default rate.
@@ -468,8 +607,25 @@ impl GraphSnapshot {
                 ));
             }
         }
-        let servers: Vec<PlannedServer> = self
-            .servers
+        // Constant-speed's blind spots have a planned time but no estimate: their mean is it.
+        for (i, v) in values.iter().enumerate() {
+            if means[i].is_infinite() {
+                means[i] = *v;
+            }
+        }
+        Ok(CallTimes {
+            planned: values,
+            means,
+            spreads,
+            unknown,
+            overhead,
+            rates,
+        })
+    }
+
+    /// The live servers as the plan numbers them.
+    fn planned_servers(&self) -> Vec<PlannedServer> {
+        self.servers
             .iter()
             .map(|e| PlannedServer {
                 server_id: e.id(),
@@ -478,20 +634,28 @@ impl GraphSnapshot {
                 slots: e.slots().max(1),
                 default_rate: e.default_rate(),
             })
-            .collect();
-        let matrix = |values: Vec<f64>| {
-            EtcMatrix::new(n, m, values)
-                .and_then(|x| x.with_slots(servers.iter().map(|s| s.slots as usize).collect()))
-                .and_then(|x| x.with_busy(self.busy.clone()))
-                .map_err(|e| invalid(e.to_string()))
-        };
-        // Constant-speed's blind spots have a planned time but no estimate: their mean is it.
-        for (i, v) in values.iter().enumerate() {
-            if means[i].is_infinite() {
-                means[i] = *v;
-            }
-        }
-        let etc = matrix(values)?;
+            .collect()
+    }
+
+    /// A calls × servers matrix of `values` with the servers' slots and the calls already
+    /// reserved on them.
+    fn etc_matrix(
+        &self,
+        servers: &[PlannedServer],
+        values: Vec<f64>,
+        n: usize,
+    ) -> Result<EtcMatrix, RpcError> {
+        EtcMatrix::new(n, servers.len(), values)
+            .and_then(|x| x.with_slots(servers.iter().map(|s| s.slots as usize).collect()))
+            .and_then(|x| x.with_busy(self.busy.clone()))
+            .map_err(|e| invalid(e.to_string()))
+    }
+
+    /// What moving data between the servers costs: the measured links (the default where
+    /// none was), the dispatch every edge pays, and the sites read off the links, whose
+    /// paths transfers share.
+    fn links_between(&self, servers: &[PlannedServer]) -> Result<Platform, RpcError> {
+        let m = servers.len();
         let (lat, bw) = (self.default_latency_s, self.default_bandwidth);
         let dispatch_s = self.dispatch_s();
         let mut comm = CommModel::uniform(m, lat, bw)
@@ -526,87 +690,11 @@ impl GraphSnapshot {
         let site_of = (0..m).map(|s| sites.site(s) as u32).collect();
         let comm = comm.with_sites(sites).map_err(|e| invalid(e.to_string()))?;
 
-        let blind;
-        let mapped_with = if req.link_blind {
-            blind = CommModel::free(m)
-                .with_dispatch(dispatch_s)
-                .map_err(|e| invalid(e.to_string()))?;
-            &blind
-        } else {
-            &comm
-        };
-        let mapping = policy
-            .map(&graph, &etc, mapped_with, Some(&rates))
-            .map_err(|e| invalid(format!("mapping the graph with {policy}: {e}")))?;
-        let predicted = replay(&graph, &etc, &comm, &mapping)
-            .map_err(|e| invalid(format!("replaying the {policy} mapping: {e}")))?;
-        let lower = best_lower_bound(&graph, &etc, None).map_err(|e| invalid(e.to_string()))?;
-        let bounds = lower.bounds;
-        // The makespan's spread, drawn around the estimates' means (not the conservative
-        // times the mapping may have planned with).
-        let spread = makespan_spread(&graph, &matrix(means)?, &spreads, &comm, &mapping, 1)
-            .map_err(|e| invalid(format!("replaying the {policy} mapping: {e}")))?;
-
-        // The client fetches the outputs it wants once every call has run, one after the
-        // other (`gridwise_client`'s graph runner), so their trips over the client links add
-        // to the makespan.
-        let fetch_s: f64 = req
-            .calls
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.fetched)
-            .map(|(t, c)| self.to_client_s(mapping.server_of[t], c.profile.out_bytes))
-            .sum();
-        let (mut start_s, mut end_s, mut lane) = (vec![0.0; n], vec![0.0; n], vec![0u32; n]);
-        for server in &predicted.per_server {
-            for s in server {
-                start_s[s.task] = s.start_s;
-                end_s[s.task] = s.end_s;
-                lane[s.task] = s.lane as u32;
-            }
-        }
-        // Reserved as single calls are, at the kernel's time: the agent compares it with the
-        // kernel's when the report comes.
-        let compute_s = (0..n)
-            .map(|t| {
-                let s = mapping.server_of[t];
-                (etc.get(t, s) - overhead[s]).max(0.0)
-            })
-            .collect();
-        Ok(MappedGraph {
-            plan: GraphPlan {
-                policy: policy.name().to_string(),
-                policy_requested,
-                servers,
-                server_of: mapping.server_of.iter().map(|&s| s as u32).collect(),
-                order: mapping
-                    .order
-                    .iter()
-                    .map(|o| o.iter().map(|&t| t as u32).collect())
-                    .collect(),
-                tickets: Vec::new(),
-                etc: (0..n).flat_map(|t| etc.row(t).to_vec()).collect(),
-                unknown,
-                default_latency_s: lat,
-                default_bandwidth: bw,
-                links,
-                site_of,
-                dispatch_s,
-                start_s,
-                end_s,
-                lane,
-                makespan_s: predicted.makespan_s + fetch_s,
-                makespan_sd_s: spread.as_ref().map_or(0.0, |s| s.sd_s),
-                makespan_interval90_s: spread
-                    .map(|s| (s.interval90_s.0 + fetch_s, s.interval90_s.1 + fetch_s)),
-                lower_bound_s: lower.seconds,
-                lower_bound_kind: lower.kind.name().to_string(),
-                critical_path_s: bounds.critical_path_s,
-                average_parallelism: bounds.average_parallelism,
-                total_work_s: bounds.total_work_s,
-            },
-            reserve: self.reserve,
-            compute_s,
+        Ok(Platform {
+            comm,
+            links,
+            site_of,
+            dispatch_s,
         })
     }
 }
