@@ -572,27 +572,13 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             policy,
             json,
             conn,
-        } => {
-            let c = client(conn)?;
-            match service {
-                None => status::print_status(&c, *json),
-                Some(svc) => {
-                    let sizes = gridwise_graphfile::parse_sizes(size.as_deref().unwrap_or(""))?;
-                    let policy = policy
-                        .as_deref()
-                        .map(str::parse)
-                        .transpose()
-                        .map_err(anyhow::Error::msg)?;
-                    let opts = RankOptions {
-                        load_model: None,
-                        model_family: None,
-                        pin_server: None,
-                        policy,
-                    };
-                    status::print_explain(&c, svc, &sizes, opts, *json)
-                }
-            }
-        }
+        } => run_status(
+            service.as_deref(),
+            size.as_deref(),
+            policy.as_deref(),
+            *json,
+            conn,
+        ),
         Command::Services { conn } => {
             let c = client(conn)?;
             for s in c.list_services()? {
@@ -672,27 +658,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         },
-        Command::Model { which } => match which {
-            ModelCmd::Status { json, conn } => model::print_status(&client(conn)?, *json),
-            ModelCmd::Show {
-                server,
-                service,
-                conn,
-            } => model::print_show(&client(conn)?, server, service),
-            ModelCmd::Plot {
-                server,
-                service,
-                output,
-                slice,
-                conn,
-            } => model::plot(&client(conn)?, server, service, output, slice),
-            ModelCmd::Export {
-                server,
-                service,
-                json: _,
-                conn,
-            } => model::export(&client(conn)?, server.as_deref(), service.as_deref()),
-        },
+        Command::Model { which } => run_model(which),
         Command::Links { json, conn } => status::print_links(&client(conn)?, *json),
         Command::Demo => demo::run(),
         Command::Certs { which } => match which {
@@ -705,124 +671,170 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 days,
             } => gridwise_cli::certs::issue(dir, role, name, hosts, *days),
         },
-        Command::Bench { which } => match which {
-            BenchCmd::Mapping { json } => {
-                let out = bench::mapping::run()?;
-                if *json {
-                    println!("{out}");
-                } else {
-                    println!("{}", serde_json::to_string_pretty(&out)?);
-                }
-                Ok(())
+        Command::Bench { which } => run_bench(which),
+    }
+}
+
+/// `gridwise status`: the grid, or with a service how the agent would rank a call of it.
+fn run_status(
+    service: Option<&str>,
+    size: Option<&str>,
+    policy: Option<&str>,
+    json: bool,
+    conn: &Conn,
+) -> anyhow::Result<()> {
+    let c = client(conn)?;
+    let Some(svc) = service else {
+        return status::print_status(&c, json);
+    };
+    let sizes = gridwise_graphfile::parse_sizes(size.unwrap_or(""))?;
+    let policy = policy
+        .map(str::parse)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let opts = RankOptions {
+        load_model: None,
+        model_family: None,
+        pin_server: None,
+        policy,
+    };
+    status::print_explain(&c, svc, &sizes, opts, json)
+}
+
+/// `gridwise model …`: the servers' performance models.
+fn run_model(which: &ModelCmd) -> anyhow::Result<()> {
+    match which {
+        ModelCmd::Status { json, conn } => model::print_status(&client(conn)?, *json),
+        ModelCmd::Show {
+            server,
+            service,
+            conn,
+        } => model::print_show(&client(conn)?, server, service),
+        ModelCmd::Plot {
+            server,
+            service,
+            output,
+            slice,
+            conn,
+        } => model::plot(&client(conn)?, server, service, output, slice),
+        ModelCmd::Export {
+            server,
+            service,
+            json: _,
+            conn,
+        } => model::export(&client(conn)?, server.as_deref(), service.as_deref()),
+    }
+}
+
+/// `gridwise bench …`: each benchmark prints its JSON lines (pretty without `--json`).
+fn run_bench(which: &BenchCmd) -> anyhow::Result<()> {
+    match which {
+        BenchCmd::Mapping { json } => {
+            print_line(*json, &bench::mapping::run()?);
+            Ok(())
+        }
+        BenchCmd::Schedule {
+            json,
+            scenario,
+            quick,
+            repeat,
+        } => bench::schedule::run(
+            scenario,
+            *quick,
+            repeat.unwrap_or(if *quick { 1 } else { 3 }),
+            &mut |line| print_line(*json, &line),
+        ),
+        BenchCmd::Kernels {
+            json,
+            n,
+            calls,
+            python,
+            blas,
+        } => bench::kernels::run(
+            &bench::kernels::KernelsBench {
+                n: *n,
+                calls: *calls,
+                python: python.clone(),
+                blas: blas.clone(),
+            },
+            &mut |line| print_line(*json, &line),
+        ),
+        BenchCmd::Divide { json, quick } => {
+            bench::divide::run(&bench::divide::DivideBench { quick: *quick }, &mut |line| {
+                print_line(*json, &line)
+            })
+        }
+        BenchCmd::Testbed { json, only } => bench::testbed::run(
+            &bench::testbed::TestbedBench { only: only.clone() },
+            &mut |line| print_line(*json, &line),
+        ),
+        BenchCmd::Transfer { json, sizes_mib } => bench::transfer::run(
+            &bench::transfer::TransferBench {
+                sizes_mib: sizes_mib.clone(),
+            },
+            &mut |line| print_line(*json, &line),
+        ),
+        BenchCmd::Models { json, no_dgemm } => {
+            bench::models::run(!*no_dgemm, &mut |line| print_line(*json, &line))
+        }
+        BenchCmd::Predict {
+            json,
+            calls,
+            runs,
+            csv,
+            only,
+        } => bench::predict::run(
+            &bench::predict::PredictBench {
+                calls: *calls,
+                runs: *runs,
+                csv: csv.clone(),
+                only: only.clone(),
+            },
+            &mut |line| print_line(*json, &line),
+        ),
+        BenchCmd::Faults {
+            json,
+            calls,
+            window,
+            freeze_s,
+            adversarial_calls,
+        } => {
+            let out = bench::faults::run_faults(&bench::faults::FaultsBench {
+                calls: *calls,
+                window: *window,
+                adversarial_calls: *adversarial_calls,
+                freeze: std::time::Duration::try_from_secs_f64(*freeze_s)
+                    .map_err(|_| anyhow::anyhow!("--freeze-s must be a number of seconds ≥ 0"))?,
+            })?;
+            print_line(*json, &out);
+            Ok(())
+        }
+        BenchCmd::Rpc {
+            json,
+            calls,
+            async_calls,
+            window,
+            client,
+            python,
+            tls,
+            dashboard,
+            conn,
+        } => {
+            let lines = bench::rpc::run_rpc(&bench::rpc::RpcBench {
+                tls: *tls,
+                dashboard_browser: dashboard.clone(),
+                agent: conn.agent.clone(),
+                token: conn.token.clone(),
+                sync_calls: *calls,
+                async_calls: *async_calls,
+                window: *window,
+                clients: client.clone(),
+                python: python.clone(),
+            })?;
+            for out in lines {
+                print_line(*json, &out);
             }
-            BenchCmd::Schedule {
-                json,
-                scenario,
-                quick,
-                repeat,
-            } => bench::schedule::run(
-                scenario,
-                *quick,
-                repeat.unwrap_or(if *quick { 1 } else { 3 }),
-                &mut |line| print_line(*json, &line),
-            ),
-            BenchCmd::Kernels {
-                json,
-                n,
-                calls,
-                python,
-                blas,
-            } => bench::kernels::run(
-                &bench::kernels::KernelsBench {
-                    n: *n,
-                    calls: *calls,
-                    python: python.clone(),
-                    blas: blas.clone(),
-                },
-                &mut |line| print_line(*json, &line),
-            ),
-            BenchCmd::Divide { json, quick } => {
-                bench::divide::run(&bench::divide::DivideBench { quick: *quick }, &mut |line| {
-                    print_line(*json, &line)
-                })
-            }
-            BenchCmd::Testbed { json, only } => bench::testbed::run(
-                &bench::testbed::TestbedBench { only: only.clone() },
-                &mut |line| print_line(*json, &line),
-            ),
-            BenchCmd::Transfer { json, sizes_mib } => bench::transfer::run(
-                &bench::transfer::TransferBench {
-                    sizes_mib: sizes_mib.clone(),
-                },
-                &mut |line| print_line(*json, &line),
-            ),
-            BenchCmd::Models { json, no_dgemm } => {
-                bench::models::run(!*no_dgemm, &mut |line| print_line(*json, &line))
-            }
-            BenchCmd::Predict {
-                json,
-                calls,
-                runs,
-                csv,
-                only,
-            } => bench::predict::run(
-                &bench::predict::PredictBench {
-                    calls: *calls,
-                    runs: *runs,
-                    csv: csv.clone(),
-                    only: only.clone(),
-                },
-                &mut |line| print_line(*json, &line),
-            ),
-            BenchCmd::Faults {
-                json,
-                calls,
-                window,
-                freeze_s,
-                adversarial_calls,
-            } => {
-                let out = bench::faults::run_faults(&bench::faults::FaultsBench {
-                    calls: *calls,
-                    window: *window,
-                    adversarial_calls: *adversarial_calls,
-                    freeze: std::time::Duration::try_from_secs_f64(*freeze_s).map_err(|_| {
-                        anyhow::anyhow!("--freeze-s must be a number of seconds ≥ 0")
-                    })?,
-                })?;
-                if *json {
-                    println!("{out}");
-                } else {
-                    println!("{}", serde_json::to_string_pretty(&out)?);
-                }
-                Ok(())
-            }
-            BenchCmd::Rpc {
-                json,
-                calls,
-                async_calls,
-                window,
-                client,
-                python,
-                tls,
-                dashboard,
-                conn,
-            } => {
-                let lines = bench::rpc::run_rpc(&bench::rpc::RpcBench {
-                    tls: *tls,
-                    dashboard_browser: dashboard.clone(),
-                    agent: conn.agent.clone(),
-                    token: conn.token.clone(),
-                    sync_calls: *calls,
-                    async_calls: *async_calls,
-                    window: *window,
-                    clients: client.clone(),
-                    python: python.clone(),
-                })?;
-                for out in lines {
-                    print_line(*json, &out);
-                }
-                Ok(())
-            }
-        },
+            Ok(())
+        }
     }
 }
