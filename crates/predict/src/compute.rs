@@ -290,12 +290,13 @@ fn fpm(server: ServerView<'_>, work: Option<f64>, x: &[i64]) -> Option<Compute> 
 /// n = 250,000 at 2–3.8 s where it took 0.31–0.63 s.
 fn rate_outside_model(server: ServerView<'_>, m: &Fpm, x: &[i64]) -> Option<f64> {
     let rate = server.rate()?;
-    let peak = m.points().iter().map(|(_, s)| s.mean).fold(0.0, f64::max);
+    // Read only past the top: the points are copied out of the model.
+    let fell = |s: f64| m.points().iter().any(|(_, p)| p.mean > s);
     let edge = m
         .past_top(x)
         .then(|| m.speed(x))
         .flatten()
-        .filter(|s| *s > 0.0 && *s < peak);
+        .filter(|s| *s > 0.0 && fell(*s));
     Some(edge.map_or(rate, |s| s.min(rate)))
 }
 

@@ -202,12 +202,16 @@ pub(crate) fn replay_unchecked(
                    last_start: &[f64]| {
         waiting[t] -= 1;
         if waiting[t] == 0 {
-            let inputs = adj
-                .preds(t)
-                .iter()
-                .map(|&(p, _)| finish[p])
-                .fold(0.0, f64::max);
-            ready.push(t, inputs.max(last_start[mapping.server_of[t]]));
+            // Only the heap orders by it: the stack's replay (the local search's) skips it.
+            let released = if ready.in_time_order() {
+                adj.preds(t)
+                    .iter()
+                    .map(|&(p, _)| finish[p])
+                    .fold(last_start[mapping.server_of[t]], f64::max)
+            } else {
+                0.0
+            };
+            ready.push(t, released);
         }
     };
     while let Some(t) = ready.pop() {
@@ -296,6 +300,10 @@ impl Ready {
         } else {
             Ready::Stack(Vec::new())
         }
+    }
+
+    fn in_time_order(&self) -> bool {
+        matches!(self, Ready::Heap(_))
     }
 
     fn push(&mut self, t: TaskIdx, released_s: f64) {
