@@ -2,6 +2,7 @@
 //! (SmartGridSolve's `grpc_map`), and gets back where each call runs, in which order, and the
 //! predicted timeline.
 
+use crate::graph_policy::GraphPolicy;
 use crate::ids::{DataHandle, ServerId, Ticket};
 use crate::messages::CallProfile;
 use crate::service::{ArgDesc, ArgType, Dim, ServiceDesc};
@@ -42,9 +43,8 @@ pub struct GraphRequest {
     pub calls: Vec<GraphCall>,
     /// Empty for a bag of independent calls, which the agent maps with `lp` by default.
     pub edges: Vec<GraphEdge>,
-    /// Mapping policy by name (`heft`, `min-min`, `mct`, `sufferage`, `lp`, `round-robin`,
-    /// `constant-speed`); `None` for the agent's default for the graph's shape.
-    pub policy: Option<String>,
+    /// The mapping policy; `None` for the agent's default for the graph's shape.
+    pub policy: Option<GraphPolicy>,
     /// Whether to record the calls as assignments on their servers' queues (true for a run,
     /// with one ticket per call; false for a prediction).
     pub reserve: bool,
@@ -90,9 +90,8 @@ pub struct PlannedLink {
 /// The agent's mapping of a graph, with everything needed to check or redraw its prediction.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GraphPlan {
-    /// Name of the policy that mapped it (e.g. `heft`): the one requested, else the default
-    /// for the graph's shape.
-    pub policy: String,
+    /// The policy that mapped it: the one requested, else the default for the graph's shape.
+    pub policy: GraphPolicy,
     /// Whether the request named it (false: the default for the graph's shape).
     pub policy_requested: bool,
     /// The live servers the graph was mapped on (indices below refer to this list).
@@ -217,7 +216,7 @@ fn resolved(ty: &ArgType, ints: &[(String, i64)]) -> String {
 /// output it moves) or the first problem, naming the call.
 pub fn check_graph(
     calls: &[RecordedCall<'_>],
-    policy: Option<&str>,
+    policy: Option<GraphPolicy>,
     reserve: bool,
 ) -> Result<CheckedGraph, String> {
     if calls.is_empty() {
@@ -336,7 +335,7 @@ pub fn check_graph(
             link_blind: false,
             calls: out_calls,
             edges,
-            policy: policy.map(str::to_string),
+            policy,
             reserve,
         },
         consumers,

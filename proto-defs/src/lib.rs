@@ -2,13 +2,15 @@
 //!
 //! The data types (service descriptions, values, call profiles, ETC breakdowns) are plain serde
 //! structs and compile without any runtime; the `rpc` feature adds the tarpc service traits
-//! ([`AgentApi`], [`ServerApi`]) and the TCP transport with its connection hello.
+//! ([`AgentApi`], [`ServerApi`]). The connections that carry them (TLS, the hello, limits,
+//! frames, bulk transfer) and the processes' settings are `gridwise-runtime`'s.
 
 pub mod clock;
 pub mod complexity;
 pub mod divide;
 pub mod error;
 pub mod graph;
+pub mod graph_policy;
 pub mod ids;
 pub mod messages;
 pub mod service;
@@ -16,10 +18,6 @@ pub mod value;
 
 #[cfg(feature = "rpc")]
 pub mod api;
-#[cfg(feature = "rpc")]
-pub mod settings;
-#[cfg(feature = "rpc")]
-pub mod wire;
 
 pub use complexity::{Complexity, ComplexityError};
 pub use divide::{DividePart, DivideReply, DivideRequest, NeighbourComm};
@@ -28,6 +26,7 @@ pub use graph::{
     CallInput, CheckedGraph, GraphCall, GraphEdge, GraphPlan, GraphRequest, PlannedLink,
     PlannedServer, RecordedCall, check_graph,
 };
+pub use graph_policy::{GraphPolicy, ParsePolicyError};
 pub use ids::{CallId, DataHandle, ServerId, Ticket};
 pub use messages::*;
 pub use service::{ArgDesc, ArgError, ArgMode, ArgType, Dim, ServiceDesc, ServiceError};
@@ -36,14 +35,5 @@ pub use value::{Array, ElemType, RemoteRef, Value};
 #[cfg(feature = "rpc")]
 pub use api::{AgentApi, AgentApiClient, ServerApi, ServerApiClient};
 
-#[cfg(feature = "rpc")]
-#[doc(hidden)]
-pub mod __reexport {
-    pub use futures;
-    pub use tarpc;
-    pub use tokio_util::sync::CancellationToken;
-    pub use tracing;
-}
-
 /// The protocol version every connection's hello carries; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;

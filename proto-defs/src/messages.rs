@@ -52,6 +52,9 @@ pub struct LinkSample {
     pub latency_s: f64,
     /// Throughput, bytes/s.
     pub bandwidth_bytes_per_s: f64,
+    /// The data came from the far end to the measuring server (a pull), not the other way (a
+    /// probe): a link's two directions can differ, and each is learned for the one it timed.
+    pub inbound: bool,
 }
 
 /// A link as the agent knows it.
@@ -352,43 +355,16 @@ pub struct Etc {
     pub overhead_sd_s: f64,
 }
 
-/// z of a two-sided 90% interval of a normal distribution.
-pub const Z90: f64 = 1.644_853_626_951_472_2;
-
-/// The 90% interval of a value with `mean` and standard deviation `sd`, clipped at 0 (times
-/// are never negative).
-pub fn interval90(mean: f64, sd: f64) -> (f64, f64) {
-    ((mean - Z90 * sd).max(0.0), mean + Z90 * sd)
-}
-
 impl Etc {
-    /// The sum of the terms: the expected completion time from now.
+    /// The sum of the terms: the expected completion time from now. (How sure it is, and its
+    /// interval, are `gridwise_predict::EtcSpread`'s: every rule that combines spreads lives
+    /// there.)
     pub fn total_s(&self) -> f64 {
         self.queue_wait_s
             + self.transfer_in_s
             + self.compute_s
             + self.transfer_out_s
             + self.overhead_s
-    }
-
-    /// The standard deviation of the total (seed 000 §2): the queue and the compute term are
-    /// driven by the same server's load, so their spreads add; the transfers depend on the
-    /// network, not the server, and the overhead's jitter on neither, so their variances add.
-    pub fn total_sd_s(&self) -> f64 {
-        (self.queue_wait_sd_s + self.compute_sd_s)
-            .hypot(self.transfer_sd_s)
-            .hypot(self.overhead_sd_s)
-    }
-
-    /// The interval the total falls in 9 times out of 10, if the estimate's spread is right.
-    pub fn interval90_s(&self) -> (f64, f64) {
-        interval90(self.total_s(), self.total_sd_s())
-    }
-
-    /// The total at `tf` standard deviations above the mean: what the conservative policy
-    /// ranks by.
-    pub fn conservative_s(&self, tf: f64) -> f64 {
-        self.total_s() + tf * self.total_sd_s()
     }
 }
 

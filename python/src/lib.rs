@@ -5,6 +5,7 @@
 //! argument inference, futures, asyncio and the graph recorder.
 
 use gridwise_client::{ClientConfig, FunctionHandle, GraphArg, GridClient, GrpcError, SessionId};
+use gridwise_predict::EtcSpread;
 use gridwise_proto::{ArgType, ElemType, ErrorCode, ServiceDesc, Value};
 use numpy::{
     Element, PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods,

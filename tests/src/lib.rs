@@ -252,8 +252,8 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// Talking to daemons below the client library: raw RPC clients in a role of one's choosing,
 /// as a hostile or confused peer would.
 pub mod raw {
-    use gridwise_proto::wire::{self, DialConfig, Role};
     use gridwise_proto::{AgentApiClient, ServerApiClient};
+    use gridwise_runtime::wire::{self, DialConfig, Role};
 
     /// A runtime for raw clients.
     pub fn runtime() -> tokio::runtime::Runtime {

@@ -4,7 +4,7 @@
 
 use gridwise_e2e::{FAST_HEARTBEATS, Grid};
 use gridwise_proto::Value;
-use gridwise_proto::wire::bulk::BULK_MIN_BYTES;
+use gridwise_runtime::wire::bulk::BULK_MIN_BYTES;
 
 /// Frames of 2 MiB at most, everywhere: every array below is many times larger.
 const FRAME: usize = 2 << 20;
@@ -119,8 +119,8 @@ fn another_client_cannot_read_a_value_kept_for_someone_else() {
 #[test]
 fn servers_and_the_agent_read_and_drop_probes_and_keep_no_values_from_them() {
     use gridwise_e2e::raw;
-    use gridwise_proto::wire::Role;
-    use gridwise_proto::wire::bulk::{BulkError, BulkPool, PROBE_MAX_BYTES};
+    use gridwise_runtime::wire::Role;
+    use gridwise_runtime::wire::bulk::{BulkError, BulkPool, PROBE_MAX_BYTES};
     let g = grid();
     let c = client(&g);
     let (s1, agent) = (g.servers[0].addr.clone(), g.agent.addr.clone());

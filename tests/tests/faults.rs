@@ -4,11 +4,11 @@
 //! them measure a daemon's memory or stop a process, which must not overlap.
 
 use gridwise_e2e::{FAST_HEARTBEATS, Grid, eventually, open_fds, raw, rss_bytes, signal};
-use gridwise_proto::wire::Role;
 use gridwise_proto::{
     ArgDesc, ArgMode, CallErrorKind, CallId, ErrorCode, ExecuteRequest, Registration, ServiceDesc,
     Value,
 };
+use gridwise_runtime::wire::Role;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Mutex;
@@ -682,8 +682,8 @@ fn calls_on_a_frozen_server_move_to_the_others() {
 
 /// Opens `n` connections that say hello and then nothing.
 fn idle_connections(addr: &str, n: usize) -> Vec<TcpStream> {
-    let hello = gridwise_proto::wire::hello_frame(
-        &gridwise_proto::wire::DialConfig::new(Role::Client, None),
+    let hello = gridwise_runtime::wire::hello_frame(
+        &gridwise_runtime::wire::DialConfig::new(Role::Client, None),
         "idler",
     );
     (0..n)
@@ -720,8 +720,8 @@ fn idle_connections_cannot_lock_clients_out() {
 /// Opens `n` connections, each announcing a frame of `announce` bytes after the hello and
 /// sending `send` of them.
 fn partial_frames(addr: &str, n: usize, announce: u32, send: usize) -> Vec<TcpStream> {
-    let hello = gridwise_proto::wire::hello_frame(
-        &gridwise_proto::wire::DialConfig::new(Role::Client, None),
+    let hello = gridwise_runtime::wire::hello_frame(
+        &gridwise_runtime::wire::DialConfig::new(Role::Client, None),
         "hog",
     );
     let chunk = vec![0u8; 1 << 20];

@@ -4,6 +4,7 @@
 use gridwise_cli::graph::predict;
 use gridwise_e2e::{Grid, eventually};
 use gridwise_graphfile::{GraphFile, Rand, record};
+use gridwise_proto::GraphPolicy;
 use gridwise_proto::Value;
 use std::time::Duration;
 
@@ -58,7 +59,8 @@ fn predict_maps_every_task_and_replays_within_the_bounds() {
     );
     let p = p.unwrap();
     assert_eq!(
-        p.plan.policy, "best-of",
+        p.plan.policy,
+        GraphPolicy::BestOf,
         "the default for a graph with edges"
     );
     assert_eq!(p.plan.servers.len(), 2);
@@ -121,7 +123,7 @@ fn predict_maps_every_task_and_replays_within_the_bounds() {
 
     // Another policy from the caller; an unknown service is the agent's FUNCTION_NOT_FOUND.
     let rr = predict(&client, &file, Some("round-robin".parse().unwrap())).unwrap();
-    assert_eq!(rr.plan.policy, "round-robin");
+    assert_eq!(rr.plan.policy, GraphPolicy::RoundRobin);
     let bad = GraphFile::parse(r#"{"tasks":[{"name":"z","service":"no-such-service","args":[]}]}"#)
         .unwrap();
     let e = format!("{:#}", predict(&client, &bad, None).unwrap_err());

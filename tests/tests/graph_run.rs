@@ -3,6 +3,7 @@
 
 use gridwise_client::{Client, GraphArg};
 use gridwise_e2e::{Grid, eventually};
+use gridwise_proto::GraphPolicy;
 use gridwise_proto::{ErrorCode, Value};
 use std::time::Duration;
 
@@ -54,7 +55,7 @@ fn a_diamond_runs_server_to_server_and_frees_what_it_no_longer_needs() {
             "intermediate outputs stay on the servers"
         );
     }
-    assert_eq!(run.plan.policy, "round-robin");
+    assert_eq!(run.plan.policy, GraphPolicy::RoundRobin);
     let servers: std::collections::HashSet<&str> =
         run.calls.iter().map(|r| r.server.as_str()).collect();
     assert_eq!(
@@ -93,7 +94,8 @@ fn fetch_chooses_the_outputs_and_plan_runs_nothing() {
     graph.fetch(x);
     let plan = graph.plan().unwrap();
     assert_eq!(
-        plan.policy, "best-of",
+        plan.policy,
+        GraphPolicy::BestOf,
         "a graph with a dependency defaults to best-of"
     );
     assert!(plan.tickets.is_empty(), "planning reserves nothing");
@@ -199,7 +201,7 @@ fn a_graph_file_runs_and_its_prediction_matches_the_plan() {
     assert!(run.outputs(refs[0]).is_none());
 
     let pred = Prediction::of(run.plan.clone(), PolicySource::Default, &file).unwrap();
-    assert_eq!(pred.plan.policy, "best-of");
+    assert_eq!(pred.plan.policy, GraphPolicy::BestOf);
     let planned = pred.timeline();
     assert_eq!(planned.makespan_s, run.plan.makespan_s);
     let actual = actual_of(&pred, &run);

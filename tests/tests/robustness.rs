@@ -2,7 +2,8 @@
 //! close such connections and keep serving everyone else.
 
 use gridwise_e2e::{FAST_HEARTBEATS, Grid};
-use gridwise_proto::{ErrorCode, Value, wire};
+use gridwise_proto::{ErrorCode, Value};
+use gridwise_runtime::wire;
 use rand::{Rng, SeedableRng};
 use std::io::{Read, Write};
 use std::net::TcpStream;

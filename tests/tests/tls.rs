@@ -4,7 +4,7 @@
 use gridwise_client::{Client, ClientConfig};
 use gridwise_e2e::{FAST_HEARTBEATS, Grid, bin, raw};
 use gridwise_proto::Value;
-use gridwise_proto::wire::{self, CertRole, Role, Tls, TlsFiles};
+use gridwise_runtime::wire::{self, CertRole, Role, Tls, TlsFiles};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;

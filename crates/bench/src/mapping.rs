@@ -7,6 +7,7 @@ use gridwise_proto::{
     CallProfile, CallReport, GraphCall, GraphEdge, GraphRequest, RankOptions, Registration,
     ServiceDesc, Timing,
 };
+use gridwise_sched::MapByPolicy;
 use gridwise_sched::graph::generate;
 use gridwise_sched::{AgentCore, CommModel, CoreConfig, GraphPolicy, map_graph_shared};
 use serde_json::json;
@@ -74,7 +75,7 @@ fn rank_during_map() -> anyhow::Result<DuringMap> {
                 bytes,
             })
             .collect(),
-        policy: Some("heft".into()),
+        policy: Some(GraphPolicy::Heft),
         reserve: true,
     };
     let epoch = Instant::now();

@@ -15,6 +15,7 @@
 
 use gridwise_client::{Client, ClientConfig, FunctionHandle, GraphArg};
 use gridwise_localgrid::LocalGrid;
+use gridwise_predict::EtcSpread;
 use gridwise_proto::{BuildState, ServerState};
 use gridwise_proto::{CallProfile, Etc, LoadModel, ModelFamily, Policy, RankOptions, Value};
 use serde_json::{Value as Json, json};

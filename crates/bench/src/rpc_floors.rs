@@ -6,7 +6,7 @@
 
 use crate::rpc::percentile_us;
 use futures::StreamExt;
-use gridwise_proto::wire::{self, FrameCodec};
+use gridwise_runtime::wire::{self, FrameCodec};
 use serde_json::json;
 use std::time::Instant;
 use tarpc::server::{BaseChannel, Channel};

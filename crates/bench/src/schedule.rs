@@ -33,6 +33,7 @@ use gridwise_kernels::{EmulatedKernel, EmulatedSpec, Kernel};
 use gridwise_localgrid::{Launcher, LocalGrid};
 use gridwise_localgrid::{wait_for_models, wait_for_servers};
 use gridwise_proto::Value;
+use gridwise_sched::MapByPolicy;
 use gridwise_sched::graph::generate::SplitMix64;
 use gridwise_sched::{
     CommModel, EtcMatrix, GraphPolicy, Task, TaskGraph, best_lower_bound, replay,

@@ -6,7 +6,7 @@
 //! holder. Keys are written readable by their owner only, and nothing is overwritten.
 
 use anyhow::{Context, bail};
-use gridwise_proto::wire::CertRole;
+use gridwise_runtime::wire::CertRole;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
@@ -164,7 +164,7 @@ pub fn issue(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gridwise_proto::wire::{Tls, TlsFiles};
+    use gridwise_runtime::wire::{Tls, TlsFiles};
 
     #[test]
     fn issued_certificates_load_with_their_identity_and_nothing_is_overwritten() {

@@ -2,6 +2,7 @@
 
 use gridwise_client::{CallResult, Client};
 use gridwise_graphfile::{parse_inputs, render};
+use gridwise_predict::EtcSpread;
 use serde_json::json;
 use std::io::IsTerminal;
 

@@ -2,7 +2,7 @@
 //! use them.
 
 use gridwise_certs::Issued;
-use gridwise_proto::wire::CertRole;
+use gridwise_runtime::wire::CertRole;
 use std::path::Path;
 
 /// `gridwise certs init DIR`.

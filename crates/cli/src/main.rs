@@ -559,11 +559,11 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             }
         },
         Command::Agent(a) => {
-            gridwise_proto::settings::init_logging();
+            gridwise_runtime::settings::init_logging();
             a.run_blocking()
         }
         Command::Server(s) => {
-            gridwise_proto::settings::init_logging();
+            gridwise_runtime::settings::init_logging();
             s.run_blocking()
         }
         Command::Status {

@@ -2,6 +2,7 @@
 //! ETC breakdown (why the agent would choose what it chooses).
 
 use gridwise_client::Client;
+use gridwise_predict::EtcSpread;
 use gridwise_proto::{AgentStatus, Candidate, RankOptions, ServerState};
 use serde_json::json;
 

@@ -1,11 +1,12 @@
-//! A call's large values on bulk connections ([`gridwise_proto::wire::bulk`]): arguments are
+//! A call's large values on bulk connections ([`gridwise_runtime::wire::bulk`]): arguments are
 //! staged on the server about to run the call, straight from the caller's buffers (so a retry
 //! on another server sends them again without a copy), and large outputs are collected from
 //! the server that staged them, into buffers of their final size.
 
 use crate::client::{Attempt, Inner, call_failed};
-use gridwise_proto::wire::bulk::BulkError;
-use gridwise_proto::{CallErrorKind, DataHandle, RemoteRef, Value, wire};
+use gridwise_proto::{CallErrorKind, DataHandle, RemoteRef, Value};
+use gridwise_runtime::wire;
+use gridwise_runtime::wire::bulk::BulkError;
 
 impl Inner {
     /// The inputs as the request to `addr` carries them: small values copied, large ones

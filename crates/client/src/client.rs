@@ -7,12 +7,12 @@ use crate::graph::Graph;
 use crate::handle::{Binding, FunctionHandle};
 use crate::session::{CancelFlag, CompletionGuard, SessionId, Sessions};
 use gridwise_proto::clock::unix_ns;
-use gridwise_proto::wire;
 use gridwise_proto::{
     AgentStatus, CallError, CallErrorKind, CallId, CallProfile, Candidate, DataHandle, ErrorCode,
     Etc, ExecuteReply, ExecuteRequest, LinkInfo, ModelExport, ModelSummary, Pong, RankOptions,
     Ranking, RemoteRef, ServerId, ServerStatus, ServiceDesc, ServiceSummary, Ticket, Timing, Value,
 };
+use gridwise_runtime::wire;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

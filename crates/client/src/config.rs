@@ -1,8 +1,8 @@
 //! Client configuration: a TOML file plus `GRIDWISE_CLIENT_*` environment overrides.
 
 use crate::error::GrpcError;
-use gridwise_proto::wire::{DialConfig, Role, Tls, TlsFiles};
 use gridwise_proto::{ErrorCode, Policy};
+use gridwise_runtime::wire::{DialConfig, Role, Tls, TlsFiles};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -143,7 +143,7 @@ impl ClientConfig {
 
     /// Refuses values no client could work with, naming the setting.
     pub fn check(&self) -> Result<(), String> {
-        gridwise_proto::wire::check_max_frame(self.max_frame_bytes)?;
+        gridwise_runtime::wire::check_max_frame(self.max_frame_bytes)?;
         for (key, v) in [
             ("connect_timeout_ms", self.connect_timeout_ms),
             ("agent_timeout_ms", self.agent_timeout_ms),

@@ -5,12 +5,12 @@
 use crate::config::ClientConfig;
 use crate::error::GrpcError;
 use crate::liveness::Liveness;
-use gridwise_proto::wire::{self, DialConfig};
 use gridwise_proto::{
     AgentApiClient, AgentStatus, CallProfile, Candidate, GraphPlan, GraphRequest, LinkInfo,
     ModelExport, ModelSummary, RankOptions, Ranking, RpcError, ServerApiClient, ServerId,
     ServiceDesc, ServiceSummary, Ticket,
 };
+use gridwise_runtime::wire::{self, DialConfig};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

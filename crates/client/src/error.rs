@@ -1,8 +1,8 @@
 //! The client's error: a GridRPC (GFD.52) code with a readable message.
 
 use crate::session::SessionId;
-use gridwise_proto::wire::WireError;
 use gridwise_proto::{ArgError, CallError, ErrorCode, RpcError};
+use gridwise_runtime::wire::WireError;
 
 /// A failed GridRPC operation: the GFD.52 code and what happened, in words.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

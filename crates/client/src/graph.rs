@@ -294,7 +294,13 @@ impl Graph {
                     .collect(),
             })
             .collect();
-        let checked = check_graph(&recorded, self.policy.as_deref(), reserve).map_err(invalid)?;
+        let policy = self
+            .policy
+            .as_deref()
+            .map(str::parse::<gridwise_proto::GraphPolicy>)
+            .transpose()
+            .map_err(|e| invalid(e.to_string()))?;
+        let checked = check_graph(&recorded, policy, reserve).map_err(invalid)?;
         for &f in &self.fetch {
             if f >= self.calls.len() {
                 return Err(invalid(format!(

@@ -9,7 +9,7 @@
 //! answers again.
 
 use gridwise_proto::ServerApiClient;
-use gridwise_proto::wire::{self, DialConfig};
+use gridwise_runtime::wire::{self, DialConfig};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,8 +1,8 @@
 //! In-process test agent and servers on 127.0.0.1 (tests only).
 
 use futures::StreamExt;
-use gridwise_proto::wire;
 use gridwise_proto::*;
+use gridwise_runtime::wire;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

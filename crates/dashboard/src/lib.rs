@@ -148,7 +148,7 @@ impl Dashboard {
         }
         graphs.push_back(GraphRecord {
             mapped_unix_s: unix_s(),
-            policy: plan.policy.clone(),
+            policy: plan.policy.to_string(),
             makespan_s: plan.makespan_s,
             tasks,
         });

@@ -3,7 +3,7 @@
 //! peer that wants to lock clients out of a daemon does (the hardening tests and `bench
 //! faults`' adversarial phase).
 
-use gridwise_proto::wire;
+use gridwise_runtime::wire;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -4,11 +4,11 @@
 //! kernel, for the hardening tests and `bench faults`' adversarial phase.
 
 use futures::StreamExt;
-use gridwise_proto::wire::{self, DialConfig};
 use gridwise_proto::{
     AgentApiClient, CallError, CallErrorKind, CallId, DataHandle, ExecuteReply, ExecuteRequest,
     Heartbeat, LoadSample, Pong, Registration, ServerApi, ServerInfo, ServiceDesc, Value,
 };
+use gridwise_runtime::wire::{self, DialConfig};
 use std::time::Duration;
 use tarpc::context::Context;
 use tarpc::server::{BaseChannel, Channel};

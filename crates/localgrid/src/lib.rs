@@ -316,14 +316,14 @@ impl LocalGrid {
             gridwise_certs::init(&certs, "local", 30)?;
             gridwise_certs::issue(
                 &certs,
-                gridwise_proto::wire::CertRole::Agent,
+                gridwise_runtime::wire::CertRole::Agent,
                 "agent",
                 &here,
                 30,
             )?;
             gridwise_certs::issue(
                 &certs,
-                gridwise_proto::wire::CertRole::Client,
+                gridwise_runtime::wire::CertRole::Client,
                 "client",
                 &[],
                 30,
@@ -463,7 +463,7 @@ impl LocalGrid {
                 let here = [self.hosts.ip(name)?];
                 gridwise_certs::issue(
                     certs,
-                    gridwise_proto::wire::CertRole::Server,
+                    gridwise_runtime::wire::CertRole::Server,
                     name,
                     &here,
                     30,
@@ -494,7 +494,7 @@ impl LocalGrid {
         cfg.tls = self
             .tls_dir
             .as_ref()
-            .map(|d| gridwise_proto::wire::TlsFiles {
+            .map(|d| gridwise_runtime::wire::TlsFiles {
                 ca: d.join("ca.pem"),
                 cert: d.join("client.pem"),
                 key: d.join("client.key"),

@@ -7,6 +7,44 @@ use crate::links::Links;
 use crate::stoch::Stoch;
 use gridwise_proto::{CallProfile, Etc};
 
+/// How sure an [`Etc`] is (seed 000 §2): the spread of its total, its 90% interval, the
+/// conservative total, and the spread of the finish on the server, for whoever reads one
+/// (agent, client, command line).
+pub trait EtcSpread {
+    /// The standard deviation of the total: the queue and the compute term are driven by the
+    /// same server's load, so their spreads add; the transfers depend on the network, not the
+    /// server, and the overhead's jitter on neither, so their variances add.
+    fn total_sd_s(&self) -> f64;
+    /// The interval the total falls in 9 times out of 10, if the estimate's spread is right.
+    fn interval90_s(&self) -> (f64, f64);
+    /// The total at `tf` standard deviations above the mean: what the conservative policy
+    /// ranks by.
+    fn conservative_s(&self, tf: f64) -> f64;
+    /// The spread of when the call ends on its server: the queue and the compute term
+    /// (related, both on that server); the transfers are the client's business.
+    fn finish_sd_s(&self) -> f64;
+}
+
+impl EtcSpread for Etc {
+    fn total_sd_s(&self) -> f64 {
+        (self.queue_wait_sd_s + self.compute_sd_s)
+            .hypot(self.transfer_sd_s)
+            .hypot(self.overhead_sd_s)
+    }
+
+    fn interval90_s(&self) -> (f64, f64) {
+        crate::stoch::interval90(self.total_s(), self.total_sd_s())
+    }
+
+    fn conservative_s(&self, tf: f64) -> f64 {
+        self.total_s() + tf * self.total_sd_s()
+    }
+
+    fn finish_sd_s(&self) -> f64 {
+        self.queue_wait_sd_s + self.compute_sd_s
+    }
+}
+
 /// What moving data costs where no link was measured.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Transfers {

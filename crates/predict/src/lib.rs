@@ -43,7 +43,7 @@ pub use compute::{
     ASSUMED_UNKNOWN_S, Compute, ComputeModel, FpmModel, LoadModel, RateModel, constant_speed_s,
 };
 pub use etc::{
-    Transfers, charges_default_transfers, default_client_transfers_s, estimate,
+    EtcSpread, Transfers, charges_default_transfers, default_client_transfers_s, estimate,
     lower_bound_behind_s, lower_bound_s,
 };
 pub use forecast::{Forecast, Series};

@@ -29,7 +29,9 @@ pub struct Links {
 }
 
 impl Links {
-    /// Records a measurement made by the server at `from`.
+    /// Records a measurement made by the server at `from`, under the direction its data went:
+    /// a pull's is from the far end to `from`. The latest sample is kept as seen from the
+    /// sender.
     pub fn record(&mut self, from: &str, s: &LinkSample, now: Duration) {
         let ok = s.latency_s.is_finite()
             && s.latency_s >= 0.0
@@ -38,17 +40,24 @@ impl Links {
         if !ok {
             return;
         }
-        let link = self
-            .map
-            .entry((from.to_string(), s.to.clone()))
-            .or_insert_with(|| Link {
-                latest: s.clone(),
-                at: now,
-                latency: Series::new(),
-                bandwidth: Series::new(),
-                latency_next: Stoch::point(s.latency_s),
-                bandwidth_next: Stoch::point(s.bandwidth_bytes_per_s),
-            });
+        let (sender, receiver) = if s.inbound {
+            (s.to.clone(), from.to_string())
+        } else {
+            (from.to_string(), s.to.clone())
+        };
+        let s = &LinkSample {
+            to: receiver.clone(),
+            inbound: false,
+            ..s.clone()
+        };
+        let link = self.map.entry((sender, receiver)).or_insert_with(|| Link {
+            latest: s.clone(),
+            at: now,
+            latency: Series::new(),
+            bandwidth: Series::new(),
+            latency_next: Stoch::point(s.latency_s),
+            bandwidth_next: Stoch::point(s.bandwidth_bytes_per_s),
+        });
         link.latest = s.clone();
         link.at = now;
         link.latency.push(s.latency_s);
@@ -71,6 +80,12 @@ impl Links {
     /// close to symmetric).
     pub fn get(&self, from: &str, to: &str) -> Option<&LinkSample> {
         self.link(from, to).map(|l| &l.latest)
+    }
+
+    /// How many samples the link from `from` to `to` (or the reverse one, as [`Links::get`]
+    /// reads it) was learned from, up to the forecasts' window; 0 when never measured.
+    pub fn samples(&self, from: &str, to: &str) -> usize {
+        self.link(from, to).map_or(0, |l| l.bandwidth.len())
     }
 
     /// Seconds to move `bytes` from `from` to `to`, with the spread of the link's forecasts:
@@ -120,6 +135,7 @@ mod tests {
             to: to.into(),
             latency_s: lat,
             bandwidth_bytes_per_s: bw,
+            inbound: false,
         }
     }
 
@@ -141,5 +157,28 @@ mod tests {
         let t = l.transfer("a:1", "b:1", 1_000_000, 9.0, 9.0);
         assert!(t.sd > 0.0 && t.mean > 0.5 && t.mean < 1.1, "{t:?}");
         assert_eq!(l.export(Duration::from_secs(2))[0].age_s, 2.0);
+    }
+
+    #[test]
+    fn a_pull_is_learned_for_the_direction_its_data_came() {
+        let mut l = Links::default();
+        // `a` probes `b` (a → b at 10 MB/s) and pulls from `b` (b → a at 1 MB/s).
+        l.record("a:1", &sample("b:1", 0.0, 1e7), Duration::ZERO);
+        let pulled = LinkSample {
+            inbound: true,
+            ..sample("b:1", 0.0, 1e6)
+        };
+        l.record("a:1", &pulled, Duration::ZERO);
+        assert!((l.transfer("a:1", "b:1", 1_000_000, 9.0, 9.0).mean - 0.1).abs() < 1e-9);
+        assert!((l.transfer("b:1", "a:1", 1_000_000, 9.0, 9.0).mean - 1.0).abs() < 1e-9);
+        let seen: Vec<(String, String)> = l
+            .export(Duration::ZERO)
+            .into_iter()
+            .map(|i| (i.from, i.sample.to))
+            .collect();
+        assert_eq!(
+            seen,
+            [("a:1".into(), "b:1".into()), ("b:1".into(), "a:1".into())]
+        );
     }
 }

@@ -6,7 +6,14 @@
 //! add) or *unrelated* (e.g. a transfer and a compute time: variances add). Division uses the
 //! first-order rule sd(1/Y) ≈ sd_Y / m_Y², not the thesis footnote's 1/sd (see the digest).
 
-pub use gridwise_proto::Z90;
+/// z of a two-sided 90% interval of a normal distribution.
+pub const Z90: f64 = 1.644_853_626_951_472_2;
+
+/// The 90% interval of a value with `mean` and standard deviation `sd`, clipped at 0 (times
+/// are never negative).
+pub fn interval90(mean: f64, sd: f64) -> (f64, f64) {
+    ((mean - Z90 * sd).max(0.0), mean + Z90 * sd)
+}
 
 /// A mean and a standard deviation, both ≥ 0 for the times and fractions gridwise predicts.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -74,8 +81,38 @@ impl Stoch {
 
     /// The 90% interval, clamped at 0 below (times and fractions are never negative).
     pub fn interval90(self) -> (f64, f64) {
-        gridwise_proto::interval90(self.mean, self.sd)
+        interval90(self.mean, self.sd)
     }
+
+    /// The later of two independent values, by Clark's moments of the maximum of two normals
+    /// (Clark 1961): a synchronised step waits for its slowest part, and with spreads that
+    /// wait is longer than the slowest mean, the more so the closer the parts are.
+    pub fn max_with(self, other: Stoch) -> Stoch {
+        let a = self.sd.hypot(other.sd);
+        if a <= 0.0 || !self.mean.is_finite() || !other.mean.is_finite() {
+            return if self.mean >= other.mean { self } else { other };
+        }
+        let alpha = (self.mean - other.mean) / a;
+        let (cdf, cdf_other) = (normal_cdf(alpha), normal_cdf(-alpha));
+        let pdf = (-0.5 * alpha * alpha).exp() / (2.0 * std::f64::consts::PI).sqrt();
+        let mean = self.mean * cdf + other.mean * cdf_other + a * pdf;
+        let second = (self.mean.powi(2) + self.sd.powi(2)) * cdf
+            + (other.mean.powi(2) + other.sd.powi(2)) * cdf_other
+            + (self.mean + other.mean) * a * pdf;
+        Stoch::new(mean, (second - mean * mean).max(0.0).sqrt())
+    }
+}
+
+/// The latest of independent values ([`Stoch::max_with`] folded in turn); nothing gives 0.
+pub fn latest(values: impl IntoIterator<Item = Stoch>) -> Stoch {
+    values
+        .into_iter()
+        .reduce(Stoch::max_with)
+        .unwrap_or_default()
+}
+
+fn normal_cdf(x: f64) -> f64 {
+    0.5 * statrs::function::erf::erfc(-x / std::f64::consts::SQRT_2)
 }
 
 /// Mean and sample standard deviation of `values` (sd 0 for fewer than two).
@@ -122,6 +159,30 @@ mod tests {
             Stoch::point(1.0).divided_by(Stoch::point(0.0)).mean,
             f64::INFINITY
         );
+    }
+
+    #[test]
+    fn the_latest_of_close_spread_values_is_later_than_either_mean() {
+        // Two equal normals: E[max] = μ + σ/√π, and the spread shrinks to σ·√(1 − 1/π).
+        let x = Stoch::new(0.1, 0.02);
+        let m = x.max_with(x);
+        assert!(close(m.mean, 0.1 + 0.02 / std::f64::consts::PI.sqrt()));
+        assert!(close(
+            m.sd,
+            0.02 * (1.0 - 1.0 / std::f64::consts::PI).sqrt()
+        ));
+        // Far apart, the later one stands; known exactly, the larger.
+        let far = Stoch::new(1.0, 0.01).max_with(Stoch::new(0.1, 0.01));
+        assert!((far.mean - 1.0).abs() < 1e-9 && (far.sd - 0.01).abs() < 1e-9);
+        assert_eq!(
+            Stoch::point(2.0).max_with(Stoch::point(3.0)),
+            Stoch::point(3.0)
+        );
+        // Four like parts wait about 1.03 σ past their mean (the normal's expected maximum
+        // of four), to within Clark's pairwise approximation.
+        let four = latest([x; 4]);
+        assert!((four.mean - (0.1 + 1.029 * 0.02)).abs() < 0.002, "{four:?}");
+        assert_eq!(latest([]), Stoch::default());
     }
 
     #[test]

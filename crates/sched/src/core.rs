@@ -7,7 +7,7 @@ use crate::policy::{self, Keyed};
 use crate::queue::Assignment;
 use crate::registry::{Registry, ServerEntry};
 use crate::reservations::Reservations;
-use gridwise_predict::{ComputeModel, FpmModel, Links, Stoch};
+use gridwise_predict::{ComputeModel, EtcSpread, FpmModel, Links, Stoch};
 use gridwise_proto::{
     Ack, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, Etc, Heartbeat, LinkInfo,
     LinkSample, Policy, RankOptions, Ranking, RpcError, ServerId, ServiceDesc, ServiceSummary,
@@ -401,12 +401,7 @@ impl AgentCore {
 
         let first = &candidates[0];
         let e = &first.etc;
-        // The finish is as uncertain as the queue and the compute term together (related:
-        // both on this server); transfers are the client's business.
-        let finish = Stoch::new(
-            now.as_secs_f64() + e.total_s(),
-            e.queue_wait_sd_s + e.compute_sd_s,
-        );
+        let finish = Stoch::new(now.as_secs_f64() + e.total_s(), e.finish_sd_s());
         let ticket = self.assign(slot, e.compute_s, finish, holder, now);
         if policy == Policy::RoundRobin && !pinned {
             self.rr_turns[service.0] += 1;

@@ -37,9 +37,9 @@ pub use crate::core::{
     Registering, Suspicion, map_graph_shared,
 };
 pub use crate::graph::{
-    BoundKind, Bounds, CommModel, EtcMatrix, GraphError, GraphPolicy, LowerBound, MapError,
-    Mapping, PlatformError, Replay, ReplayError, Task, TaskGraph, TaskIdx, best_lower_bound,
-    replay,
+    BoundKind, Bounds, CommModel, EtcMatrix, GraphError, GraphPolicy, LowerBound, MapByPolicy,
+    MapError, Mapping, PlatformError, Replay, ReplayError, Task, TaskGraph, TaskIdx,
+    best_lower_bound, replay,
 };
 pub use crate::queue::{Assignment, ServerQueue, TicketIndex, queue_wait};
 pub use crate::registry::{Offer, Registry, ServerEntry};

@@ -3,6 +3,7 @@
 //! Policies see candidates as sort keys plus their position in the name-sorted candidate list,
 //! so ties break by name and the ordering itself never touches server data.
 
+use gridwise_predict::EtcSpread;
 use gridwise_proto::{Etc, Policy};
 use std::cmp::Ordering;
 

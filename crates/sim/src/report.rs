@@ -9,6 +9,7 @@ use crate::engine::{EngineError, SimRun, simulate};
 use crate::platform::Platform;
 use crate::scenario::ScenarioError;
 use crate::workload::Workload;
+use gridwise_sched::MapByPolicy;
 use gridwise_sched::graph::policy::lp;
 use gridwise_sched::{
     Bounds, EtcMatrix, GraphError, GraphPolicy, LowerBound, MapError, Mapping, Replay, ReplayError,

@@ -1,6 +1,7 @@
 //! Scenario checks, the simulation against the replay, hand-computed load effects, bounds.
 
 use crate::*;
+use gridwise_sched::MapByPolicy;
 use gridwise_sched::{Mapping, replay};
 use proptest::prelude::*;
 use serde_json::{Value, json};

@@ -27,7 +27,7 @@ pub struct AgentArgs {
     #[arg(long)]
     pub metrics: Option<String>,
     #[command(flatten)]
-    pub tls: gridwise_proto::settings::TlsFlags,
+    pub tls: gridwise_runtime::settings::TlsFlags,
     /// Default ranking policy: mct, conservative, round-robin, constant-speed.
     #[arg(long)]
     pub policy: Option<String>,
@@ -66,8 +66,8 @@ impl AgentArgs {
             ),
         ];
         flags.extend(self.tls.overrides());
-        let o = gridwise_proto::settings::flag_overrides(&flags);
-        Ok(gridwise_proto::settings::load(
+        let o = gridwise_runtime::settings::flag_overrides(&flags);
+        Ok(gridwise_runtime::settings::load(
             self.config.as_deref(),
             "GRIDWISE_AGENT",
             &o,

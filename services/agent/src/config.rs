@@ -1,7 +1,7 @@
 //! The agent's settings: `gridwise-agent --config agent.toml`, `GRIDWISE_AGENT_*`, flags.
 
 use gridwise_proto::Policy;
-use gridwise_proto::wire::{
+use gridwise_runtime::wire::{
     self, AcceptConfig, ConnLimits, Credentials, DialConfig, Role, Tls, TlsFiles,
 };
 use gridwise_sched::CoreConfig;

@@ -7,13 +7,13 @@ use crate::persist::ops_for;
 use gridwise_dashboard::{CoreView, Dashboard};
 use gridwise_metrics::AgentMetrics;
 use gridwise_proto::clock::unix_s;
-use gridwise_proto::wire::{self, DialConfig, Peer, Role};
 use gridwise_proto::{
     Ack, AgentApi, AgentStatus, CallProfile, CallReport, Candidate, ErrorCode, GraphPlan,
     GraphRequest, Heartbeat, LinkInfo, LinkSample, ModelExport, ModelPoint, ModelSummary,
     RankOptions, Ranking, RegisterReply, Registration, RpcError, ServerApiClient, ServerId,
     ServiceDesc, ServiceSummary, StorageHealth, Ticket,
 };
+use gridwise_runtime::wire::{self, DialConfig, Peer, Role};
 use gridwise_sched::{AgentCore, Learned, Refusal, Registering, Suspicion, map_graph_shared};
 use gridwise_store::{Op, Writer};
 use std::sync::{Arc, Mutex, MutexGuard};

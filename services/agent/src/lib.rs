@@ -9,8 +9,9 @@ pub mod persist;
 pub use config::AgentConfig;
 pub use handler::AgentHandler;
 
-use gridwise_proto::wire::DialConfig;
-use gridwise_proto::{AgentApi, wire};
+use gridwise_proto::AgentApi;
+use gridwise_runtime::wire;
+use gridwise_runtime::wire::DialConfig;
 use gridwise_sched::AgentCore;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,7 +84,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             }
         });
     }
-    gridwise_proto::settings::announce(&addr.to_string());
+    gridwise_runtime::settings::announce(&addr.to_string());
     tracing::info!(%addr, policy = %core_cfg.policy, "agent listening");
     let sweeper = handler.clone();
     let period = (core_cfg.heartbeat_timeout / 4).max(Duration::from_millis(20));
@@ -97,7 +98,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
 
     let flusher = handler.clone();
     tokio::select! {
-        _ = gridwise_proto::serve_forever!(listener, accept, cfg.name.clone(), move |peer: &wire::Peer| handler.for_peer(peer)) => {}
+        _ = gridwise_runtime::serve_forever!(listener, accept, cfg.name.clone(), move |peer: &wire::Peer| handler.for_peer(peer)) => {}
         _ = shutdown_signal() => {
             tracing::info!("shutting down: writing what was learned to {}", cfg.data_dir.display());
             flusher.flush();

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use gridwise_agent::cli::AgentArgs;
-use gridwise_proto::settings::init_logging;
+use gridwise_runtime::settings::init_logging;
 
 #[derive(Parser)]
 #[command(

@@ -7,8 +7,9 @@
 use crate::handler::{ServerHandler, ToAgent};
 use gridwise_proto::{
     Ack, AgentApiClient, CallError, CallReport, Heartbeat, LinkSample, ModelPoint, Registration,
-    ServerId, wire,
+    ServerId,
 };
+use gridwise_runtime::wire;
 use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::sync::mpsc;

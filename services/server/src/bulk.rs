@@ -1,12 +1,12 @@
-//! What this server does with bulk connections ([`gridwise_proto::wire::bulk`]): a client's
+//! What this server does with bulk connections ([`gridwise_runtime::wire::bulk`]): a client's
 //! large arguments are staged for its next call here, and large values leave here raw —
 //! outputs staged for their client, and kept values pulled by a peer for a call of their owner.
 
 use crate::data::not_found;
 use crate::handler::ServerHandler;
-use gridwise_proto::wire::bulk::BulkStore;
-use gridwise_proto::wire::{Charge, Peer, Role};
 use gridwise_proto::{CallError, CallErrorKind, DataHandle, RemoteRef, Value};
+use gridwise_runtime::wire::bulk::BulkStore;
+use gridwise_runtime::wire::{Charge, Peer, Role};
 use std::sync::Arc;
 
 impl BulkStore for ServerHandler {
@@ -47,10 +47,10 @@ impl BulkStore for ServerHandler {
 }
 
 /// Serves one bulk connection, logging why it ended if it was not the peer's doing.
-pub async fn serve(handler: ServerHandler, conn: gridwise_proto::wire::Accepted) {
+pub async fn serve(handler: ServerHandler, conn: gridwise_runtime::wire::Accepted) {
     let peer = conn.peer.addr;
     let h = handler.for_peer(&conn.peer);
-    if let Err(why) = gridwise_proto::wire::bulk::serve(conn, &h).await {
+    if let Err(why) = gridwise_runtime::wire::bulk::serve(conn, &h).await {
         tracing::info!(%peer, "closing a bulk connection: {why}");
     }
 }

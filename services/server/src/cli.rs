@@ -32,7 +32,7 @@ pub struct ServerArgs {
     #[arg(long)]
     pub metrics: Option<String>,
     #[command(flatten)]
-    pub tls: gridwise_proto::settings::TlsFlags,
+    pub tls: gridwise_runtime::settings::TlsFlags,
     /// Calls run at once; the rest queue (default: number of cores).
     #[arg(long)]
     pub slots: Option<u32>,
@@ -59,8 +59,8 @@ impl ServerArgs {
             ("calibrate", self.no_calibrate.then(|| "false".to_string())),
         ];
         flags.extend(self.tls.overrides());
-        let o = gridwise_proto::settings::flag_overrides(&flags);
-        Ok(gridwise_proto::settings::load(
+        let o = gridwise_runtime::settings::flag_overrides(&flags);
+        Ok(gridwise_runtime::settings::load(
             self.config.as_deref(),
             "GRIDWISE_SERVER",
             &o,

@@ -2,10 +2,10 @@
 
 use crate::model_manager::ModelConfig;
 use gridwise_kernels::{EmulatedSpec, LoadSpec};
-use gridwise_proto::wire::{
+use gridwise_routines::{CommandSpec, LibraryEntry, PythonEntry};
+use gridwise_runtime::wire::{
     self, CertRole, ConnLimits, Credentials, DialConfig, Role, Tls, TlsFiles,
 };
-use gridwise_routines::{CommandSpec, LibraryEntry, PythonEntry};
 use serde::Deserialize;
 use std::path::PathBuf;
 

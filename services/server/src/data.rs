@@ -10,8 +10,8 @@
 //! ([`DataStore::expire_idle`]): an abandoned graph costs memory for a bounded time, not until
 //! the server restarts.
 
-use gridwise_proto::wire::Charge;
 use gridwise_proto::{CallError, CallErrorKind, DataHandle, RemoteRef, Value};
+use gridwise_runtime::wire::Charge;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn a_staged_value_gives_its_charge_back_when_it_goes() {
-        let budget = gridwise_proto::wire::MemoryBudget::new(1 << 20);
+        let budget = gridwise_runtime::wire::MemoryBudget::new(1 << 20);
         let s = DataStore::new(10, Duration::ZERO);
         let charge = budget.try_charge(512 * 1024).unwrap();
         let r = s.stage(Value::Bytes(vec![0; 8]), "me:1", "alice", Some(charge));

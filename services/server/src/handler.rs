@@ -17,12 +17,12 @@ use gridwise_kernels::{CancelFlag, Kernel, KernelCtx, KernelError};
 use gridwise_metrics::ServerMetrics;
 use gridwise_proto::clock::unix_ns;
 use gridwise_proto::value::BULK_MIN_BYTES;
-use gridwise_proto::wire::{Charge, MemoryBudget, Peer, Role};
 use gridwise_proto::{
     CallError, CallErrorKind, CallId, CallReport, DataHandle, ExecuteReply, ExecuteRequest,
     LinkSample, LoadSample, ModelPoint, ModelProgress, Pong, RemoteRef, ServerApi, ServerInfo,
     Timing, Value,
 };
+use gridwise_runtime::wire::{Charge, MemoryBudget, Peer, Role};
 use gridwise_server_core::admission::{self, Admission, CallSizes};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -108,7 +108,7 @@ pub struct RemoteData {
     /// How long a kept value may go unused before it is freed (zero: never).
     pub idle_ttl: Duration,
     /// Connection settings for pulling from other servers.
-    pub wire: gridwise_proto::wire::DialConfig,
+    pub wire: gridwise_runtime::wire::DialConfig,
 }
 
 /// What a server tells the agent besides heartbeats.
@@ -936,7 +936,7 @@ mod tests {
     use super::*;
     use gridwise_kernels::AddKernel;
     use gridwise_proto::ServiceDesc;
-    use gridwise_proto::wire::DialConfig;
+    use gridwise_runtime::wire::DialConfig;
 
     /// `add`'s interface, run on a slot's thread (not instant), panicking on a negative x;
     /// records the x of every run.

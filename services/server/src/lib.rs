@@ -21,7 +21,8 @@ pub use config::ServerConfig;
 pub use handler::ServerHandler;
 
 use anyhow::Context as _;
-use gridwise_proto::{Registration, ServerApi, wire};
+use gridwise_proto::{Registration, ServerApi};
+use gridwise_runtime::wire;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -165,7 +166,7 @@ pub async fn run_with(
                 model_manager::run(configs, h, dir, false, &mut |_| {});
             })?;
     }
-    gridwise_proto::settings::announce(&addr);
+    gridwise_runtime::settings::announce(&addr);
     tracing::info!(%name, %addr, slots, agent = %cfg.agent, memory_budget_bytes = budget, "server listening");
 
     tokio::spawn(agent_link::run(
@@ -196,7 +197,7 @@ pub async fn run_with(
         });
     }
     let bulk_handler = handler.clone();
-    gridwise_proto::serve_forever!(
+    gridwise_runtime::serve_forever!(
         listener,
         accept,
         name,

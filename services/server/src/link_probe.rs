@@ -18,7 +18,7 @@ const AIM_S: f64 = 0.1;
 /// The most a probe sends in one message (on a bulk connection, which reads and drops it).
 pub const MAX_BYTES: usize = 32 << 20;
 const _: () = assert!(
-    MAX_BYTES as u64 <= gridwise_proto::wire::bulk::PROBE_MAX_BYTES,
+    MAX_BYTES as u64 <= gridwise_runtime::wire::bulk::PROBE_MAX_BYTES,
     "no larger than a daemon reads"
 );
 
@@ -104,6 +104,7 @@ where
             to: to.to_string(),
             latency_s: rtt / 2.0,
             bandwidth_bytes_per_s: best.0 as f64 / best.1,
+            inbound: false,
         };
         let done = !busy(rtt, best.1);
         last = Some(sample);
@@ -125,6 +126,7 @@ pub fn pulled(holder: &str, bytes: u64, secs: f64, latency_s: f64) -> Option<Lin
         to: holder.to_string(),
         latency_s,
         bandwidth_bytes_per_s: bytes as f64 / (secs - latency_s),
+        inbound: true,
     })
 }
 

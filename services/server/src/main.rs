@@ -1,7 +1,7 @@
 //! `gridwise-server`: the compute server daemon.
 
 use clap::Parser;
-use gridwise_proto::settings::init_logging;
+use gridwise_runtime::settings::init_logging;
 use gridwise_server::cli::ServerArgs;
 
 #[derive(Parser)]

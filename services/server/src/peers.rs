@@ -1,9 +1,8 @@
 //! Connections to other servers, for pulling remote inputs straight from their holders.
 
 use crate::data::not_found;
-use gridwise_proto::{
-    CallError, CallErrorKind, LinkSample, RemoteRef, ServerApiClient, Value, wire,
-};
+use gridwise_proto::{CallError, CallErrorKind, LinkSample, RemoteRef, ServerApiClient, Value};
+use gridwise_runtime::wire;
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio::sync::Mutex;

@@ -9,7 +9,7 @@
 use super::{BEAT, EndOfRun, FaultsBench, Mix, SERVER, freeze, run_batch};
 use gridwise_client::{Client, ClientConfig};
 use gridwise_localgrid::{LocalGrid, flood, ghost, rss_bytes, wait_for_servers};
-use gridwise_proto::wire::{DialConfig, Role};
+use gridwise_runtime::wire::{DialConfig, Role};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -106,7 +106,7 @@ pub(super) fn run(opts: &FaultsBench) -> anyhow::Result<serde_json::Value> {
     let (raise_at, freeze_at) = (calls / 10, calls * 4 / 10);
     let (flood_at, flood_ends) = (calls * 6 / 10, calls * 9 / 10);
     // The flood's 4,096 sockets live in this process.
-    gridwise_proto::wire::raise_fd_limit();
+    gridwise_runtime::wire::raise_fd_limit();
     let flood_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

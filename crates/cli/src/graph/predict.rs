@@ -131,7 +131,7 @@ impl Prediction {
     /// A timeline on the plan's servers and tasks with other slots (e.g. what happened).
     pub fn timeline_with(&self, per_server: Vec<Vec<Slot>>, makespan_s: f64) -> Timeline {
         Timeline {
-            policy: self.plan.policy.clone(),
+            policy: self.plan.policy.to_string(),
             servers: self
                 .plan
                 .servers
@@ -405,7 +405,7 @@ pub(crate) mod tests {
         let plan = GraphPlan {
             makespan_interval90_s: None,
             makespan_sd_s: 0.0,
-            policy: "heft".into(),
+            policy: gridwise_proto::GraphPolicy::Heft,
             policy_requested: false,
             servers: vec![server("s1", 1), server("s2", 2)],
             server_of: vec![0, 0, 0],

@@ -6,7 +6,8 @@
 
 use super::{AgentCore, Call, list_or_none, not_offered};
 use crate::divide::{self, DivideError, DividePolicy, Selection, Worker};
-use gridwise_predict::Stoch;
+use crate::graph::Sites;
+use gridwise_predict::{EtcSpread, Stoch};
 use gridwise_proto::{CallProfile, DividePart, DivideReply, DivideRequest, ErrorCode, RpcError};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -184,26 +185,51 @@ impl AgentCore {
             self.config.transfers().latency_s,
             self.config.transfers().bandwidth,
         );
+        let addrs: Vec<&str> = slots
+            .iter()
+            .map(|&s| self.registry.entry(s).addr())
+            .collect();
         // A part's exchange per step: `bytes` in `messages`, half with each neighbour (a
-        // slab's two boundary rows), pulled from where the neighbour made them.
-        let exchange = |a: usize, b: usize| -> f64 {
-            let Some(c) = req.comm else { return 0.0 };
-            let (me, peer) = (
-                self.registry.entry(slots[a]).addr(),
-                self.registry.entry(slots[b]).addr(),
-            );
+        // slab's two boundary rows), pulled from where the neighbour made them; one link's
+        // messages in a step vary together.
+        let mut pulls: Vec<Vec<Stoch>> = Vec::new();
+        if let Some(c) = req.comm {
             let messages = (c.messages / 2).max(1);
             let per = c.bytes / 2 / u64::from(messages);
-            self.links.transfer(peer, me, per, lat, bw).mean * f64::from(messages)
+            pulls = addrs
+                .iter()
+                .map(|from| {
+                    addrs
+                        .iter()
+                        .map(|to| {
+                            let t = self.links.transfer(from, to, per, lat, bw);
+                            t.scale(f64::from(messages))
+                        })
+                        .collect()
+                })
+                .collect();
+            let samples = |a: usize, b: usize| self.links.samples(addrs[a], addrs[b]);
+            Sites::learned(&addrs, &self.links).priced_by_path(&mut pulls, &samples);
+        }
+        let exchange = |a: usize, b: usize| -> Stoch {
+            pulls
+                .get(b)
+                .and_then(|row| row.get(a))
+                .copied()
+                .unwrap_or_default()
         };
         // Before a set is chosen, a part's neighbours are any of the others: the mean over
         // them ranks the servers by connectivity.
-        let comm_of = |i: usize| -> f64 {
+        let comm_of = |i: usize| -> Stoch {
             if req.comm.is_none() || slots.len() < 2 {
-                return 0.0;
+                return Stoch::point(0.0);
             }
             let others = (0..slots.len()).filter(|&o| o != i);
-            others.map(|o| exchange(i, o)).sum::<f64>() / (slots.len() - 1) as f64
+            let k = (slots.len() - 1) as f64;
+            let (mean, sd) = others
+                .map(|o| exchange(i, o))
+                .fold((0.0, 0.0), |(m, s), x| (m + x.mean, s + x.sd));
+            Stoch::new(mean / k, sd / k)
         };
         let unit_work = svc.facts.work(&profile_of(1)).filter(|w| *w > 0.0);
         let workers: Vec<Worker<'_>> = slots
@@ -218,12 +244,14 @@ impl AgentCore {
                     .rate()
                     .zip(unit_work)
                     .map_or(0.0, |(r, w)| r / w);
+                let comm = comm_of(i);
                 Worker {
                     id: i,
                     time: f.as_ref(),
                     cap: cap_of(slot),
                     rate,
-                    comm_s: comm_of(i),
+                    comm_s: comm.mean,
+                    comm_sd_s: comm.sd,
                 }
             })
             .collect();

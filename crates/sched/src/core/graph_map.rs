@@ -19,8 +19,8 @@
 use super::{AgentCore, Call, not_offered, sizes_mismatch};
 use crate::catalog::Catalog;
 use crate::graph::{
-    CommModel, EtcMatrix, GraphPolicy, Sites, Task, TaskGraph, best_lower_bound, makespan_spread,
-    replay,
+    CommModel, EtcMatrix, GraphPolicy, MapByPolicy, Sites, Task, TaskGraph, best_lower_bound,
+    makespan_spread, replay,
 };
 use crate::registry::ServerEntry;
 use gridwise_predict::{ComputeModel, Links};
@@ -102,17 +102,12 @@ pub struct GraphOutline<'r> {
 }
 
 impl<'r> GraphOutline<'r> {
-    /// Refuses an empty graph and an unknown policy.
+    /// Refuses an empty graph.
     pub fn of(req: &'r GraphRequest) -> Result<Self, RpcError> {
         if req.calls.is_empty() {
             return Err(invalid("the graph has no calls".into()));
         }
-        let policy = req
-            .policy
-            .as_deref()
-            .map(str::parse::<GraphPolicy>)
-            .transpose()
-            .map_err(|e| invalid(e.to_string()))?;
+        let policy = req.policy;
         let mut services: Vec<&str> = Vec::new();
         for c in &req.calls {
             // Graphs call a handful of services: a scan beats hashing 10⁵ names.
@@ -422,7 +417,7 @@ impl GraphSnapshot {
             .collect();
         Ok(MappedGraph {
             plan: GraphPlan {
-                policy: policy.name().to_string(),
+                policy,
                 policy_requested,
                 servers,
                 server_of: mapping.server_of.iter().map(|&s| s as u32).collect(),
@@ -682,11 +677,8 @@ impl GraphSnapshot {
             }
         }
         // Paths between sites are shared: read the sites off the links measured.
-        let measured: Vec<(usize, usize, f64)> = links
-            .iter()
-            .map(|l| (l.from as usize, l.to as usize, l.bandwidth))
-            .collect();
-        let sites = Sites::infer(m, &measured);
+        let addrs: Vec<&str> = servers.iter().map(|s| s.addr.as_str()).collect();
+        let sites = Sites::learned(&addrs, &self.links);
         let site_of = (0..m).map(|s| sites.site(s) as u32).collect();
         let comm = comm.with_sites(sites).map_err(|e| invalid(e.to_string()))?;
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::graph::GraphPolicy;
 use crate::testutil::{dgemm, dgemm_profile, echo, registration};
 use gridwise_proto::{CallReport, GraphCall, GraphEdge, GraphRequest, LinkSample, Timing};
 
@@ -21,7 +22,7 @@ fn call(name: &str, n: i64) -> GraphCall {
 }
 
 /// a -> b, a -> c, (b, c) -> d, each a 1000³ dgemm (2 Gop).
-fn diamond(policy: Option<&str>, reserve: bool) -> GraphRequest {
+fn diamond(policy: Option<GraphPolicy>, reserve: bool) -> GraphRequest {
     let e = |from, to| GraphEdge {
         from,
         to,
@@ -38,7 +39,7 @@ fn diamond(policy: Option<&str>, reserve: bool) -> GraphRequest {
             call("d", 1000),
         ],
         edges: vec![e(0, 1), e(0, 2), e(1, 3), e(2, 3)],
-        policy: policy.map(str::to_string),
+        policy,
         reserve,
     }
 }
@@ -47,7 +48,7 @@ fn diamond(policy: Option<&str>, reserve: bool) -> GraphRequest {
 fn one_server_runs_everything_in_its_total_work_and_two_dispatches() {
     let mut c = grid(&[("solo", 1e9)]);
     let plan = c.map_graph(&diamond(None, false), Duration::ZERO).unwrap();
-    assert_eq!(plan.policy, "best-of");
+    assert_eq!(plan.policy, GraphPolicy::BestOf);
     assert!(!plan.policy_requested);
     assert_eq!(plan.server_of, [0, 0, 0, 0]);
     // No client link measured yet: each edge costs two crossings at the default latency.
@@ -159,7 +160,7 @@ fn a_call_holds_its_server_for_the_servers_overhead_too() {
     let reports: Vec<CallReport> = (0..4).map(|_| echo_report(timing, None)).collect();
     c.report(id, &reports, Duration::ZERO);
     let plan = c
-        .map_graph(&diamond(Some("heft"), false), Duration::ZERO)
+        .map_graph(&diamond(Some(GraphPolicy::Heft), false), Duration::ZERO)
         .unwrap();
     assert!(
         plan.etc.iter().all(|e| (e - 2.2).abs() < 1e-9),
@@ -190,7 +191,7 @@ fn every_data_edge_costs_a_round_trip_of_the_client_links_once_measured() {
         .collect();
     c.report(id, &reports, Duration::ZERO);
     let plan = c
-        .map_graph(&diamond(Some("heft"), false), Duration::ZERO)
+        .map_graph(&diamond(Some(GraphPolicy::Heft), false), Duration::ZERO)
         .unwrap();
     assert!((plan.dispatch_s - 0.1).abs() < 1e-6, "{}", plan.dispatch_s);
     // One server: a, then b and c each 0.1 s after their input, d 0.1 s after the later.
@@ -208,10 +209,11 @@ fn heft_spreads_the_parallel_pair_and_transfers_cost_link_time() {
         to: "y.example:7000".into(),
         latency_s: 0.0,
         bandwidth_bytes_per_s: 8e6,
+        inbound: false,
     };
     c.record_links(id, &[sample], Duration::ZERO);
     let plan = c
-        .map_graph(&diamond(Some("heft"), false), Duration::ZERO)
+        .map_graph(&diamond(Some(GraphPolicy::Heft), false), Duration::ZERO)
         .unwrap();
     assert!(plan.policy_requested);
     assert_eq!(plan.links.len(), 2, "both directions use the measured link");
@@ -240,17 +242,18 @@ fn a_link_blind_mapping_ignores_the_links_and_its_prediction_pays_them() {
         to: "y.example:7000".into(),
         latency_s: 0.0,
         bandwidth_bytes_per_s: 8e5,
+        inbound: false,
     };
     c.record_links(id, &[sample], Duration::ZERO);
     let aware = c
-        .map_graph(&diamond(Some("heft"), false), Duration::ZERO)
+        .map_graph(&diamond(Some(GraphPolicy::Heft), false), Duration::ZERO)
         .unwrap();
     assert_eq!(aware.server_of[1], aware.server_of[2], "{aware:?}");
     let blind = c
         .map_graph(
             &GraphRequest {
                 link_blind: true,
-                ..diamond(Some("heft"), false)
+                ..diamond(Some(GraphPolicy::Heft), false)
             },
             Duration::ZERO,
         )
@@ -310,7 +313,7 @@ fn faster_server_takes_more_of_a_bag_by_default_lp() {
         reserve: false,
     };
     let plan = c.map_graph(&req, Duration::ZERO).unwrap();
-    assert_eq!(plan.policy, "lp");
+    assert_eq!(plan.policy, GraphPolicy::Lp);
     let on_fast = plan.server_of.iter().filter(|&&s| s == 0).count();
     assert!(on_fast >= 7, "{:?}", plan.server_of);
     // 10 calls of 2 Gop over 5 Gop/s: no better than 4 s; LP rounding lands close.
@@ -336,14 +339,7 @@ fn bad_requests_say_what_is_wrong() {
             .message
             .contains("no calls")
     );
-    let mut req = diamond(Some("fastest"), false);
-    let err = c.map_graph(&req, Duration::ZERO).unwrap_err();
-    assert!(
-        err.message.contains("unknown graph policy"),
-        "{}",
-        err.message
-    );
-    req.policy = None;
+    let mut req = diamond(None, false);
     req.edges.push(GraphEdge {
         from: 3,
         to: 0,
@@ -355,7 +351,7 @@ fn bad_requests_say_what_is_wrong() {
     req.calls[2].profile.service = "nope".into();
     let err = c.map_graph(&req, Duration::ZERO).unwrap_err();
     assert!(err.message.contains("call `c`"), "{}", err.message);
-    let mut lp_dag = diamond(Some("lp"), false);
+    let mut lp_dag = diamond(Some(GraphPolicy::Lp), false);
     lp_dag.reserve = true;
     let err = c.map_graph(&lp_dag, Duration::ZERO).unwrap_err();
     assert!(err.message.contains("independent"), "{}", err.message);
@@ -390,7 +386,7 @@ fn a_plan_starts_each_slot_when_its_queued_calls_end() {
 #[test]
 fn a_server_lost_while_mapping_refuses_the_reservation_and_records_nothing() {
     let mut c = grid(&[("x", 1e9), ("y", 1e9)]);
-    let req = diamond(Some("round-robin"), true);
+    let req = diamond(Some(GraphPolicy::RoundRobin), true);
     let mapped = c
         .snapshot_graph(&GraphOutline::of(&req).unwrap(), Duration::ZERO)
         .unwrap()

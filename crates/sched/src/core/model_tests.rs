@@ -479,6 +479,7 @@ fn a_call_goes_where_its_remote_input_already_is() {
         to: "a.example:7000".into(),
         latency_s: 1e-5,
         bandwidth_bytes_per_s: 1e11,
+        inbound: false,
     };
     let b = c.server_by_name("b").unwrap().id();
     assert_eq!(c.record_links(b, &[fast], Duration::ZERO), Ack::Ok);

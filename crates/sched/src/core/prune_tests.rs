@@ -289,6 +289,7 @@ fn run_with(
                     to: addrs[b % n].clone(),
                     latency_s: *l,
                     bandwidth_bytes_per_s: *w,
+                    inbound: false,
                 };
                 c.record_links(ids[a % n], &[sample], now);
             }

@@ -93,6 +93,8 @@ pub struct Worker<'a> {
     pub rate: f64,
     /// Seconds per iteration of talking to its neighbours, when it has any (a slab job).
     pub comm_s: f64,
+    /// That exchange's spread from one step to the next (the links' forecast error).
+    pub comm_sd_s: f64,
 }
 
 /// One server's part of a plan.
@@ -141,7 +143,7 @@ pub(crate) fn part_time(w: &Worker<'_>, x: u64, neighbours: bool) -> Stoch {
     }
     let t = (w.time)(x);
     if neighbours {
-        Stoch::new(t.mean + w.comm_s, t.sd)
+        Stoch::new(t.mean + w.comm_s, t.sd.hypot(w.comm_sd_s))
     } else {
         t
     }

@@ -8,10 +8,12 @@
 
 use super::balance::balance;
 use super::{DivideError, DividePlan, DividePolicy, PlannedPart, Selection, Worker, part_time};
+use gridwise_predict::Stoch;
+use gridwise_predict::stoch::latest;
 
 /// Seconds per step that the part on worker `a` spends taking its boundary rows from its
-/// neighbour on worker `b` (indices into the workers), in a slab job.
-pub type Exchange<'a> = &'a dyn Fn(usize, usize) -> f64;
+/// neighbour on worker `b` (indices into the workers), in a slab job, with their spread.
+pub type Exchange<'a> = &'a dyn Fn(usize, usize) -> Stoch;
 
 /// The plan for `n` units over `workers` by `policy`, on the set `selection` says; each
 /// worker's `comm_s` is what its part pays per step whatever its neighbours.
@@ -114,11 +116,7 @@ pub fn plan_slab(
                     }
                 })
                 .collect();
-            let slowest = parts
-                .iter()
-                .map(|p| p.time)
-                .max_by(|a, b| a.0.total_cmp(&b.0))
-                .unwrap_or((0.0, 0.0));
+            let slowest = makespan(&parts, &set, used > 1);
             let better = match &best {
                 None => true,
                 Some(b) => {
@@ -138,6 +136,37 @@ pub fn plan_slab(
         }
     }
     best.ok_or(last_err)
+}
+
+/// When the slowest of `parts` (laid out on `set`) ends. A step of a slab job waits for its
+/// latest part, and each part's exchange varies from step to step: the mean is the expected
+/// maximum of the parts with that spread (Clark), later than the slowest mean when parts finish
+/// close together, as a balanced plan's do. The model's own spread (the same every step: a
+/// model off for one server is off for the whole run) is not redrawn per step; it joins the
+/// result's spread. Without neighbours, the slowest part as predicted.
+fn makespan(parts: &[PlannedPart], set: &[&Worker<'_>], neighbours: bool) -> (f64, f64) {
+    let slowest = parts
+        .iter()
+        .map(|p| p.time)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap_or((0.0, 0.0));
+    if !neighbours {
+        return slowest;
+    }
+    let jitter = |p: &PlannedPart| {
+        set.iter()
+            .find(|w| w.id == p.id)
+            .map_or(0.0, |w| w.comm_sd_s)
+    };
+    let step = latest(parts.iter().map(|p| Stoch::new(p.time.0, jitter(p))));
+    // The slowest part's own spread without its jitter.
+    let model_sd = parts
+        .iter()
+        .max_by(|a, b| a.time.0.total_cmp(&b.time.0))
+        .map_or(0.0, |p| {
+            (p.time.1.powi(2) - jitter(p).powi(2)).max(0.0).sqrt()
+        });
+    (step.mean, step.sd.hypot(model_sd))
 }
 
 /// The workers `subset` (indices into `workers`) laid out and balanced: with `exchange`, as a
@@ -160,20 +189,20 @@ fn balanced<'a>(
     let mut subset = subset.to_vec();
     loop {
         let chain = chain(&subset, ex);
+        // Both neighbours' rows are pulled at once: the part waits for the later.
         let paid = |i: usize| {
-            let mut c: f64 = 0.0;
-            if i > 0 {
-                c = c.max(ex(chain[i], chain[i - 1]));
-            }
-            if i + 1 < chain.len() {
-                c = c.max(ex(chain[i], chain[i + 1]));
-            }
-            c
+            let before = (i > 0).then(|| ex(chain[i], chain[i - 1]));
+            let after = (i + 1 < chain.len()).then(|| ex(chain[i], chain[i + 1]));
+            latest(before.into_iter().chain(after))
         };
         let set: Vec<Worker<'a>> = (0..chain.len())
-            .map(|i| Worker {
-                comm_s: paid(i),
-                ..workers[chain[i]]
+            .map(|i| {
+                let c = paid(i);
+                Worker {
+                    comm_s: c.mean,
+                    comm_sd_s: c.sd,
+                    ..workers[chain[i]]
+                }
             })
             .collect();
         let (units, slack) = balance(n, &set.iter().collect::<Vec<_>>(), policy)?;
@@ -258,5 +287,5 @@ fn grown(by_compute: &[usize], ex: Exchange<'_>) -> Vec<usize> {
 /// What a link between two workers costs a layout: the slower of its two directions (each
 /// neighbour pulls the other's row).
 fn link_cost(ex: Exchange<'_>, a: usize, b: usize) -> f64 {
-    ex(a, b).max(ex(b, a))
+    ex(a, b).mean.max(ex(b, a).mean)
 }

@@ -22,6 +22,7 @@ fn worker<'a>(id: usize, time: &'a dyn Fn(u64) -> Stoch, rate: f64) -> Worker<'a
         cap: u64::MAX,
         rate,
         comm_s: 0.0,
+        comm_sd_s: 0.0,
     }
 }
 
@@ -139,12 +140,14 @@ fn selection_drops_a_server_whose_communication_outweighs_its_speed() {
         .enumerate()
         .map(|(j, t)| Worker {
             comm_s: 0.1,
+            comm_sd_s: 0.0,
             ..worker(j, t, 100.0)
         })
         .collect();
     // Faster, but every iteration costs it 30 s of talking to its neighbours.
     w.push(Worker {
         comm_s: 30.0,
+        comm_sd_s: 0.0,
         ..worker(4, &far, 120.0)
     });
     let p = plan(4000, &w, DividePolicy::Lp, Selection::Best).unwrap();
@@ -164,6 +167,7 @@ fn one_server_is_best_when_parts_cost_more_than_they_save() {
         .enumerate()
         .map(|(j, t)| Worker {
             comm_s: 5.0,
+            comm_sd_s: 0.0,
             ..worker(j, t, 1000.0)
         })
         .collect();
@@ -245,10 +249,11 @@ fn a_slab_leaves_a_site_behind_a_slow_link_out_until_the_job_is_large() {
     let t = linear(1000.0, 0.001);
     // Indices 0 and 2 in one site, 1 and 3 in the other: the chain must regroup them.
     let site = |i: usize| i % 2;
-    let ex = |a: usize, b: usize| if site(a) == site(b) { 0.01 } else { 0.2 };
+    let ex = |a: usize, b: usize| Stoch::point(if site(a) == site(b) { 0.01 } else { 0.2 });
     let workers: Vec<Worker<'_>> = (0..4)
         .map(|j| Worker {
             comm_s: (0.01 + 2.0 * 0.2) / 3.0,
+            comm_sd_s: 0.0,
             ..worker(j, &t, 1000.0)
         })
         .collect();
@@ -286,6 +291,41 @@ fn a_slab_leaves_a_site_behind_a_slow_link_out_until_the_job_is_large() {
         all.makespan.0 > 1.3 * small.makespan.0,
         "{all:?} vs {small:?}"
     );
+}
+
+/// The same two sites at 450 units, where the four hosts' balanced parts (0.219 s) beat one
+/// site's two (0.236 s) on the means. But a step waits for its latest part, and the crossing's
+/// 200 ms varies by 50 ms from step to step: two parts on it finish past 0.24 s on average, so
+/// the plan keeps to one site, and says when the four would really end.
+#[test]
+fn a_slab_step_waits_for_its_latest_part_so_jitter_on_the_crossing_keeps_a_site_out() {
+    let t = linear(1000.0, 0.001);
+    let site = |i: usize| i % 2;
+    let steady = |a: usize, b: usize| Stoch::point(if site(a) == site(b) { 0.01 } else { 0.2 });
+    let jittery = |a: usize, b: usize| {
+        if site(a) == site(b) {
+            Stoch::new(0.01, 0.001)
+        } else {
+            Stoch::new(0.2, 0.05)
+        }
+    };
+    let workers: Vec<Worker<'_>> = (0..4).map(|j| worker(j, &t, 1000.0)).collect();
+    let plan = |ex: Exchange<'_>, selection| {
+        plan_slab(450, &workers, Some(ex), DividePolicy::Fpm, selection).unwrap()
+    };
+    let on_means = plan(&steady, Selection::Best);
+    assert_eq!(on_means.parts.len(), 4, "{on_means:?}");
+    let waited = plan(&jittery, Selection::Best);
+    assert_eq!(waited.parts.len(), 2, "{waited:?}");
+    let all = plan(&jittery, Selection::All);
+    let slowest = all.parts.iter().map(|p| p.time.0).fold(0.0, f64::max);
+    // Two parts at about 0.219 s, each ± 0.05: their later one ends σ/√π ≈ 28 ms past, and
+    // later still with the steady parts cutting off its early tail.
+    assert!(
+        all.makespan.0 > slowest + 0.028 && all.makespan.0 < slowest + 0.04,
+        "{all:?}"
+    );
+    assert!(all.makespan.0 > waited.makespan.0, "{all:?} vs {waited:?}");
 }
 
 /// A model learned from a few short calls on a busy host: one point 30% slow (a part that

@@ -28,7 +28,7 @@ pub use dag::{Adjacency, GraphError, Task, TaskGraph, TaskIdx};
 pub use lower_bound::{BoundKind, LowerBound, best_lower_bound};
 pub use platform::{CommModel, EtcMatrix, PlatformError, ShapeMismatch, check_shapes};
 pub use policy::lp::{LpOutcome, lp_lower_bound};
-pub use policy::{GraphPolicy, ParsePolicyError};
+pub use policy::{GraphPolicy, MapByPolicy, ParsePolicyError};
 pub use replay::{Replay, ReplayError, Slot, earliest_lane, replay};
 pub use sites::Sites;
 pub use spread::{MakespanSpread, makespan_spread};

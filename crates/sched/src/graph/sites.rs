@@ -10,6 +10,9 @@
 //! a link at least [`SAME_SITE`] as fast as the fastest its sender has joins its two ends,
 //! when both directions were measured and both are.
 
+use gridwise_predict::{Links, Stoch};
+use std::collections::HashMap;
+
 /// A link joins its ends into one site when, in both directions, it is at least this fraction
 /// of the fastest link measured out of its sender. Learned rates are within 10% of the truth
 /// (`bench testbed`), and a site's links are several times faster than the paths between
@@ -80,6 +83,49 @@ impl Sites {
         }
         let roots: Vec<usize> = (0..servers).map(|s| root(&mut parent, s)).collect();
         Sites::new(&roots)
+    }
+
+    /// The sites among the servers at `addrs` by what the agent learned of their links: each
+    /// pair's latest sample, one measured direction standing for both as [`Links::get`] reads
+    /// them.
+    pub fn learned(addrs: &[&str], links: &Links) -> Self {
+        let mut measured = Vec::new();
+        for (a, from) in addrs.iter().enumerate() {
+            for (b, to) in addrs.iter().enumerate() {
+                if let Some(l) = links.get(from, to).filter(|_| a != b) {
+                    measured.push((a, b, l.bandwidth_bytes_per_s));
+                }
+            }
+        }
+        Sites::infer(addrs.len(), &measured)
+    }
+
+    /// `cost[from][to]` with each pair across sites priced as the pair on its path learned
+    /// from the most samples (the dearer on a tie): every pair between two sites crosses the
+    /// same path, and the pair whose data crossed it step after step saw its queues where a
+    /// probe of another pair, now and then, did not. `samples(from, to)` is 0 for a pair never
+    /// measured; pairs inside a site, and paths with nothing measured, keep their own price.
+    pub fn priced_by_path(&self, cost: &mut [Vec<Stoch>], samples: &dyn Fn(usize, usize) -> usize) {
+        let n = cost.len().min(self.servers());
+        let mut best: HashMap<usize, (usize, Stoch)> = HashMap::new();
+        for (from, row) in cost.iter().enumerate().take(n) {
+            for (to, &c) in row.iter().enumerate().take(n) {
+                let k = samples(from, to);
+                if let Some(p) = self.path(from, to).filter(|_| k > 0) {
+                    let b = best.entry(p).or_insert((k, c));
+                    if (k, c.mean) > (b.0, b.1.mean) {
+                        *b = (k, c);
+                    }
+                }
+            }
+        }
+        for (from, row) in cost.iter_mut().enumerate().take(n) {
+            for (to, c) in row.iter_mut().enumerate().take(n) {
+                if let Some((_, d)) = self.path(from, to).and_then(|p| best.get(&p)) {
+                    *c = *d;
+                }
+            }
+        }
     }
 
     pub fn servers(&self) -> usize {
@@ -166,6 +212,49 @@ mod tests {
         // Only one direction measured: no evidence the other is fast.
         assert_eq!(Sites::infer(2, &[(0, 1, GBIT)]).count(), 2);
         assert_eq!(Sites::infer(3, &[]).count(), 3);
+    }
+
+    #[test]
+    fn pairs_across_two_sites_are_priced_as_the_pair_learned_best_on_their_path() {
+        let s = Sites::infer(4, &two_sites());
+        let probe = Stoch::point(0.087);
+        let pulled = Stoch::new(0.095, 0.012);
+        let inside = Stoch::point(0.009);
+        let mut cost: Vec<Vec<Stoch>> = (0..4)
+            .map(|a| {
+                (0..4)
+                    .map(|b| {
+                        if s.path(a, b).is_some() {
+                            probe
+                        } else {
+                            inside
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        // node1 → lab2 was pulled over every step (lab2's part takes node1's rows), the
+        // others only probed; a single dear sample of node2 → lab1 is outweighed. The way back
+        // was probed, but lab2 → node1 never measured.
+        cost[2][1] = pulled;
+        cost[3][0] = Stoch::point(0.2);
+        let unmeasured = Stoch::point(5.0);
+        cost[1][2] = unmeasured;
+        let samples = |a: usize, b: usize| match (a, b) {
+            (2, 1) => 40,
+            (1, 2) => 0,
+            _ => 3,
+        };
+        s.priced_by_path(&mut cost, &samples);
+        for (a, b) in [(2, 0), (2, 1), (3, 0), (3, 1)] {
+            assert_eq!(cost[a][b], pulled, "{a} → {b}");
+        }
+        // The other direction is its own path: the probes' price, also for the pair never
+        // measured (whose default was dearer than anything learned).
+        for (a, b) in [(0, 2), (0, 3), (1, 2), (1, 3)] {
+            assert_eq!(cost[a][b], probe, "{a} → {b}");
+        }
+        assert_eq!(cost[0][1], inside);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Graph mapping policies, one file each; [`GraphPolicy`] names them for configs and commands.
+//! Graph mapping policies, one file each; [`GraphPolicy`] (a wire type) names them, [`MapByPolicy`]
+//! runs the one named.
 //!
 //! Every policy returns a [`Mapping`] that never places a task on a server with infinite ETC and
 //! whose server orders respect the dependencies (so [`replay`](crate::graph::replay()) never
@@ -22,68 +23,31 @@ mod timelines;
 use crate::graph::dag::TaskGraph;
 use crate::graph::platform::{CommModel, EtcMatrix};
 use crate::graph::{MapError, Mapping};
-use std::fmt;
-use std::str::FromStr;
-use thiserror::Error;
 
-/// A policy for mapping a whole task graph.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GraphPolicy {
-    /// HEFT and PEFT replayed, the shorter improved by a local search on its critical chain
-    /// ([`best_of`]); never worse than HEFT.
-    BestOf,
-    /// Upward rank, earliest finish time with insertion ([`heft`]).
-    Heft,
-    /// HEFT with an optimistic-cost-table lookahead ([`peft`]).
-    Peft,
-    /// Ready task with the smallest minimum completion time first ([`min_min`]).
-    MinMin,
-    /// Each task in submission order to its minimum completion time ([`mct`]).
-    Mct,
-    /// Ready task that loses most without its best server first ([`sufferage`]).
-    Sufferage,
-    /// LP relaxation of unrelated-machine makespan, rounded; bags only ([`lp`]).
-    Lp,
-    /// Servers in turn ([`round_robin`]).
-    RoundRobin,
-    /// Work ÷ one rate per server, greedily ([`constant_speed`]).
-    ConstantSpeed,
+pub use gridwise_proto::{GraphPolicy, ParsePolicyError};
+
+/// What a [`GraphPolicy`] does: the default for a graph's shape, and the mapping by the
+/// algorithm it names.
+pub trait MapByPolicy: Sized {
+    /// The best policy for the graph's shape.
+    fn default_for(graph: &TaskGraph) -> Self;
+    /// Maps `graph` by this policy. `rates` (operations/s per server) is needed by
+    /// constant-speed only and ignored by the others.
+    fn map(
+        self,
+        graph: &TaskGraph,
+        etc: &EtcMatrix,
+        comm: &CommModel,
+        rates: Option<&[f64]>,
+    ) -> Result<Mapping, MapError>;
 }
 
-impl GraphPolicy {
-    /// Every policy, in the order commands list them.
-    pub const ALL: [GraphPolicy; 9] = [
-        GraphPolicy::BestOf,
-        GraphPolicy::Heft,
-        GraphPolicy::Peft,
-        GraphPolicy::MinMin,
-        GraphPolicy::Mct,
-        GraphPolicy::Sufferage,
-        GraphPolicy::Lp,
-        GraphPolicy::RoundRobin,
-        GraphPolicy::ConstantSpeed,
-    ];
-
-    /// The name used in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            GraphPolicy::BestOf => "best-of",
-            GraphPolicy::Heft => "heft",
-            GraphPolicy::Peft => "peft",
-            GraphPolicy::MinMin => "min-min",
-            GraphPolicy::Mct => "mct",
-            GraphPolicy::Sufferage => "sufferage",
-            GraphPolicy::Lp => "lp",
-            GraphPolicy::RoundRobin => "round-robin",
-            GraphPolicy::ConstantSpeed => "constant-speed",
-        }
-    }
-
+impl MapByPolicy for GraphPolicy {
     /// The best policy for the graph's shape: `lp` for a bag of independent calls (list
     /// heuristics land well above its bound on crossing speed functions), `best-of` otherwise
     /// (never worse than HEFT by construction, shorter on the Cholesky and layered DAGs
     /// measured in the README, and within HEFT's time budget on 10,000 tasks × 100 servers).
-    pub fn default_for(graph: &TaskGraph) -> GraphPolicy {
+    fn default_for(graph: &TaskGraph) -> GraphPolicy {
         if graph.is_bag() {
             GraphPolicy::Lp
         } else {
@@ -91,9 +55,7 @@ impl GraphPolicy {
         }
     }
 
-    /// Maps `graph` by this policy. `rates` (operations/s per server) is needed by
-    /// constant-speed only and ignored by the others.
-    pub fn map(
+    fn map(
         self,
         graph: &TaskGraph,
         etc: &EtcMatrix,
@@ -119,48 +81,10 @@ impl GraphPolicy {
     }
 }
 
-impl fmt::Display for GraphPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
-
-/// A policy name that is not one of [`GraphPolicy::ALL`].
-#[derive(Clone, Debug, Error, PartialEq, Eq)]
-#[error(
-    "unknown graph policy {given:?}; expected one of best-of, heft, peft, min-min, mct, sufferage, lp, round-robin, constant-speed"
-)]
-pub struct ParsePolicyError {
-    /// Exactly as given; matching ignores case, surrounding spaces and `_` for `-`.
-    pub given: String,
-}
-
-impl FromStr for GraphPolicy {
-    type Err = ParsePolicyError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let key = s.trim().to_ascii_lowercase().replace('_', "-");
-        GraphPolicy::ALL
-            .into_iter()
-            .find(|p| p.name() == key)
-            .ok_or_else(|| ParsePolicyError { given: s.into() })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::graph::dag::Task;
-
-    #[test]
-    fn names_round_trip() {
-        for p in GraphPolicy::ALL {
-            assert_eq!(p.to_string().parse::<GraphPolicy>(), Ok(p));
-        }
-        assert_eq!("Min_Min".parse(), Ok(GraphPolicy::MinMin));
-        let err = "fastest".parse::<GraphPolicy>().unwrap_err();
-        assert!(err.to_string().contains("\"fastest\""), "{err}");
-    }
 
     #[test]
     fn default_is_lp_for_bags_and_best_of_for_dags() {

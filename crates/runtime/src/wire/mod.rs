@@ -25,10 +25,10 @@ pub use limits::{
 };
 pub use tls::{CertIdentity, CertRole, Tls, TlsFiles};
 
-use crate::PROTOCOL_VERSION;
-use crate::error::ErrorCode;
 use bytes::Bytes;
 use futures::{Sink, SinkExt, Stream, StreamExt};
+use gridwise_proto::PROTOCOL_VERSION;
+use gridwise_proto::error::ErrorCode;
 use hello::{HELLO_MAX_FRAME, Hello, HelloReply, MAGIC};
 use messages::Messages;
 use serde::{Serialize, de::DeserializeOwned};

@@ -8,8 +8,8 @@
 
 use bytes::BytesMut;
 use gridwise_proto::api::{AgentApiRequest, AgentApiResponse, ServerApiRequest, ServerApiResponse};
-use gridwise_proto::wire::{self, Credentials, FrameCodec, MemoryBudget, Role, hello};
 use gridwise_proto::*;
+use gridwise_runtime::wire::{self, Credentials, FrameCodec, MemoryBudget, Role, hello};
 use proptest::prelude::*;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -158,7 +158,7 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
                         to: 0,
                         bytes: 8,
                     }],
-                    policy: Some("heft".into()),
+                    policy: Some(GraphPolicy::Heft),
                     reserve: true,
                 },
             })),
@@ -205,7 +205,7 @@ mod erased {
     }
     impl<T: serde::Serialize> Enc for T {
         fn enc(&self) -> Vec<u8> {
-            gridwise_proto::wire::messages::encode(self).expect("encodes")
+            gridwise_runtime::wire::messages::encode(self).expect("encodes")
         }
     }
 }

@@ -24,11 +24,11 @@ use super::hello::{Channel, Peer, Role};
 use super::limits::{Activity, Breach, ConnLimits};
 use super::messages::{decode, encode};
 use super::{DialConfig, FramedTcp, WireError, connect_channel};
-use crate::error::{CallError, CallErrorKind};
-use crate::ids::DataHandle;
-use crate::value::{Array, ElemType, RemoteRef, Value};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
+use gridwise_proto::error::{CallError, CallErrorKind};
+use gridwise_proto::ids::DataHandle;
+use gridwise_proto::value::{Array, ElemType, RemoteRef, Value};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::collections::HashMap;
 use std::io;
@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub use crate::value::BULK_MIN_BYTES;
+pub use gridwise_proto::value::BULK_MIN_BYTES;
 
 /// Bytes written or read per step: progress is noted (and a stall detected) this often.
 const CHUNK: usize = 1 << 20;
@@ -198,7 +198,7 @@ async fn read_payload(
 ) -> io::Result<Vec<u8>> {
     let len = usize::try_from(bytes)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a payload too large to hold"))?;
-    let mut data = crate::value::array_bytes(len).map_err(|_| {
+    let mut data = gridwise_proto::value::array_bytes(len).map_err(|_| {
         io::Error::new(
             io::ErrorKind::OutOfMemory,
             format!("cannot allocate {len} bytes for a bulk value"),

@@ -10,7 +10,7 @@
 //! the name it must register under). The handlers only ever see a [`Peer`].
 
 use super::tls::CertIdentity;
-use crate::error::ErrorCode;
+use gridwise_proto::error::ErrorCode;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::SocketAddr;
@@ -219,14 +219,16 @@ pub fn judge(
     node: &str,
 ) -> Verdict {
     match super::messages::decode_legacy::<HelloHead>(frame) {
-        Ok(h) if h.magic == MAGIC && h.version != crate::PROTOCOL_VERSION => Verdict::Refused(
-            ErrorCode::RpcRefused,
-            format!(
-                "protocol version mismatch: {node} speaks version {}, the peer speaks {}; run the same gridwise release on both",
-                crate::PROTOCOL_VERSION,
-                h.version
-            ),
-        ),
+        Ok(h) if h.magic == MAGIC && h.version != gridwise_proto::PROTOCOL_VERSION => {
+            Verdict::Refused(
+                ErrorCode::RpcRefused,
+                format!(
+                    "protocol version mismatch: {node} speaks version {}, the peer speaks {}; run the same gridwise release on both",
+                    gridwise_proto::PROTOCOL_VERSION,
+                    h.version
+                ),
+            )
+        }
         Ok(h) if h.magic == MAGIC => match super::messages::decode_legacy::<Hello>(frame) {
             Ok(hello) => match credentials.admit(hello, cert, addr, node) {
                 Ok(peer) => Verdict::Welcome(peer),
@@ -254,7 +256,7 @@ pub(crate) fn token_matches(expected: Option<&str>, given: Option<&str>) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::PROTOCOL_VERSION;
+    use gridwise_proto::PROTOCOL_VERSION;
 
     #[test]
     fn tokens_compare_exactly() {

@@ -95,7 +95,7 @@ mod tests {
         let ctx = encode(&(Duration::new(u64::MAX, 0), 0u128, 0u64, 0u8)).unwrap();
         let mut msg = vec![0u8]; // ClientMessage::Request
         msg.extend_from_slice(&ctx);
-        let r = decode::<tarpc::ClientMessage<crate::api::AgentApiRequest>>(&msg);
+        let r = decode::<tarpc::ClientMessage<gridwise_proto::api::AgentApiRequest>>(&msg);
         assert!(r.is_err());
     }
 }
