@@ -1,16 +1,16 @@
 //! [`GridClient`]: the asynchronous GridRPC client.
 
+pub use crate::call::{CallResult, SessionId};
 use crate::config::ClientConfig;
 use crate::conn::{Conn, connection_lost};
 use crate::error::{GrpcError, transport_text};
-use crate::graph::Graph;
 use crate::handle::{Binding, FunctionHandle};
-use crate::session::{CancelFlag, CompletionGuard, SessionId, Sessions};
+use crate::session::{CancelFlag, CompletionGuard, Sessions};
 use gridwise_proto::clock::unix_ns;
 use gridwise_proto::{
     AgentStatus, CallError, CallErrorKind, CallId, CallProfile, Candidate, DataHandle, ErrorCode,
-    Etc, ExecuteReply, ExecuteRequest, LinkInfo, ModelExport, ModelSummary, Pong, RankOptions,
-    Ranking, RemoteRef, ServerId, ServerStatus, ServiceDesc, ServiceSummary, Ticket, Timing, Value,
+    ExecuteReply, ExecuteRequest, LinkInfo, ModelExport, ModelSummary, Pong, RankOptions, Ranking,
+    RemoteRef, ServerId, ServerStatus, ServiceDesc, ServiceSummary, Ticket, Value,
 };
 use gridwise_runtime::wire;
 use std::future::Future;
@@ -19,25 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tarpc::client::RpcError as TransportError;
 use tokio::runtime::Handle;
-
-/// The outcome of one successful remote call.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CallResult {
-    /// The OUT and INOUT values, in the order of the service description.
-    pub outputs: Vec<Value>,
-    /// The server that ran the call.
-    pub server: String,
-    /// Where the time went, as the server measured it.
-    pub timing: Timing,
-    /// How long the agent took to rank the servers (round trip), seconds.
-    pub rank_s: f64,
-    /// The execute round trip seen by the client (the successful attempt), seconds.
-    pub round_trip_s: f64,
-    /// The agent's estimate for the server that ran the call.
-    pub predicted: Option<Etc>,
-    /// How many servers were tried (1 when the first candidate ran it).
-    pub attempts: u32,
-}
 
 pub(crate) struct Inner {
     cfg: ClientConfig,
@@ -683,12 +664,6 @@ impl GridClient {
                 }
             })
             .collect()
-    }
-
-    /// A new, empty task graph on this grid: record calls with [`Graph::call`], then
-    /// [`Graph::run`] maps them as a whole and runs them (see [`crate::graph`]).
-    pub fn graph(&self) -> Graph {
-        Graph::new(self.clone())
     }
 
     /// Asks a server (by address) for its name, load and the values it keeps.

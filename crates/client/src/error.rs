@@ -1,6 +1,6 @@
 //! The client's error: a GridRPC (GFD.52) code with a readable message.
 
-use crate::session::SessionId;
+use crate::call::SessionId;
 use gridwise_proto::{ArgError, CallError, ErrorCode, RpcError};
 use gridwise_runtime::wire::WireError;
 

@@ -184,6 +184,14 @@ fn invalid(message: String) -> GrpcError {
     GrpcError::new(ErrorCode::OtherErrorCode, message)
 }
 
+impl GridClient {
+    /// A new, empty task graph on this grid: record calls with [`Graph::call`], then
+    /// [`Graph::run`] maps them as a whole and runs them (see this module).
+    pub fn graph(&self) -> Graph {
+        Graph::new(self.clone())
+    }
+}
+
 impl Graph {
     pub(crate) fn new(client: GridClient) -> Graph {
         Graph {

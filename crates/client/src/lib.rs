@@ -37,6 +37,7 @@
 
 pub mod blocking;
 mod bulk;
+pub mod call;
 pub mod client;
 pub mod config;
 mod conn;

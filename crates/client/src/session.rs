@@ -1,28 +1,18 @@
 //! Asynchronous call sessions: the table of running and finished sessions, completion order,
 //! and the wake-ups waiters sleep on.
 
-use crate::client::CallResult;
+use crate::call::CallResult;
+pub use crate::call::SessionId;
 use crate::error::GrpcError;
 use crate::handle::FunctionHandle;
 use gridwise_proto::ErrorCode;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 /// How many errors of finished sessions are kept for `get_error` (the oldest go first).
 const KEPT_ERRORS: usize = 65_536;
-
-/// One asynchronous call (`grpc_sessionid_t`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(pub u64);
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// Where a session is.
 #[derive(Debug)]

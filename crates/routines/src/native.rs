@@ -133,16 +133,33 @@ impl Routine {
         }
     }
 
-    /// Runs the routine on a request whose arrays are in `arena`; returns the outputs.
+    /// Runs the routine on a request whose arrays are in `arena`; returns the outputs. The
+    /// steps: the call's frame built from the plan and the request, the call made, its status
+    /// (and `info`) checked, column-major copies written back, the outputs read.
     pub fn run(&mut self, req: &Request, arena: &mut Arena) -> Result<Vec<Item>, String> {
-        let d = &self.desc;
-        if req.args.len() != d.args.len() {
+        if req.args.len() != self.desc.args.len() {
             return Err(format!(
                 "a request with {} arguments for `{}`",
                 req.args.len(),
-                d.name
+                self.desc.name
             ));
         }
+        let mut frame = self.frame(req, arena)?;
+        let status = self.invoke(&mut frame);
+        self.check(status, &frame)?;
+        for (t, x, size) in &frame.transposed {
+            let ptr = array_ptr(arena, x)?;
+            // SAFETY: in bounds (checked by `array_ptr`).
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr, x.place.len as usize) };
+            transpose(t, dst, x.cols as usize, x.rows as usize, *size);
+        }
+        self.outputs(req, &frame)
+    }
+
+    /// Every argument the routine gets, in the plan's order: scalars at fixed addresses,
+    /// strings, scratch, column-major copies of arrays the routine reads that way.
+    fn frame(&self, req: &Request, arena: &mut Arena) -> Result<CallFrame, String> {
+        let d = &self.desc;
         let ints: Vec<(String, i64)> = d
             .args
             .iter()
@@ -158,93 +175,22 @@ impl Routine {
                 .map_err(|e| e.to_string())
         };
         let fortran = self.call.convention == Convention::Fortran;
-        let base = arena.as_mut_slice().as_mut_ptr();
-        let arena_len = arena.len() as u64;
-        let at = |p: &ArrayPlace| -> Result<*mut u8, String> {
-            if p.place.off + p.place.len > arena_len {
-                return Err("an array out of the arena's bounds".into());
-            }
-            // SAFETY: in bounds of the mapping, checked above.
-            Ok(unsafe { base.add(p.place.off as usize) })
+        let by_c_value = self.call.convention == Convention::C;
+        let mut f = CallFrame {
+            scalars: Vec::with_capacity(self.plan.len() * 2),
+            passing: Vec::with_capacity(self.plan.len() * 2),
+            scalar_of: vec![None; d.args.len()],
+            ..CallFrame::default()
         };
-
-        // Scalars first, each at a fixed address for the whole call; then the argument list.
-        let mut scalars: Vec<Scalar> = Vec::with_capacity(self.plan.len() * 2);
-        // (index in `scalars`, passed by value)
-        let mut passing: Vec<(usize, bool)> = Vec::with_capacity(self.plan.len() * 2);
-        let mut hidden: Vec<usize> = Vec::new();
-        let mut strings: Vec<CString> = Vec::new();
-        let mut work: Vec<Vec<u8>> = Vec::new();
-        // Column-major copies: (scratch, arena place, element size) to copy back after.
-        let mut transposed: Vec<(Vec<u8>, ArrayPlace, usize)> = Vec::new();
-        // Where each service argument's scalar is (to read outputs back).
-        let mut scalar_of: Vec<Option<usize>> = vec![None; d.args.len()];
-        let mut info: Option<usize> = None;
         for p in &self.plan {
             let (s, by_value) = match p {
-                NativeArg::Service(i) => {
-                    let a = &d.args[*i];
-                    let by_value = self.call.by_value(a.mode, &a.ty);
-                    match (&a.ty, &req.args[*i]) {
-                        (ArgType::Int, item) => {
-                            let v = if let Item::Int(v) = item { *v } else { 0 };
-                            scalar_of[*i] = Some(scalars.len());
-                            (self.int(v), by_value)
-                        }
-                        (ArgType::Double, item) => {
-                            let v = if let Item::Double(v) = item { *v } else { 0.0 };
-                            scalar_of[*i] = Some(scalars.len());
-                            (Scalar::F64(v), by_value)
-                        }
-                        (ArgType::Str, Item::Str(s)) => {
-                            let c = CString::new(s.as_bytes())
-                                .map_err(|_| format!("string `{}` holds a NUL byte", a.name))?;
-                            if fortran {
-                                hidden.push(s.len());
-                            }
-                            let ptr = c.as_ptr().cast_mut().cast();
-                            strings.push(c);
-                            (Scalar::Ptr(ptr), true)
-                        }
-                        (ArgType::Bytes, Item::Bytes(pl)) => {
-                            let ptr = arena
-                                .slice_mut(pl.off, pl.len)
-                                .ok_or("bytes out of the arena's bounds")?
-                                .as_mut_ptr();
-                            (Scalar::Ptr(ptr.cast()), true)
-                        }
-                        (ArgType::Vector { .. } | ArgType::Matrix { .. }, Item::Array(x)) => {
-                            let ptr = at(x)?;
-                            let size = x.elem.size();
-                            let (r, c) = (x.rows as usize, x.cols as usize);
-                            if self.call.order_of(&a.name) == Order::Col && r > 1 && c > 1 {
-                                let mut t = vec![0u8; x.place.len as usize];
-                                // SAFETY: the place is in bounds (checked by `at`).
-                                let src = unsafe {
-                                    std::slice::from_raw_parts(ptr, x.place.len as usize)
-                                };
-                                transpose(src, &mut t, r, c, size);
-                                let tp = t.as_mut_ptr();
-                                transposed.push((t, *x, size));
-                                (Scalar::Ptr(tp.cast()), true)
-                            } else {
-                                (Scalar::Ptr(ptr.cast()), true)
-                            }
-                        }
-                        (ty, item) => {
-                            return Err(format!(
-                                "argument `{}` ({ty}) cannot be passed to a library routine as {item:?}",
-                                a.name
-                            ));
-                        }
-                    }
-                }
-                NativeArg::Const(v) => (self.int(*v), self.call.convention == Convention::C),
-                NativeArg::Int(e) => (self.int(eval(e)?), self.call.convention == Convention::C),
-                NativeArg::Double(x) => (Scalar::F64(*x), self.call.convention == Convention::C),
+                NativeArg::Service(i) => self.service_arg(*i, &req.args[*i], arena, &mut f)?,
+                NativeArg::Const(v) => (self.int(*v), by_c_value),
+                NativeArg::Int(e) => (self.int(eval(e)?), by_c_value),
+                NativeArg::Double(x) => (Scalar::F64(*x), by_c_value),
                 NativeArg::Char(ch) => {
                     if fortran {
-                        hidden.push(1);
+                        f.hidden.push(1);
                     }
                     (Scalar::U8(*ch), !fortran)
                 }
@@ -252,30 +198,96 @@ impl Routine {
                     let n = usize::try_from(eval(len)?).unwrap_or(0);
                     let mut w = vec![0u8; n.max(1) * elem.size()];
                     let ptr = w.as_mut_ptr();
-                    work.push(w);
+                    f.work.push(w);
                     (Scalar::Ptr(ptr.cast()), true)
                 }
                 NativeArg::Info => {
-                    info = Some(scalars.len());
+                    f.info = Some(f.scalars.len());
                     (self.int(0), false)
                 }
             };
-            passing.push((scalars.len(), by_value));
-            scalars.push(s);
+            f.passing.push((f.scalars.len(), by_value));
+            f.scalars.push(s);
         }
-        // Pointers to scalars passed by reference; `scalars` no longer grows from here.
-        let mut refs: Vec<Scalar> = Vec::with_capacity(passing.len());
-        for &(k, by_value) in &passing {
+        Ok(f)
+    }
+
+    /// Service argument `i` as the routine takes it, and whether by value.
+    fn service_arg(
+        &self,
+        i: usize,
+        item: &Item,
+        arena: &mut Arena,
+        f: &mut CallFrame,
+    ) -> Result<(Scalar, bool), String> {
+        let a = &self.desc.args[i];
+        let by_value = self.call.by_value(a.mode, &a.ty);
+        Ok(match (&a.ty, item) {
+            (ArgType::Int, item) => {
+                let v = if let Item::Int(v) = item { *v } else { 0 };
+                f.scalar_of[i] = Some(f.scalars.len());
+                (self.int(v), by_value)
+            }
+            (ArgType::Double, item) => {
+                let v = if let Item::Double(v) = item { *v } else { 0.0 };
+                f.scalar_of[i] = Some(f.scalars.len());
+                (Scalar::F64(v), by_value)
+            }
+            (ArgType::Str, Item::Str(s)) => {
+                let c = CString::new(s.as_bytes())
+                    .map_err(|_| format!("string `{}` holds a NUL byte", a.name))?;
+                if self.call.convention == Convention::Fortran {
+                    f.hidden.push(s.len());
+                }
+                let ptr = c.as_ptr().cast_mut().cast();
+                f.strings.push(c);
+                (Scalar::Ptr(ptr), true)
+            }
+            (ArgType::Bytes, Item::Bytes(pl)) => {
+                let ptr = arena
+                    .slice_mut(pl.off, pl.len)
+                    .ok_or("bytes out of the arena's bounds")?
+                    .as_mut_ptr();
+                (Scalar::Ptr(ptr.cast()), true)
+            }
+            (ArgType::Vector { .. } | ArgType::Matrix { .. }, Item::Array(x)) => {
+                let ptr = array_ptr(arena, x)?;
+                let size = x.elem.size();
+                let (r, c) = (x.rows as usize, x.cols as usize);
+                if self.call.order_of(&a.name) == Order::Col && r > 1 && c > 1 {
+                    let mut t = vec![0u8; x.place.len as usize];
+                    // SAFETY: the place is in bounds (checked by `array_ptr`).
+                    let src = unsafe { std::slice::from_raw_parts(ptr, x.place.len as usize) };
+                    transpose(src, &mut t, r, c, size);
+                    let tp = t.as_mut_ptr();
+                    f.transposed.push((t, *x, size));
+                    (Scalar::Ptr(tp.cast()), true)
+                } else {
+                    (Scalar::Ptr(ptr.cast()), true)
+                }
+            }
+            (ty, item) => {
+                return Err(format!(
+                    "argument `{}` ({ty}) cannot be passed to a library routine as {item:?}",
+                    a.name
+                ));
+            }
+        })
+    }
+
+    /// Calls the routine with `f`'s arguments (scalars by reference point into `f`, which the
+    /// routine may write through); its status (0 for a routine that returns nothing).
+    fn invoke(&mut self, f: &mut CallFrame) -> c_int {
+        // Pointers to scalars passed by reference; `f.scalars` no longer grows from here.
+        let mut refs: Vec<Scalar> = Vec::with_capacity(f.passing.len() + f.hidden.len());
+        for &(k, by_value) in &f.passing {
             if by_value {
-                refs.push(scalars[k]);
+                refs.push(f.scalars[k]);
             } else {
-                let addr = scalars[k].addr();
-                refs.push(Scalar::Ptr(addr));
+                refs.push(Scalar::Ptr(f.scalars[k].addr()));
             }
         }
-        for h in &hidden {
-            refs.push(Scalar::Usize(*h));
-        }
+        refs.extend(f.hidden.iter().map(|h| Scalar::Usize(*h)));
         let args: Vec<Arg> = refs.iter().map(Scalar::arg).collect();
         let code = CodePtr::from_ptr(self.f);
         let returns = self.call.returns;
@@ -286,7 +298,7 @@ impl Routine {
                 Returns::Status => Cif::new(types, Type::c_int()),
             }
         });
-        let status: c_int = match returns {
+        match returns {
             // SAFETY: the routine's signature is what its description's plan says (the same
             // types on every call); the pointers point at live scalars, scratch and arena
             // memory of the sizes the description gives.
@@ -296,43 +308,41 @@ impl Routine {
             }
             // SAFETY: as above.
             Returns::Status => unsafe { cif.call::<c_int>(code, &args) },
-        };
-        // The routine wrote through the addresses of `scalars` entries; they are read back
-        // from there (the call was opaque to the compiler, so nothing cached them).
-        let scalar_at = |k: usize| -> Scalar { scalars[k] };
+        }
+    }
+
+    /// The routine's verdict: its status, and the `info` argument where it has one. The
+    /// routine wrote through the addresses of `f.scalars` entries; they are read back from
+    /// there (the call was opaque to the compiler, so nothing cached them).
+    fn check(&self, status: c_int, f: &CallFrame) -> Result<(), String> {
         if status != 0 {
             return Err(format!("`{}` returned status {status}", self.call.symbol));
         }
-        if let Some(k) = info {
-            let v = scalar_at(k).as_i64();
-            if v != 0 {
-                return Err(format!(
-                    "`{}` reported info = {v}{}",
-                    self.call.symbol,
-                    if v < 0 {
-                        format!(" (argument {} had an illegal value)", -v)
-                    } else {
-                        " (see the routine's documentation: for a factorisation, the matrix is singular or not positive definite)".into()
-                    }
-                ));
+        let Some(v) = f.info.map(|k| f.scalars[k].as_i64()).filter(|v| *v != 0) else {
+            return Ok(());
+        };
+        Err(format!(
+            "`{}` reported info = {v}{}",
+            self.call.symbol,
+            if v < 0 {
+                format!(" (argument {} had an illegal value)", -v)
+            } else {
+                " (see the routine's documentation: for a factorisation, the matrix is singular or not positive definite)".into()
             }
-        }
-        for (t, x, size) in &transposed {
-            let ptr = at(x)?;
-            // SAFETY: in bounds (checked by `at`).
-            let dst = unsafe { std::slice::from_raw_parts_mut(ptr, x.place.len as usize) };
-            transpose(t, dst, x.cols as usize, x.rows as usize, *size);
-        }
+        ))
+    }
+
+    /// The outputs: scalars read back from the frame, arrays where the server reserved them.
+    fn outputs(&self, req: &Request, f: &CallFrame) -> Result<Vec<Item>, String> {
+        let scalar = |i: usize| f.scalar_of[i].map(|k| f.scalars[k]);
         let mut outs = Vec::new();
-        for (i, a) in d.args.iter().enumerate() {
+        for (i, a) in self.desc.args.iter().enumerate() {
             if !a.mode.is_output() {
                 continue;
             }
             outs.push(match (&a.ty, &req.args[i]) {
-                (ArgType::Int, _) => Item::Int(scalar_of[i].map_or(0, |k| scalar_at(k).as_i64())),
-                (ArgType::Double, _) => {
-                    Item::Double(scalar_of[i].map_or(0.0, |k| scalar_at(k).as_f64()))
-                }
+                (ArgType::Int, _) => Item::Int(scalar(i).map_or(0, |s| s.as_i64())),
+                (ArgType::Double, _) => Item::Double(scalar(i).map_or(0.0, |s| s.as_f64())),
                 (_, Item::Array(x)) => Item::Array(*x),
                 (ty, _) => {
                     return Err(format!(
@@ -344,6 +354,34 @@ impl Routine {
         }
         Ok(outs)
     }
+}
+
+/// Everything one call hands the routine, kept alive (the buffers at fixed addresses) until
+/// it returns.
+#[derive(Default)]
+struct CallFrame {
+    scalars: Vec<Scalar>,
+    /// Per argument of the routine: (index in `scalars`, passed by value).
+    passing: Vec<(usize, bool)>,
+    /// Fortran's hidden string lengths, passed after the arguments.
+    hidden: Vec<usize>,
+    strings: Vec<CString>,
+    work: Vec<Vec<u8>>,
+    /// Column-major copies: (scratch, arena place, element size) to copy back after.
+    transposed: Vec<(Vec<u8>, ArrayPlace, usize)>,
+    /// Where each service argument's scalar is (to read outputs back).
+    scalar_of: Vec<Option<usize>>,
+    /// The `info` argument's scalar, where the routine has one.
+    info: Option<usize>,
+}
+
+/// Where an array the request placed in `arena` starts, once its place is checked in bounds.
+fn array_ptr(arena: &mut Arena, p: &ArrayPlace) -> Result<*mut u8, String> {
+    if p.place.off + p.place.len > arena.len() as u64 {
+        return Err("an array out of the arena's bounds".into());
+    }
+    // SAFETY: in bounds of the mapping, checked above.
+    Ok(unsafe { arena.as_mut_slice().as_mut_ptr().add(p.place.off as usize) })
 }
 
 #[cfg(test)]

@@ -3,5 +3,9 @@
 //! touches a socket, a thread or a clock, so every rule is tested on numbers.
 
 pub mod admission;
+pub mod heartbeat;
+pub mod slots;
 
 pub use admission::{Admission, CallSizes, UNCHARGED_BELOW};
+pub use heartbeat::HostNow;
+pub use slots::{Place, SlotQueue};

@@ -18,7 +18,7 @@ use crate::workload::draw;
 use gridwise_kernels::{EmulatedSpec, Kernel};
 use gridwise_proto::{
     CallProfile, CallReport, Heartbeat, LoadSample, ModelPoint, PointSource, PointStats, Policy,
-    RankOptions, Registration, ServerId, ServiceDesc, Timing,
+    RankOptions, Registration, ServerId, ServiceDesc, Ticket, Timing,
 };
 use gridwise_sched::graph::generate::SplitMix64;
 use gridwise_sched::{AgentCore, CoreConfig};
@@ -160,24 +160,63 @@ pub fn service_desc(scenario: &Scenario, service: &str) -> Result<ServiceDesc, S
         .map_err(|e| ScenarioError::invalid(format!("services.{service}"), e.to_string()))
 }
 
-/// Simulates `scenario`'s online workload with the agent ranking by `policy`.
+/// Simulates `scenario`'s online workload with the agent ranking by `policy`: the workload
+/// checked, the calls' arrivals drawn, then every event in time order (a call arrives and is
+/// ranked, its inputs reach its server, its kernel ends and is reported).
 pub fn simulate_online(scenario: &Scenario, policy: Policy) -> Result<OnlineRun, ScenarioError> {
-    let WorkloadSpec::Online {
-        calls,
-        services,
-        sizes,
-        mean_gap_s,
-        gaps,
-        agent_knows,
-        seed,
-    } = &scenario.workload
-    else {
+    let agent_knows = check_online(scenario, policy)?;
+    let platform = scenario.platform()?;
+    let mut descs = HashMap::new();
+    for name in scenario.services.keys() {
+        descs.insert(name.clone(), service_desc(scenario, name)?);
+    }
+    let (core, ids) = agent(&platform, &descs, agent_knows)?;
+    let arrivals = arrivals(&scenario.workload);
+    let mut sim = OnlineSim {
+        scenario,
+        server_of: ids.iter().enumerate().map(|(i, id)| (*id, i)).collect(),
+        stations: (0..platform.servers())
+            .map(|_| Station::default())
+            .collect(),
+        platform,
+        descs,
+        core,
+        ids,
+        opts: RankOptions {
+            policy: Some(policy),
+            ..RankOptions::default()
+        },
+        due: BinaryHeap::new(),
+        seq: 0,
+        decisions: vec![None; arrivals.len()],
+        tickets: vec![None; arrivals.len()],
+        ranking: Duration::ZERO,
+        arrivals,
+    };
+    for i in 0..sim.arrivals.len() {
+        sim.push(sim.arrivals[i].0, Event::Arrive(i));
+    }
+    while let Some(Due { at: now, event, .. }) = sim.due.pop() {
+        match event {
+            Event::Arrive(i) => sim.arrive(i, now)?,
+            Event::Ready { server, call } => sim.ready(server, call, now),
+            Event::End { server, call } => sim.end(server, call, now)?,
+        }
+    }
+    let decisions: Vec<Decision> = sim.decisions.into_iter().flatten().collect();
+    let report = summarise(policy, sim.platform.servers(), &decisions, sim.ranking);
+    Ok(OnlineRun { report, decisions })
+}
+
+/// What the agent is told of the servers, once the workload is checked to be an online one
+/// `policy` can rank.
+fn check_online(scenario: &Scenario, policy: Policy) -> Result<Knowledge, ScenarioError> {
+    let WorkloadSpec::Online { agent_knows, .. } = &scenario.workload else {
         return Err(ScenarioError::invalid(
             "workload",
             "not an online workload (kind \"online\"); map graphs with a graph policy instead",
         ));
     };
-    let platform = scenario.platform()?;
     if policy == Policy::ConstantSpeed && *agent_knows != Knowledge::Rates {
         return Err(ScenarioError::invalid(
             "workload.agent_knows",
@@ -185,160 +224,184 @@ pub fn simulate_online(scenario: &Scenario, policy: Policy) -> Result<OnlineRun,
              \"rates\" to give the agent one",
         ));
     }
-    let mut descs = HashMap::new();
-    for name in scenario.services.keys() {
-        descs.insert(name.clone(), service_desc(scenario, name)?);
-    }
-    let (mut core, ids) = agent(&platform, &descs, *agent_knows)?;
-    let server_of: HashMap<ServerId, usize> =
-        ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    Ok(*agent_knows)
+}
 
-    // The calls: service round robin, sizes and gaps drawn from the seed.
+/// The calls of an online workload, (arrival s, service, size): services in turn, sizes and
+/// gaps drawn from its seed. Nothing for another kind of workload.
+fn arrivals(workload: &WorkloadSpec) -> Vec<(f64, String, u64)> {
+    let WorkloadSpec::Online {
+        calls,
+        services,
+        sizes,
+        mean_gap_s,
+        gaps,
+        seed,
+        ..
+    } = workload
+    else {
+        return Vec::new();
+    };
     let mut rng = SplitMix64::new(*seed);
-    let mut arrivals = Vec::with_capacity(*calls);
+    let mut out = Vec::with_capacity(*calls);
     let mut t = 0.0;
     for i in 0..*calls {
         let service = services[i % services.len()].clone();
         let size = draw(sizes, &mut rng);
-        arrivals.push((t, service, size));
+        out.push((t, service, size));
         t += match gaps {
             Gaps::Fixed => *mean_gap_s,
             Gaps::Poisson => -mean_gap_s * (1.0 - rng.uniform(0.0, 1.0)).ln(),
         };
     }
+    out
+}
 
-    let link = &scenario.links;
-    let opts = RankOptions {
-        policy: Some(policy),
-        ..RankOptions::default()
-    };
-    let mut due = BinaryHeap::new();
-    let mut seq = 0u64;
-    let mut push = |due: &mut BinaryHeap<Due>, at: f64, event: Event| {
-        seq += 1;
-        due.push(Due { at, seq, event });
-    };
-    for (i, a) in arrivals.iter().enumerate() {
-        push(&mut due, a.0, Event::Arrive(i));
+/// An online simulation under way: the agent core, the servers' stations, the events due.
+struct OnlineSim<'a> {
+    scenario: &'a Scenario,
+    platform: Platform,
+    descs: HashMap<String, ServiceDesc>,
+    core: AgentCore,
+    ids: Vec<ServerId>,
+    server_of: HashMap<ServerId, usize>,
+    opts: RankOptions,
+    arrivals: Vec<(f64, String, u64)>,
+    due: BinaryHeap<Due>,
+    seq: u64,
+    stations: Vec<Station>,
+    decisions: Vec<Option<Decision>>,
+    tickets: Vec<Option<Ticket>>,
+    /// Wall-clock time spent in the agent's ranking.
+    ranking: Duration,
+}
+
+impl OnlineSim<'_> {
+    fn push(&mut self, at: f64, event: Event) {
+        self.seq += 1;
+        self.due.push(Due {
+            at,
+            seq: self.seq,
+            event,
+        });
     }
-    let mut stations: Vec<Station> = (0..platform.servers())
-        .map(|_| Station::default())
-        .collect();
-    let mut decisions: Vec<Option<Decision>> = vec![None; *calls];
-    let mut tickets = vec![None; *calls];
-    let mut ranking = Duration::ZERO;
-    let at = |s: f64| Duration::from_secs_f64(s.max(0.0));
 
-    // When a call started at `now` on `server` ends, under the server's availability.
-    let end_of = |call: usize, server: usize, now: f64| {
-        let (_, service, size) = &arrivals[call];
-        let work = work_of(scenario, service, *size);
-        let full = platform
-            .class_of(server)
-            .exec_s(service, work, *size as f64);
-        platform.availability(server).finish(now, full)
-    };
-    while let Some(Due { at: now, event, .. }) = due.pop() {
-        match event {
-            Event::Arrive(i) => {
-                let (arrival_s, service, size) = &arrivals[i];
-                let profile = profile_of(&descs[service], *size)?;
-                let t0 = Instant::now();
-                let ranked = core.rank(&profile, &opts, at(now));
-                ranking += t0.elapsed();
-                let ranked = ranked.map_err(|e| {
-                    ScenarioError::invalid(
-                        format!("call {i} ({service}, size {size})"),
-                        format!("the agent cannot place it: {}", e.message),
-                    )
-                })?;
-                let first = &ranked.candidates[0];
-                let s = server_of[&first.server_id];
-                if platform
-                    .class_of(s)
-                    .exec_s(service, 1.0, *size as f64)
-                    .is_infinite()
-                {
-                    return Err(ScenarioError::invalid(
-                        format!("call {i} ({service}, size {size})"),
-                        format!(
-                            "the agent chose {}, where the size does not fit; give the agent \
-                             models (\"agent_knows\": \"models\") or use sizes every server runs",
-                            first.name
-                        ),
-                    ));
-                }
-                tickets[i] = Some(ranked.ticket);
-                let mut d = Decision {
-                    call: i,
-                    service: service.clone(),
-                    size: *size,
-                    arrival_s: *arrival_s,
-                    server: first.name.clone(),
-                    predicted_s: first.etc.total_s(),
-                    ready_s: f64::NAN,
-                    start_s: f64::NAN,
-                    end_s: f64::NAN,
-                    done_s: f64::NAN,
-                };
-                d.ready_s = now + link.latency_s + profile.in_bytes as f64 / link.bandwidth;
-                push(&mut due, d.ready_s, Event::Ready { server: s, call: i });
-                decisions[i] = Some(d);
-            }
-            Event::Ready { server, call } => {
-                let st = &mut stations[server];
-                if st.busy < platform.class_of(server).slots {
-                    st.busy += 1;
-                    let d = decisions[call]
-                        .as_mut()
-                        .expect("a call is ready after it arrived");
-                    d.start_s = now;
-                    d.end_s = end_of(call, server, now);
-                    push(&mut due, d.end_s, Event::End { server, call });
-                } else {
-                    st.waiting.push_back(call);
-                }
-            }
-            Event::End { server, call } => {
-                let d = decisions[call]
-                    .as_mut()
-                    .expect("a call ends after it arrived");
-                let out_bytes = profile_of(&descs[&d.service], d.size)?.out_bytes;
-                d.done_s = now + link.latency_s + out_bytes as f64 / link.bandwidth;
-                let d = &*d;
-                let report = CallReport {
-                    client_in_bytes: None,
-                    cpu_available: None,
-                    ticket: tickets[call],
-                    service: d.service.clone(),
-                    sizes: descs[&d.service]
-                        .size_params
-                        .iter()
-                        .map(|p| (p.clone(), d.size as i64))
-                        .collect(),
-                    timing: Timing {
-                        kernel_s: d.end_s - d.start_s,
-                        ..Timing::default()
-                    },
-                    ok: true,
-                };
-                let _ = core.report(ids[server], &[report], at(now));
-                let st = &mut stations[server];
-                match st.waiting.pop_front() {
-                    Some(next) => {
-                        let d = decisions[next].as_mut().expect("queued calls have arrived");
-                        d.start_s = now;
-                        d.end_s = end_of(next, server, now);
-                        push(&mut due, d.end_s, Event::End { server, call: next });
-                    }
-                    None => st.busy -= 1,
-                }
-            }
+    /// Call `i` arrives at `now`: the agent ranks it, and its inputs leave for the first
+    /// candidate.
+    fn arrive(&mut self, i: usize, now: f64) -> Result<(), ScenarioError> {
+        let (arrival_s, service, size) = self.arrivals[i].clone();
+        let profile = profile_of(&self.descs[&service], size)?;
+        let t0 = Instant::now();
+        let ranked = self.core.rank(&profile, &self.opts, at(now));
+        self.ranking += t0.elapsed();
+        let ranked = ranked.map_err(|e| {
+            ScenarioError::invalid(
+                format!("call {i} ({service}, size {size})"),
+                format!("the agent cannot place it: {}", e.message),
+            )
+        })?;
+        let first = &ranked.candidates[0];
+        let s = self.server_of[&first.server_id];
+        if self
+            .platform
+            .class_of(s)
+            .exec_s(&service, 1.0, size as f64)
+            .is_infinite()
+        {
+            return Err(ScenarioError::invalid(
+                format!("call {i} ({service}, size {size})"),
+                format!(
+                    "the agent chose {}, where the size does not fit; give the agent \
+                     models (\"agent_knows\": \"models\") or use sizes every server runs",
+                    first.name
+                ),
+            ));
+        }
+        self.tickets[i] = Some(ranked.ticket);
+        let link = &self.scenario.links;
+        let ready_s = now + link.latency_s + profile.in_bytes as f64 / link.bandwidth;
+        self.decisions[i] = Some(Decision {
+            call: i,
+            service,
+            size,
+            arrival_s,
+            server: first.name.clone(),
+            predicted_s: first.etc.total_s(),
+            ready_s,
+            start_s: f64::NAN,
+            end_s: f64::NAN,
+            done_s: f64::NAN,
+        });
+        self.push(ready_s, Event::Ready { server: s, call: i });
+        Ok(())
+    }
+
+    /// A call's inputs are on `server` at `now`: it starts if a slot is free, else waits.
+    fn ready(&mut self, server: usize, call: usize, now: f64) {
+        if self.stations[server].busy < self.platform.class_of(server).slots {
+            self.stations[server].busy += 1;
+            self.start(call, server, now);
+        } else {
+            self.stations[server].waiting.push_back(call);
         }
     }
-    let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
-    let report = summarise(policy, platform.servers(), &decisions, ranking);
-    Ok(OnlineRun { report, decisions })
+
+    /// `call` starts on `server` at `now`; its end is due when the server's availability
+    /// lets its work finish.
+    fn start(&mut self, call: usize, server: usize, now: f64) {
+        let (_, service, size) = &self.arrivals[call];
+        let work = work_of(self.scenario, service, *size);
+        let full = self
+            .platform
+            .class_of(server)
+            .exec_s(service, work, *size as f64);
+        let end_s = self.platform.availability(server).finish(now, full);
+        let d = self.decisions[call]
+            .as_mut()
+            .expect("a call starts after it arrived");
+        d.start_s = now;
+        d.end_s = end_s;
+        self.push(end_s, Event::End { server, call });
+    }
+
+    /// `call`'s kernel ends on `server` at `now`: its outputs leave for the client, the
+    /// server reports it (the core learns from it), and the next call waiting there starts.
+    fn end(&mut self, server: usize, call: usize, now: f64) -> Result<(), ScenarioError> {
+        let link = &self.scenario.links;
+        let d = self.decisions[call]
+            .as_mut()
+            .expect("a call ends after it arrived");
+        let desc = &self.descs[&d.service];
+        let out_bytes = profile_of(desc, d.size)?.out_bytes;
+        d.done_s = now + link.latency_s + out_bytes as f64 / link.bandwidth;
+        let report = CallReport {
+            client_in_bytes: None,
+            cpu_available: None,
+            ticket: self.tickets[call],
+            service: d.service.clone(),
+            sizes: desc
+                .size_params
+                .iter()
+                .map(|p| (p.clone(), d.size as i64))
+                .collect(),
+            timing: Timing {
+                kernel_s: d.end_s - d.start_s,
+                ..Timing::default()
+            },
+            ok: true,
+        };
+        let _ = self.core.report(self.ids[server], &[report], at(now));
+        match self.stations[server].waiting.pop_front() {
+            Some(next) => self.start(next, server, now),
+            None => self.stations[server].busy -= 1,
+        }
+        Ok(())
+    }
+}
+
+/// Virtual seconds as the core's time.
+fn at(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
 }
 
 /// Operations of a call of `service` at `size` (the scenario is checked, so it evaluates).

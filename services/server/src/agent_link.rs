@@ -10,13 +10,14 @@ use gridwise_proto::{
     ServerId,
 };
 use gridwise_runtime::wire;
+use gridwise_server_core::heartbeat;
 use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Reports or points kept while the agent is unreachable; the oldest go first beyond this.
 const UNSENT_MAX: usize = 100_000;
-const RPC_TIMEOUT: Duration = Duration::from_secs(5);
+const RPC_TIMEOUT: Duration = heartbeat::ANSWER_WAIT_MAX;
 /// How long the first report of a burst waits for the others, unless a full batch is already
 /// in or no other call is running or waiting here (no burst is coming): sent at once, each
 /// report cost the agent a message and an answer in the middle of ranking the next call. The
@@ -27,9 +28,6 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(5);
 /// on the servers whose reports were still lingering. Heartbeats wait for it too, and then
 /// flush what is queued before they go.
 const REPORT_LINGER: Duration = Duration::from_millis(5);
-/// The least a heartbeat waits for its answer: a busy agent on a loaded host must not be
-/// taken for a cut.
-const HEARTBEAT_DEADLINE_MIN: Duration = Duration::from_secs(2);
 /// The longest wait between two registration attempts: an agent that restarts is back in
 /// business as soon as its servers are, so they retry often.
 const REGISTER_BACKOFF_MAX: Duration = Duration::from_millis(500);
@@ -169,7 +167,7 @@ pub async fn run(
                         &mut outbox,
                         batch_max,
                         &reg.name,
-                        deadline_for(interval),
+                        heartbeat::answer_deadline(interval),
                     )
                     .await
                     {
@@ -252,7 +250,7 @@ pub async fn run(
                 });
             }
             _ = sensor_tick.tick() => {
-                if changed(last_told, handler.sensors().availability_now()) {
+                if heartbeat::worth_telling_now(last_told, handler.sensors().availability_now()) {
                     tick.reset_immediately();
                 }
             }
@@ -265,14 +263,14 @@ pub async fn run(
                     models: handler.progress(),
                 };
                 outbox.take_all(&mut inbox);
-                if !flush(link, &mut outbox, batch_max, &reg.name, deadline_for(interval)).await {
+                if !flush(link, &mut outbox, batch_max, &reg.name, heartbeat::answer_deadline(interval)).await {
                     linked = None;
                     continue;
                 }
                 last_told = hb.load.cpu_available;
                 match link
                     .client
-                    .heartbeat(wire::context(deadline_for(interval)), hb)
+                    .heartbeat(wire::context(heartbeat::answer_deadline(interval)), hb)
                     .await
                 {
                     Ok(Ack::Ok) => {}
@@ -293,7 +291,7 @@ pub async fn run(
             first = inbox.recv() => {
                 let Some(first) = first else { return };
                 outbox.push(first);
-                if inbox.len() + 1 < batch_max && handler.busy_calls() > 0 {
+                if heartbeat::linger_for_burst(inbox.len(), batch_max, handler.busy_calls() as usize) {
                     tokio::time::sleep(REPORT_LINGER).await;
                 }
                 let mut n = 1;
@@ -306,31 +304,12 @@ pub async fn run(
                         Err(_) => break,
                     }
                 }
-                if !flush(link, &mut outbox, batch_max, &reg.name, deadline_for(interval)).await {
+                if !flush(link, &mut outbox, batch_max, &reg.name, heartbeat::answer_deadline(interval)).await {
                     linked = None;
                 }
             }
         }
     }
-}
-
-/// A change of CPU availability worth a heartbeat of its own: a process more or less on the
-/// host, not the jitter of a sampler.
-fn changed(told: Option<f64>, now: Option<f64>) -> bool {
-    match (told, now) {
-        (Some(a), Some(b)) => (a - b).abs() >= 0.1,
-        (None, Some(_)) => true,
-        _ => false,
-    }
-}
-
-/// How long a heartbeat, or a batch of what waits for the agent, may go unanswered: a few
-/// intervals mean the path to the agent is cut or the connection is stuck in TCP's back-off,
-/// and a new connection finds the agent as soon as the path heals, the old one only at its
-/// next retransmit. Reports wait behind the heartbeat on the same loop: with the 5 s RPC
-/// deadline a batch sent into a partition held the next heartbeat 5 s past the heal.
-fn deadline_for(interval: Duration) -> Duration {
-    (interval * 3).clamp(HEARTBEAT_DEADLINE_MIN, RPC_TIMEOUT)
 }
 
 /// Sends what is waiting, in batches, each answered within `deadline`; false when the agent

@@ -207,15 +207,13 @@ impl ServerHandler {
 
     /// Calls running and waiting now, with the host load.
     pub fn load(&self) -> LoadSample {
-        let (running, queued) = self.occupancy();
-        LoadSample {
-            running: running as u32,
-            queued: queued as u32,
+        gridwise_server_core::heartbeat::load(&gridwise_server_core::HostNow {
+            occupancy: self.occupancy(),
             loadavg_1m: crate::host::loadavg_1m(),
             benchmarking: self.inner.gate.recently_active(BENCH_LOAD_MEMORY),
             cpu_available: self.inner.sensors.availability_now(),
             free_memory_bytes: self.inner.sensors.free_memory_bytes(),
-        }
+        })
     }
 
     /// What the server measures of its host.

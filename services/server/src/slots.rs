@@ -10,11 +10,10 @@
 //! to a blocking thread that had gone to sleep: 0.16 ms between consecutive calls on the
 //! 2-core VM, 12 ms along the critical chain of `bench schedule`'s tiled Cholesky.
 //!
-//! On a one-slot server calls therefore run in the order they arrived, whatever order their
-//! inputs come in: a task graph's plan assumes each server runs its calls in the order they
-//! were sent.
+//! The order itself (who holds a slot, who starts next) is `gridwise_server_core::SlotQueue`'s;
+//! this file keeps it under a lock and runs the work on the slots' threads.
 
-use std::collections::VecDeque;
+use gridwise_server_core::{Place, SlotQueue};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -32,19 +31,8 @@ struct Shared {
     changed: Condvar,
 }
 
-/// Every slot is free, held by a call that has not started, or running one:
-/// `free + holding.len() + running` is the number of slots.
 struct State {
-    free: usize,
-    /// Calls waiting for a slot, by ticket (increasing), first come first; `None` until the
-    /// call's work is handed in.
-    queue: VecDeque<(u64, Option<Job>)>,
-    /// Calls holding a slot that have not started: waiting for their inputs (`None`) or for a
-    /// slot thread to take their work.
-    holding: Vec<(u64, Option<Job>)>,
-    /// Calls running, on a slot's thread or inline.
-    running: usize,
-    next_ticket: u64,
+    queue: SlotQueue<Job>,
     closed: bool,
 }
 
@@ -65,57 +53,13 @@ impl Shared {
     }
 }
 
-impl State {
-    /// Gives the free slots to the calls at the head of the queue; how many of those are
-    /// ready to start.
-    fn grant(&mut self) -> usize {
-        let mut ready = 0;
-        while self.free > 0 {
-            let Some(call) = self.queue.pop_front() else {
-                break;
-            };
-            self.free -= 1;
-            ready += usize::from(call.1.is_some());
-            self.holding.push(call);
-        }
-        ready
-    }
-
-    /// The work of the earliest call that holds a slot and is ready, now running.
-    fn take_ready(&mut self) -> Option<Job> {
-        let i = self.holding.iter().position(|(_, job)| job.is_some())?;
-        let (_, job) = self.holding.remove(i);
-        self.running += 1;
-        job
-    }
-
-    /// Gives back a running call's slot; how many calls are ready to start with it.
-    fn finish(&mut self) -> usize {
-        self.running -= 1;
-        self.free += 1;
-        self.grant()
-    }
-
-    fn queued_at(&self, id: u64) -> Option<usize> {
-        self.queue.binary_search_by_key(&id, |(t, _)| *t).ok()
-    }
-
-    fn holding_at(&self, id: u64) -> Option<usize> {
-        self.holding.iter().position(|(t, _)| *t == id)
-    }
-}
-
 impl Slots {
     /// `total` slots (at least one), each with its own thread.
     pub fn new(total: usize, server: &str) -> std::io::Result<Self> {
         let total = total.max(1);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                free: total,
-                queue: VecDeque::new(),
-                holding: Vec::with_capacity(total),
-                running: 0,
-                next_ticket: 0,
+                queue: SlotQueue::new(total),
                 closed: false,
             }),
             changed: Condvar::new(),
@@ -135,21 +79,16 @@ impl Slots {
     /// Dropping the ticket before its work started gives its place or its slot up; its
     /// work, if handed in, is dropped unrun.
     pub fn enter(&self) -> Ticket {
-        let mut st = self.shared.lock();
-        let id = st.next_ticket;
-        st.next_ticket += 1;
-        st.queue.push_back((id, None));
-        st.grant();
+        let place = self.shared.lock().queue.enter();
         Ticket {
             shared: self.shared.clone(),
-            id,
+            place,
         }
     }
 
     /// Calls running and calls waiting (for a slot, or holding one for their inputs), now.
     pub fn occupancy(&self) -> (usize, usize) {
-        let st = self.shared.lock();
-        (st.running, st.queue.len() + st.holding.len())
+        self.shared.lock().queue.occupancy()
     }
 }
 
@@ -163,19 +102,20 @@ impl Drop for Slots {
 /// A call's place in the queue.
 pub struct Ticket {
     shared: Arc<Shared>,
-    id: u64,
+    place: Place,
 }
 
 impl Ticket {
     /// Hands in the call's work: a slot thread runs it once the call holds a slot.
     pub fn submit(&self, job: Job) {
         let mut st = self.shared.lock();
-        if let Some(i) = st.holding_at(self.id) {
-            st.holding[i].1 = Some(job);
-            drop(st);
-            self.shared.wake(1);
-        } else if let Some(i) = st.queued_at(self.id) {
-            st.queue[i].1 = Some(job);
+        let ready = st.queue.submit(self.place, job);
+        drop(st);
+        match ready {
+            Ok(true) => self.shared.wake(1),
+            Ok(false) => {}
+            // Work dropped outside the lock: its captures may do anything when dropped.
+            Err(job) => drop(job),
         }
     }
 
@@ -183,30 +123,21 @@ impl Ticket {
     /// to be worth a hand-over to a slot thread. The slot is given back when the returned
     /// guard drops.
     pub fn try_inline(&self) -> Option<InlineSlot> {
-        let mut st = self.shared.lock();
-        let i = st.holding_at(self.id)?;
-        st.holding.remove(i);
-        st.running += 1;
-        Some(InlineSlot {
-            shared: self.shared.clone(),
-        })
+        self.shared
+            .lock()
+            .queue
+            .start_inline(self.place)
+            .then(|| InlineSlot {
+                shared: self.shared.clone(),
+            })
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut st = self.shared.lock();
-        let (job, ready) = if let Some(i) = st.holding_at(self.id) {
-            let (_, job) = st.holding.remove(i);
-            st.free += 1;
-            (job, st.grant())
-        } else if let Some(i) = st.queued_at(self.id) {
-            (st.queue.remove(i).and_then(|(_, job)| job), 0)
-        } else {
-            // Started (or run inline): its slot comes back when it ends.
-            return;
-        };
-        drop(st);
+        let left = self.shared.lock().queue.leave(self.place);
+        // Started (or run inline): its slot comes back when it ends.
+        let Some((job, ready)) = left else { return };
         // Work dropped outside the lock: its captures may do anything when dropped.
         drop(job);
         self.shared.wake(ready);
@@ -220,7 +151,7 @@ pub struct InlineSlot {
 
 impl Drop for InlineSlot {
     fn drop(&mut self) {
-        let ready = self.shared.lock().finish();
+        let ready = self.shared.lock().queue.finish();
         self.shared.wake(ready);
     }
 }
@@ -232,13 +163,13 @@ fn run_slot(shared: &Shared) {
         if st.closed {
             return;
         }
-        if let Some(job) = st.take_ready() {
+        if let Some(job) = st.queue.take_ready() {
             drop(st);
             // A panic must not take the thread and its slot with it.
             let _ = catch_unwind(AssertUnwindSafe(job));
             st = shared.lock();
             // This thread takes one of the calls now ready itself.
-            let ready = st.finish();
+            let ready = st.queue.finish();
             shared.wake(ready.saturating_sub(1));
             continue;
         }
