@@ -5,6 +5,7 @@
 //! can hold. [`crate::divide`] then chooses the servers and the split.
 
 use super::{AgentCore, Call, list_or_none, not_offered};
+use crate::catalog::ServiceIdx;
 use crate::divide::{self, DivideError, DividePolicy, Selection, Worker};
 use crate::graph::Sites;
 use gridwise_predict::{EtcSpread, Stoch};
@@ -105,6 +106,67 @@ impl AgentCore {
         }
     }
 
+    /// The servers up, reachable and offering the service `svc`, or why none.
+    fn live_providers(
+        &self,
+        svc: ServiceIdx,
+        service: &str,
+        now: Duration,
+    ) -> Result<Vec<usize>, RpcError> {
+        let slots: Vec<usize> = self.reachable(
+            self.registry
+                .providers(svc)
+                .iter()
+                .copied()
+                .filter(|&s| self.registry.entry(s).is_up())
+                .collect(),
+            now,
+        );
+        if slots.is_empty() {
+            return Err(RpcError::new(
+                ErrorCode::ServerNotFound,
+                format!("no live server offers `{service}`"),
+            ));
+        }
+        Ok(slots)
+    }
+
+    /// For a slab job, what a part on `slots[a]` pays per step to take its rows from the part
+    /// on `slots[b]` (`[b][a]`): `bytes` in `messages`, half with each neighbour (a slab's two
+    /// boundary rows), pulled from where the neighbour made them; one link's messages in a
+    /// step vary together. A pair across two sites is priced as its path. Empty for a job
+    /// whose parts do not talk.
+    fn slab_pulls(&self, req: &DivideRequest, slots: &[usize]) -> Vec<Vec<Stoch>> {
+        let Some(c) = req.comm else {
+            return Vec::new();
+        };
+        let (lat, bw) = (
+            self.config.transfers().latency_s,
+            self.config.transfers().bandwidth,
+        );
+        let addrs: Vec<&str> = slots
+            .iter()
+            .map(|&s| self.registry.entry(s).addr())
+            .collect();
+        let messages = (c.messages / 2).max(1);
+        let per = c.bytes / 2 / u64::from(messages);
+        let mut pulls: Vec<Vec<Stoch>> = addrs
+            .iter()
+            .map(|from| {
+                addrs
+                    .iter()
+                    .map(|to| {
+                        let t = self.links.transfer(from, to, per, lat, bw);
+                        t.scale(f64::from(messages))
+                    })
+                    .collect()
+            })
+            .collect();
+        let samples = |a: usize, b: usize| self.links.samples(addrs[a], addrs[b]);
+        Sites::learned(&addrs, &self.links).priced_by_path(&mut pulls, &samples);
+        pulls
+    }
+
     /// Plans `req` (records nothing: the parts are ranked and reserved when they are called).
     pub fn divide(&self, req: &DivideRequest, now: Duration) -> Result<DivideReply, RpcError> {
         let svc = self
@@ -132,21 +194,7 @@ impl AgentCore {
                 .collect();
             p
         };
-        let slots: Vec<usize> = self.reachable(
-            self.registry
-                .providers(svc.idx)
-                .iter()
-                .copied()
-                .filter(|&s| self.registry.entry(s).is_up())
-                .collect(),
-            now,
-        );
-        if slots.is_empty() {
-            return Err(RpcError::new(
-                ErrorCode::ServerNotFound,
-                format!("no live server offers `{}`", req.service),
-            ));
-        }
+        let slots = self.live_providers(svc.idx, &req.service, now)?;
         // Every (server, x) once: bisections ask again and again.
         let memo: RefCell<HashMap<(usize, u64), Stoch>> = RefCell::new(HashMap::new());
         let time = |slot: usize, x: u64| -> Stoch {
@@ -181,36 +229,7 @@ impl AgentCore {
             let limit = req.max_part.unwrap_or(req.units).min(req.units);
             gridwise_fpm::partition::max_units_within(&|x| time(slot, x).mean, f64::MAX, limit)
         };
-        let (lat, bw) = (
-            self.config.transfers().latency_s,
-            self.config.transfers().bandwidth,
-        );
-        let addrs: Vec<&str> = slots
-            .iter()
-            .map(|&s| self.registry.entry(s).addr())
-            .collect();
-        // A part's exchange per step: `bytes` in `messages`, half with each neighbour (a
-        // slab's two boundary rows), pulled from where the neighbour made them; one link's
-        // messages in a step vary together.
-        let mut pulls: Vec<Vec<Stoch>> = Vec::new();
-        if let Some(c) = req.comm {
-            let messages = (c.messages / 2).max(1);
-            let per = c.bytes / 2 / u64::from(messages);
-            pulls = addrs
-                .iter()
-                .map(|from| {
-                    addrs
-                        .iter()
-                        .map(|to| {
-                            let t = self.links.transfer(from, to, per, lat, bw);
-                            t.scale(f64::from(messages))
-                        })
-                        .collect()
-                })
-                .collect();
-            let samples = |a: usize, b: usize| self.links.samples(addrs[a], addrs[b]);
-            Sites::learned(&addrs, &self.links).priced_by_path(&mut pulls, &samples);
-        }
+        let pulls = self.slab_pulls(req, &slots);
         let exchange = |a: usize, b: usize| -> Stoch {
             pulls
                 .get(b)
