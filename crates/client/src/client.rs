@@ -297,6 +297,36 @@ impl Inner {
         }
     }
 
+    /// The agent's ranking for a call, unless `cancel` fires first (then an assignment the
+    /// agent records anyway is released when it comes).
+    async fn rank_unless_cancelled(
+        self: &Arc<Self>,
+        service: &str,
+        profile: CallProfile,
+        opts: RankOptions,
+        cancel: Option<&CancelFlag>,
+    ) -> Result<Ranking, Failure> {
+        let Some(c) = cancel else {
+            return Ok(self.conn.rank(&profile, &opts).await?);
+        };
+        let inner = self.clone();
+        let rank = async move { inner.conn.rank(&profile, &opts).await };
+        let mut rank = Box::pin(rank);
+        tokio::select! {
+            biased;
+            r = &mut rank => Ok(r?),
+            _ = c.cancelled() => {
+                let inner = self.clone();
+                self.rt.spawn(async move {
+                    if let Ok(r) = rank.await {
+                        inner.release_later(r.ticket);
+                    }
+                });
+                Err(GrpcError::cancelled(format!("the call to `{service}`")).into())
+            }
+        }
+    }
+
     /// The call path: rank, then try the candidates in order — servers that did not answer
     /// lately last. A server that cannot be reached or refuses leads to the next; a server that
     /// dies or stops answering during the call counts as a crash (`crashes` holds those already
@@ -318,23 +348,7 @@ impl Inner {
             return Err(cancelled().into());
         }
         let limit = self.conn.max_frame_bytes() as u64;
-        let over = |what: &str, bytes: u64, advice: &str| {
-            GrpcError::new(
-                ErrorCode::OtherErrorCode,
-                format!(
-                    "the {what} of `{service}` take {:.1} MB, more than one frame may carry ({:.1} MB, max_frame_bytes); {advice}",
-                    bytes as f64 / 1e6,
-                    limit as f64 / 1e6
-                ),
-            )
-        };
-        // Large values travel on bulk connections and remote ones are pulled by the server:
-        // only the rest must fit one frame. The server judges the outputs the same way.
-        let inline_in: u64 = inputs.iter().map(Value::inline_bytes).sum();
-        if inline_in > limit {
-            let advice = "pass fewer small values in one call, or raise max_frame_bytes";
-            return Err(over("inputs", inline_in, advice).into());
-        }
+        check_inline_inputs(service, &inputs, limit)?;
         let opts = RankOptions {
             load_model: self.cfg.load_model,
             model_family: None,
@@ -342,28 +356,9 @@ impl Inner {
             policy: self.cfg.policy,
         };
         let started = Instant::now();
-        let ranking: Ranking = match cancel {
-            None => self.conn.rank(&profile, &opts).await?,
-            Some(c) => {
-                let inner = self.clone();
-                let rank = async move { inner.conn.rank(&profile, &opts).await };
-                let mut rank = Box::pin(rank);
-                tokio::select! {
-                    biased;
-                    r = &mut rank => r?,
-                    _ = c.cancelled() => {
-                        // The agent may record the assignment anyway: release it when it comes.
-                        let inner = self.clone();
-                        self.rt.spawn(async move {
-                            if let Ok(r) = rank.await {
-                                inner.release_later(r.ticket);
-                            }
-                        });
-                        return Err(cancelled().into());
-                    }
-                }
-            }
-        };
+        let ranking = self
+            .rank_unless_cancelled(service, profile, opts, cancel)
+            .await?;
         let rank_s = started.elapsed().as_secs_f64();
         let n = ranking.candidates.len();
         if n == 0 {
@@ -935,4 +930,22 @@ fn invalid_handle(h: &FunctionHandle) -> GrpcError {
             h.id, h.service
         ),
     )
+}
+
+/// Refuses a call whose inline inputs would not fit one frame: large values travel on bulk
+/// connections and remote ones are pulled by the server, so only the rest must fit (the
+/// server judges the outputs the same way).
+fn check_inline_inputs(service: &str, inputs: &[Value], limit: u64) -> Result<(), GrpcError> {
+    let inline_in: u64 = inputs.iter().map(Value::inline_bytes).sum();
+    if inline_in <= limit {
+        return Ok(());
+    }
+    Err(GrpcError::new(
+        ErrorCode::OtherErrorCode,
+        format!(
+            "the inputs of `{service}` take {:.1} MB, more than one frame may carry ({:.1} MB, max_frame_bytes); pass fewer small values in one call, or raise max_frame_bytes",
+            inline_in as f64 / 1e6,
+            limit as f64 / 1e6
+        ),
+    ))
 }

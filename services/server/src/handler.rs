@@ -709,6 +709,151 @@ impl Drop for CallGuard {
     }
 }
 
+/// What a call's serving learned of it besides its outputs, for its report.
+#[derive(Default)]
+struct CallFacts {
+    /// From the client's send to the inputs all here (pulls included).
+    input_transfer_s: f64,
+    sizes: Vec<(String, i64)>,
+    /// The bytes that came from the client, when all of them did (they time its link).
+    client_in_bytes: Option<u64>,
+}
+
+/// A call served: its outputs for the reply and where its time went.
+struct Served {
+    outputs: Vec<Value>,
+    copies: Vec<(u32, Value)>,
+    queue_wait_s: f64,
+    kernel_s: f64,
+    cpu_available: Option<f64>,
+}
+
+impl ServerHandler {
+    /// Serves a call: admitted (memory, frames), queued for a slot on arrival, its remote
+    /// inputs pulled, checked, run, its outputs kept or staged as asked.
+    async fn serve_call(
+        &self,
+        mut req: ExecuteRequest,
+        keep: &[u32],
+        cancel: CancelFlag,
+        arrived: Instant,
+        facts: &mut CallFacts,
+    ) -> Result<Served, CallError> {
+        let kernel = self.kernel_for(&req.service)?;
+        let footprint = self.check_limits(kernel.as_ref(), &req, keep)?;
+        let held: u64 = req.inputs.iter().map(Value::payload_bytes).sum();
+        let waiting = self.hold_while_waiting(held)?;
+        // The call takes its place in the slot queue on arrival, while its remote inputs
+        // are pulled (checks and kernels only ever see values): calls run in the order
+        // they came, not in the order their pulls happen to finish, which is what a
+        // graph's plan assumes.
+        let ticket = self.inner.slots.enter();
+        let remote = req.inputs.iter().any(|v| matches!(v, Value::Ref(_)));
+        // A pull's time joins the transfer's: only calls whose inputs all came from the
+        // client (in the request, or staged here just before it) time the client's link.
+        let from_client = req.inputs.iter().all(|v| match v {
+            Value::Ref(r) => r.holder == self.inner.addr && self.inner.data.is_staged(r.handle),
+            _ => true,
+        });
+        facts.client_in_bytes = from_client.then_some(held);
+        if remote {
+            // Pulling is rare and its future large: boxed, it does not weigh on every call.
+            let pulled = Box::pin(self.pull_remote_inputs(&mut req.inputs)).await;
+            facts.input_transfer_s += pulled.as_ref().copied().unwrap_or(0.0);
+            pulled?;
+        }
+        kernel
+            .desc()
+            .check_inputs(&req.inputs)
+            .map_err(|e| CallError::new(CallErrorKind::BadArguments, e.to_string()))?;
+        facts.sizes = kernel.desc().sizes(&req.inputs);
+        // Pulled values are judged at their real size (a reference only declares one).
+        let footprint = if remote {
+            self.check_limits(kernel.as_ref(), &req, keep)?
+        } else {
+            footprint
+        };
+        let bulk_outputs = req.bulk_outputs;
+        let (copy_below, client_limit) = (req.copy_kept_below_bytes, req.reply_limit_bytes);
+        let turn = Turn {
+            arrived,
+            cancel,
+            footprint,
+            waiting,
+            ticket,
+        };
+        let ran = self.run_call(kernel, req, turn, keep).await?;
+        // Copies ride in the reply beside what it returns; those that would not fit are
+        // left out, which costs their consumers a pull.
+        let room = self.inner.admission.reply_room(client_limit, ran.returned);
+        let (outputs, copies) = self.keep(ran.outputs, keep, copy_below, room)?;
+        let outputs = if bulk_outputs {
+            self.stage_outputs(outputs, keep)
+        } else {
+            outputs
+        };
+        Ok(Served {
+            outputs,
+            copies,
+            queue_wait_s: ran.queue_wait_s,
+            kernel_s: ran.kernel_s,
+            cpu_available: ran.cpu_available,
+        })
+    }
+
+    /// Counts a served (or refused) call in the metrics and reports it to the agent; its
+    /// timing, for the reply.
+    fn tell(
+        &self,
+        ticket: Option<gridwise_proto::Ticket>,
+        service: String,
+        facts: CallFacts,
+        arrived: Instant,
+        result: &Result<Served, CallError>,
+    ) -> Timing {
+        let (ok, queue_wait_s, kernel_s, cpu_available) = match result {
+            Ok(s) => (true, s.queue_wait_s, s.kernel_s, s.cpu_available),
+            Err(_) => (false, 0.0, 0.0, None),
+        };
+        let timing = Timing {
+            queue_wait_s,
+            input_transfer_s: facts.input_transfer_s,
+            kernel_s,
+            server_s: arrived.elapsed().as_secs_f64(),
+        };
+        if let Some(m) = self.inner.metrics.get() {
+            let out_bytes = match result {
+                Ok(s) => s
+                    .outputs
+                    .iter()
+                    .chain(s.copies.iter().map(|(_, v)| v))
+                    .map(Value::payload_bytes)
+                    .sum(),
+                Err(_) => 0,
+            };
+            m.call(
+                &service,
+                ok,
+                timing.server_s,
+                queue_wait_s,
+                facts.client_in_bytes.unwrap_or(0),
+                out_bytes,
+            );
+        }
+        // A closed channel only means the server is shutting down.
+        let _ = self.inner.to_agent.send(ToAgent::Report(CallReport {
+            cpu_available,
+            client_in_bytes: facts.client_in_bytes,
+            ticket,
+            service,
+            sizes: facts.sizes,
+            timing,
+            ok,
+        }));
+        timing
+    }
+}
+
 impl ServerApi for ServerHandler {
     async fn hello(self, _: Context) -> ServerInfo {
         let instance = self.inner.instance.clone();
@@ -728,6 +873,8 @@ impl ServerApi for ServerHandler {
         }
     }
 
+    /// A call from a client: registered (so a cancel reaches it), served (`serve_call`), reported
+    /// to the agent and answered (`tell`).
     async fn execute(self, _: Context, mut req: ExecuteRequest) -> Result<ExecuteReply, CallError> {
         self.client_only("run calls")?;
         let arrived = Instant::now();
@@ -735,12 +882,13 @@ impl ServerApi for ServerHandler {
         // And when it ends: its reply is on its way.
         let _ends = DataMoving(&self);
         // Exact on one host; across hosts it carries the clocks' offset (documented in Timing).
-        let mut input_transfer_s = unix_ns().saturating_sub(req.sent_at_unix_ns) as f64 * 1e-9;
+        let mut facts = CallFacts {
+            input_transfer_s: unix_ns().saturating_sub(req.sent_at_unix_ns) as f64 * 1e-9,
+            ..CallFacts::default()
+        };
         let ticket = req.ticket;
         let service = req.service.clone();
         let keep = std::mem::take(&mut req.keep_outputs);
-        let mut sizes = Vec::new();
-        let mut client_in_bytes = None;
         // Real calls come first: a model benchmark running now stops and is re-run later.
         self.inner.gate.yield_to_call();
         // Registered before queueing so a cancel reaches the call wherever it is; the guard
@@ -762,114 +910,18 @@ impl ServerApi for ServerHandler {
         };
         self.calls()
             .insert(req.call_id, (cancel.clone(), self.peer.clone()));
-        let result = async {
-            let kernel = self.kernel_for(&req.service)?;
-            let footprint = self.check_limits(kernel.as_ref(), &req, &keep)?;
-            let held: u64 = req.inputs.iter().map(Value::payload_bytes).sum();
-            let waiting = self.hold_while_waiting(held)?;
-            // The call takes its place in the slot queue on arrival, while its remote inputs
-            // are pulled (checks and kernels only ever see values): calls run in the order
-            // they came, not in the order their pulls happen to finish, which is what a
-            // graph's plan assumes.
-            let ticket = self.inner.slots.enter();
-            let remote = req.inputs.iter().any(|v| matches!(v, Value::Ref(_)));
-            // A pull's time joins the transfer's: only calls whose inputs all came from the
-            // client (in the request, or staged here just before it) time the client's link.
-            let from_client = req.inputs.iter().all(|v| match v {
-                Value::Ref(r) => r.holder == self.inner.addr && self.inner.data.is_staged(r.handle),
-                _ => true,
-            });
-            client_in_bytes = from_client.then_some(held);
-            if remote {
-                // Pulling is rare and its future large: boxed, it does not weigh on every call.
-                let pulled = Box::pin(self.pull_remote_inputs(&mut req.inputs)).await;
-                input_transfer_s += pulled.as_ref().copied().unwrap_or(0.0);
-                pulled?;
-            }
-            kernel
-                .desc()
-                .check_inputs(&req.inputs)
-                .map_err(|e| CallError::new(CallErrorKind::BadArguments, e.to_string()))?;
-            sizes = kernel.desc().sizes(&req.inputs);
-            // Pulled values are judged at their real size (a reference only declares one).
-            let footprint = if remote {
-                self.check_limits(kernel.as_ref(), &req, &keep)?
-            } else {
-                footprint
-            };
-            let bulk_outputs = req.bulk_outputs;
-            let (copy_below, client_limit) = (req.copy_kept_below_bytes, req.reply_limit_bytes);
-            let turn = Turn {
-                arrived,
-                cancel,
-                footprint,
-                waiting,
-                ticket,
-            };
-            let ran = self.run_call(kernel, req, turn, &keep).await?;
-            // Copies ride in the reply beside what it returns; those that would not fit are
-            // left out, which costs their consumers a pull.
-            let room = self.inner.admission.reply_room(client_limit, ran.returned);
-            let (outputs, copies) = self.keep(ran.outputs, &keep, copy_below, room)?;
-            let outputs = if bulk_outputs {
-                self.stage_outputs(outputs, &keep)
-            } else {
-                outputs
-            };
-            Ok((
-                outputs,
-                copies,
-                ran.queue_wait_s,
-                ran.kernel_s,
-                ran.cpu_available,
-            ))
-        }
-        .await;
-        let (ok, queue_wait_s, kernel_s, cpu_available) = match &result {
-            Ok((_, _, q, k, a)) => (true, *q, *k, *a),
-            Err(_) => (false, 0.0, 0.0, None),
-        };
-        let timing = Timing {
-            queue_wait_s,
-            input_transfer_s,
-            kernel_s,
-            server_s: arrived.elapsed().as_secs_f64(),
-        };
-        if let Some(m) = self.inner.metrics.get() {
-            let out_bytes = match &result {
-                Ok((outputs, copies, ..)) => outputs
-                    .iter()
-                    .chain(copies.iter().map(|(_, v)| v))
-                    .map(Value::payload_bytes)
-                    .sum(),
-                Err(_) => 0,
-            };
-            m.call(
-                &service,
-                ok,
-                timing.server_s,
-                queue_wait_s,
-                client_in_bytes.unwrap_or(0),
-                out_bytes,
-            );
-        }
-        // The agent needs every outcome (it clears the assignment either way); a closed channel
-        // only means the server is shutting down.
+        let result = self
+            .serve_call(req, &keep, cancel, arrived, &mut facts)
+            .await;
+        // The agent needs every outcome (it clears the assignment either way); the guard's
+        // report is for a call that never gets this far.
         guard.unreported = None;
-        let _ = self.inner.to_agent.send(ToAgent::Report(CallReport {
-            cpu_available,
-            client_in_bytes,
-            ticket,
-            service,
-            sizes,
-            timing,
-            ok,
-        }));
-        result.map(|(outputs, copies, ..)| ExecuteReply {
-            outputs,
+        let timing = self.tell(ticket, service, facts, arrived, &result);
+        result.map(|s| ExecuteReply {
+            outputs: s.outputs,
             timing,
             server: self.inner.name.clone(),
-            copies,
+            copies: s.copies,
         })
     }
 
