@@ -334,20 +334,16 @@ impl Graph {
         })
     }
 
-    /// Maps the graph, runs it and brings back the fetched outputs (see the module docs).
-    pub async fn run(self) -> Result<GraphRun, GrpcError> {
-        let prepared = self.prepare(true).await?;
-        let inner = &self.client.inner;
-        let plan = inner.conn.map_graph(&prepared.request).await?;
+    /// Each call as its task runs it: its producers, the call before it on its server, where
+    /// and under which ticket it runs, which outputs stay on the server (and which are copied
+    /// to consumers elsewhere); with the call after each one on its server.
+    fn specs(
+        &self,
+        prepared: &Prepared,
+        plan: &GraphPlan,
+        wanted: &[bool],
+    ) -> (Vec<Spec>, Vec<Option<usize>>) {
         let n = self.calls.len();
-        if plan.server_of.len() != n || plan.tickets.len() != n {
-            return Err(invalid(format!(
-                "the agent's plan covers {} calls with {} tickets for a graph of {n}",
-                plan.server_of.len(),
-                plan.tickets.len()
-            )));
-        }
-        let wanted: Vec<bool> = prepared.request.calls.iter().map(|c| c.fetched).collect();
         // The calls before and after each one in its server's order.
         let mut before: Vec<Option<usize>> = vec![None; n];
         let mut after: Vec<Option<usize>> = vec![None; n];
@@ -382,6 +378,63 @@ impl Graph {
                 },
             })
             .collect();
+        (specs, after)
+    }
+
+    /// The requested outputs, brought back (one whose holder lost it is made again first),
+    /// and the kept values fetched (to free); nothing once the graph failed.
+    async fn fetch_wanted(
+        &self,
+        shared: &Arc<Shared>,
+        wanted: &[bool],
+    ) -> (HashMap<usize, Vec<Value>>, Vec<RemoteRef>) {
+        let mut fetched = HashMap::new();
+        let mut kept = Vec::new();
+        for i in (0..wanted.len()).filter(|&i| wanted[i]) {
+            let back = loop {
+                let vals = {
+                    let st = lock(&shared.state);
+                    if st.failed.is_some() {
+                        break None;
+                    }
+                    st.outputs[i].clone()
+                };
+                let Some(vals) = vals else { break None };
+                match fetch_all(&self.client, &vals).await {
+                    Ok((back, refs)) => {
+                        kept.extend(refs);
+                        break Some(back);
+                    }
+                    Err(e) => {
+                        tracing::warn!(call = %self.calls[i].name, "its output is lost ({}): making it again", e.message);
+                        let refs: Vec<DataHandle> = refs(&vals).map(|r| r.handle).collect();
+                        shared.lost(&refs, &[i]);
+                        shared.join_all().await;
+                    }
+                }
+            };
+            if let Some(back) = back {
+                fetched.insert(i, back);
+            }
+        }
+        (fetched, kept)
+    }
+
+    /// Maps the graph, runs it and brings back the fetched outputs (see the module docs).
+    pub async fn run(self) -> Result<GraphRun, GrpcError> {
+        let prepared = self.prepare(true).await?;
+        let inner = &self.client.inner;
+        let plan = inner.conn.map_graph(&prepared.request).await?;
+        let n = self.calls.len();
+        if plan.server_of.len() != n || plan.tickets.len() != n {
+            return Err(invalid(format!(
+                "the agent's plan covers {} calls with {} tickets for a graph of {n}",
+                plan.server_of.len(),
+                plan.tickets.len()
+            )));
+        }
+        let wanted: Vec<bool> = prepared.request.calls.iter().map(|c| c.fetched).collect();
+        let (specs, after) = self.specs(&prepared, &plan, &wanted);
         let t0 = Instant::now();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -414,36 +467,7 @@ impl Graph {
         shared.join_all().await;
         let makespan_s = t0.elapsed().as_secs_f64();
 
-        // The requested outputs come back; one whose holder lost it is made again first.
-        let mut fetched = HashMap::new();
-        let mut kept = Vec::new();
-        for i in (0..n).filter(|&i| wanted[i]) {
-            let back = loop {
-                let vals = {
-                    let st = lock(&shared.state);
-                    if st.failed.is_some() {
-                        break None;
-                    }
-                    st.outputs[i].clone()
-                };
-                let Some(vals) = vals else { break None };
-                match fetch_all(&self.client, &vals).await {
-                    Ok((back, refs)) => {
-                        kept.extend(refs);
-                        break Some(back);
-                    }
-                    Err(e) => {
-                        tracing::warn!(call = %self.calls[i].name, "its output is lost ({}): making it again", e.message);
-                        let refs: Vec<DataHandle> = refs(&vals).map(|r| r.handle).collect();
-                        shared.lost(&refs, &[i]);
-                        shared.join_all().await;
-                    }
-                }
-            };
-            if let Some(back) = back {
-                fetched.insert(i, back);
-            }
-        }
+        let (fetched, kept) = self.fetch_wanted(&shared, &wanted).await;
 
         let (failed, outputs, records, mut freed) = {
             let mut st = lock(&shared.state);
