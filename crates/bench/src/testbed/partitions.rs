@@ -239,7 +239,10 @@ fn watch(
                     return;
                 }
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // Until the client's verdict, a look every 2 ms (a local lock): the goal is 3 s and
+            // at 20 ms a look was as coarse as the margins measured (3.00–3.02 s).
+            let verdict_due = !healed && lock().gave_up_s.is_none();
+            std::thread::sleep(Duration::from_millis(if verdict_due { 2 } else { 20 }));
         }
     })
 }
