@@ -530,21 +530,33 @@ fn main() {
     // `gridwise server` starts library workers as this program.
     gridwise_routines::run_if_worker();
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Agent(_) | Command::Server(_)) {
-        // A command whose output is piped into `head` should stop quietly when the pipe
-        // closes, like any Unix tool. Daemons keep SIGPIPE ignored: a peer that goes away must
-        // not kill them.
-        #[cfg(unix)]
-        // SAFETY: restoring the default disposition before any thread starts.
-        unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
-    }
+    quiet_when_stdout_closes();
     if let Err(e) = run(&cli) {
         // One readable line (with its causes), not a backtrace: these are user-facing errors.
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// A command whose output is piped into `head` stops quietly when the pipe closes, like any
+/// Unix tool. SIGPIPE itself stays ignored (Rust's default), in every command: a client's
+/// agent or server that goes away mid-write must fail the call over, not kill the process
+/// (with SIGPIPE restored, `bench faults` died when it killed the agent, 1 run in 6). What
+/// ends the command instead is the print that met the closed pipe.
+fn quiet_when_stdout_closes() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
