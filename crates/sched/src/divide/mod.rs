@@ -12,7 +12,9 @@
 //!   integer rounding that keeps Σx = N), `constant-speed` (the calibrated rates) and `even`;
 //! - [`select`]: which set: the servers ordered by how fast they compute, by how cheaply they
 //!   talk to the others, and by both; every prefix of every ordering is balanced and the set
-//!   with the lowest predicted makespan wins (or a forced count, or all of them).
+//!   with the lowest predicted makespan wins (or a forced count, or all of them). A slab's
+//!   step ends with its latest part: its makespan is the expected maximum of the parts, each
+//!   with its exchange's spread.
 
 pub mod balance;
 pub mod select;
@@ -114,7 +116,8 @@ pub struct PlannedPart {
 pub struct DividePlan {
     /// In the order of the units: the first part takes units [0, parts[0].units), …
     pub parts: Vec<PlannedPart>,
-    /// The slowest part's time and spread.
+    /// When the last part ends, with its spread: the slowest part's time, or for a slab (whose
+    /// steps wait for their latest part) the expected latest of the parts.
     pub makespan: (f64, f64),
     pub policy: DividePolicy,
     /// The ordering the chosen set came from (`compute`, `connectivity`, `both`, `all`).
