@@ -371,7 +371,8 @@ impl GraphSnapshot {
         let mapped_with = if req.link_blind {
             blind = CommModel::free(servers.len())
                 .with_dispatch(platform.dispatch_s)
-                .map_err(|e| invalid(e.to_string()))?;
+                .map_err(|e| invalid(e.to_string()))?
+                .pulled_when_sent();
             &blind
         } else {
             &platform.comm
@@ -680,7 +681,12 @@ impl GraphSnapshot {
         let addrs: Vec<&str> = servers.iter().map(|s| s.addr.as_str()).collect();
         let sites = Sites::learned(&addrs, &self.links);
         let site_of = (0..m).map(|s| sites.site(s) as u32).collect();
-        let comm = comm.with_sites(sites).map_err(|e| invalid(e.to_string()))?;
+        // As the client runs a graph: a call is sent once all its producers are done, and its
+        // server then pulls the inputs that are elsewhere.
+        let comm = comm
+            .with_sites(sites)
+            .map_err(|e| invalid(e.to_string()))?
+            .pulled_when_sent();
 
         Ok(Platform {
             comm,

@@ -217,15 +217,25 @@ pub(crate) fn replay_unchecked(
     while let Some(t) = ready.pop() {
         let s = mapping.server_of[t];
         let mut start = last_start[s];
+        // When the task is sent, if its inputs wait for that: once its last producer is done.
+        let sent = comm.is_pulled_when_sent().then(|| {
+            adj.preds(t)
+                .iter()
+                .map(|&(p, _)| finish[p])
+                .fold(f64::NEG_INFINITY, f64::max)
+                + comm.dispatch_s()
+        });
         for &(p, bytes) in adj.preds(t) {
             let from = mapping.server_of[p];
-            let arrives = match sites.and_then(|x| x.path(from, s)) {
-                Some(path) => {
-                    let (latency_s, busy_s) = comm.link_parts(from, s, bytes);
-                    let sent = finish[p] + comm.dispatch_s();
-                    book(&mut spells[path], sent, busy_s) + busy_s + latency_s
+            let moves_at = sent.unwrap_or(finish[p] + comm.dispatch_s());
+            let arrives = if from == s {
+                moves_at
+            } else {
+                let (latency_s, busy_s) = comm.link_parts(from, s, bytes);
+                match sites.and_then(|x| x.path(from, s)) {
+                    Some(path) => book(&mut spells[path], moves_at, busy_s) + busy_s + latency_s,
+                    None => moves_at + latency_s + busy_s,
                 }
-                None => finish[p] + comm.transfer_s(from, s, bytes),
             };
             start = start.max(arrives);
         }
@@ -385,6 +395,23 @@ mod tests {
                 end_s: 3.5
             }
         );
+    }
+
+    #[test]
+    fn inputs_pulled_when_sent_wait_for_the_last_producer() {
+        // a (1 s) on s0 and b (3 s) on s1 feed c on s1; a's 1 MB takes 1.5 s to cross.
+        let g = join();
+        let etc = EtcMatrix::new(3, 2, vec![1.0, 1.0, 3.0, 3.0, 1.0, 1.0]).unwrap();
+        let map = Mapping {
+            server_of: vec![0, 1, 1],
+            order: vec![vec![0], vec![1, 2]],
+        };
+        let comm = CommModel::uniform(2, 0.5, 1e6).unwrap();
+        // Moving as it is made, a's output is on s1 at 2.5, before b ends: c starts at 3.
+        assert_eq!(replay(&g, &etc, &comm, &map).unwrap().makespan_s, 4.0);
+        // Pulled once c is sent, after b: 3 + 1.5, so c starts at 4.5.
+        let sent = comm.pulled_when_sent();
+        assert_eq!(replay(&g, &etc, &sent, &map).unwrap().makespan_s, 5.5);
     }
 
     #[test]
