@@ -295,8 +295,8 @@ fn a_slab_leaves_a_site_behind_a_slow_link_out_until_the_job_is_large() {
 
 /// The same two sites at 450 units, where the four hosts' balanced parts (0.219 s) beat one
 /// site's two (0.236 s) on the means. But a step waits for its latest part, and the crossing's
-/// 200 ms varies by 50 ms from step to step: two parts on it finish past 0.24 s on average, so
-/// the plan keeps to one site, and says when the four would really end.
+/// 200 ms varies by 50 ms from step to step: the parts beside it finish past 0.24 s on
+/// average, so the plan keeps to one site, and says when the four would really end.
 #[test]
 fn a_slab_step_waits_for_its_latest_part_so_jitter_on_the_crossing_keeps_a_site_out() {
     let t = linear(1000.0, 0.001);
@@ -319,10 +319,12 @@ fn a_slab_step_waits_for_its_latest_part_so_jitter_on_the_crossing_keeps_a_site_
     assert_eq!(waited.parts.len(), 2, "{waited:?}");
     let all = plan(&jittery, Selection::All);
     let slowest = all.parts.iter().map(|p| p.time.0).fold(0.0, f64::max);
-    // Two parts at about 0.219 s, each ± 0.05: their later one ends σ/√π ≈ 28 ms past, and
-    // later still with the steady parts cutting off its early tail.
+    // Parts at about 0.219 s; the two at the crossing wait for one draw of it, ± 0.05, which
+    // the steady crossings' parts cut off below: the step ends σ/√(2π) ≈ 20 ms past, and a
+    // little later with the steady ones' own spread. Were the two parts drawn apart, it
+    // would be σ/√π ≈ 28 ms and more.
     assert!(
-        all.makespan.0 > slowest + 0.028 && all.makespan.0 < slowest + 0.04,
+        all.makespan.0 > slowest + 0.02 && all.makespan.0 < slowest + 0.027,
         "{all:?}"
     );
     assert!(all.makespan.0 > waited.makespan.0, "{all:?} vs {waited:?}");
@@ -371,4 +373,20 @@ fn the_smallest_sizes_noise_is_no_cliff() {
     assert_eq!(balance::knee(&worker(0, &model, 2000.0), 3200), 3200);
     let alone = |x: u64| Stoch::point(x as f64 * 1e5 / speed(x as f64));
     assert_eq!(balance::knee(&worker(0, &alone, 2000.0), 3200), 3200);
+}
+
+/// Two hosts in two sites: each part pulls the other's rows across the one crossing, at the
+/// same time over the same path, so the step waits for one draw of it. Its expected end is the
+/// parts' balanced time; drawn for each part apart, the later of two would add σ/√π (28 ms).
+#[test]
+fn the_two_parts_at_a_crossing_wait_for_one_draw_of_it() {
+    let t = linear(1000.0, 0.0);
+    let across = |_: usize, _: usize| Stoch::new(0.2, 0.05);
+    let workers: Vec<Worker<'_>> = (0..2).map(|j| worker(j, &t, 1000.0)).collect();
+    let plan = plan_slab(400, &workers, Some(&across), DividePolicy::Fpm, Selection::All).unwrap();
+    assert_eq!(plan.parts.len(), 2, "{plan:?}");
+    let slowest = plan.parts.iter().map(|p| p.time.0).fold(0.0, f64::max);
+    assert!((plan.makespan.0 - slowest).abs() < 1e-9, "{plan:?}");
+    // The crossing's spread is the step's.
+    assert!((plan.makespan.1 - 0.05).abs() < 1e-3, "{plan:?}");
 }
