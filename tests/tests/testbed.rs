@@ -137,6 +137,17 @@ fn a_graph_across_hosts_rides_out_a_host_cut_off_and_healed() {
             d.addr
         );
     }
+    // Each daemon leads a session of its own, as systemd would start it on its host.
+    for d in std::iter::once(&grid.agent).chain(&grid.servers) {
+        // SAFETY: getsid(2) only reads.
+        let (sid, ours) = unsafe { (libc::getsid(d.pid() as i32), libc::getsid(0)) };
+        assert!(
+            sid == d.pid() as i32 && sid != ours,
+            "{} (pid {}) is in session {sid}, the test's is {ours}",
+            d.label,
+            d.pid()
+        );
+    }
     let cfg = grid.client_config();
     let s2_addr = grid.servers[1].addr.clone();
 

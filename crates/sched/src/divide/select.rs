@@ -170,16 +170,17 @@ fn makespan(
             .find(|w| w.id == p.id)
             .map_or(0.0, |w| w.comm_sd_s)
     };
-    let step = if crossings.len() + 1 == parts.len() {
-        // A part's compute, then the later of its crossings: the step ends with the latest
-        // crossing after the slower of its two parts' compute.
-        let compute = |p: &PlannedPart| p.time.0 - p.comm_s;
-        latest(parts.windows(2).zip(crossings).map(|(pair, c)| {
-            Stoch::new(compute(&pair[0]).max(compute(&pair[1])) + c.mean, c.sd)
-        }))
-    } else {
-        latest(parts.iter().map(|p| Stoch::new(p.time.0, jitter(p))))
-    };
+    let step =
+        if crossings.len() + 1 == parts.len() {
+            // A part's compute, then the later of its crossings: the step ends with the latest
+            // crossing after the slower of its two parts' compute.
+            let compute = |p: &PlannedPart| p.time.0 - p.comm_s;
+            latest(parts.windows(2).zip(crossings).map(|(pair, c)| {
+                Stoch::new(compute(&pair[0]).max(compute(&pair[1])) + c.mean, c.sd)
+            }))
+        } else {
+            latest(parts.iter().map(|p| Stoch::new(p.time.0, jitter(p))))
+        };
     // The slowest part's own spread without its jitter.
     let model_sd = parts
         .iter()

@@ -383,7 +383,14 @@ fn the_two_parts_at_a_crossing_wait_for_one_draw_of_it() {
     let t = linear(1000.0, 0.0);
     let across = |_: usize, _: usize| Stoch::new(0.2, 0.05);
     let workers: Vec<Worker<'_>> = (0..2).map(|j| worker(j, &t, 1000.0)).collect();
-    let plan = plan_slab(400, &workers, Some(&across), DividePolicy::Fpm, Selection::All).unwrap();
+    let plan = plan_slab(
+        400,
+        &workers,
+        Some(&across),
+        DividePolicy::Fpm,
+        Selection::All,
+    )
+    .unwrap();
     assert_eq!(plan.parts.len(), 2, "{plan:?}");
     let slowest = plan.parts.iter().map(|p| p.time.0).fold(0.0, f64::max);
     assert!((plan.makespan.0 - slowest).abs() < 1e-9, "{plan:?}");
