@@ -49,6 +49,17 @@ pub struct SlabRun {
 }
 
 impl SlabRun {
+    /// The steps that exchanged rows (all but the first), their mean makespan: what the plan's
+    /// expected step (`DivideReply::makespan_s`, its latest part's expected end) predicts, as
+    /// the job's time is the sum of its steps, slow ones included.
+    pub fn exchanging_mean_s(&self) -> f64 {
+        let later: Vec<f64> = self.steps.iter().skip(1).map(|s| s.makespan_s).collect();
+        if later.is_empty() {
+            return self.steps.first().map_or(0.0, |s| s.makespan_s);
+        }
+        later.iter().sum::<f64>() / later.len() as f64
+    }
+
     /// The steps that exchanged rows (all but the first), their median makespan: a step that
     /// waited for a core on a shared host says nothing of the cut.
     pub fn exchanging_makespan_s(&self) -> f64 {

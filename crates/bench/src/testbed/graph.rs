@@ -63,8 +63,17 @@ pub struct Mapping<'a> {
     pub link_blind: bool,
 }
 
-/// The graph through the agent's mapping; returns (actual, predicted) makespans.
-pub fn mapped(c: &Client, how: Mapping<'_>) -> anyhow::Result<(f64, f64)> {
+/// A run of the graph through the agent's mapping.
+pub struct Ran {
+    pub makespan_s: f64,
+    pub predicted_s: f64,
+    /// Per call, where and when it was planned and where and when it ran (s from the run's
+    /// start): what tells a missed prediction's cause.
+    pub timeline: Vec<serde_json::Value>,
+}
+
+/// The graph through the agent's mapping.
+pub fn mapped(c: &Client, how: Mapping<'_>) -> anyhow::Result<Ran> {
     let mut g = c.graph();
     let make = g.call_named("make", "make", vec![N.into()]);
     let mut tips: Vec<GraphArg> = Vec::new();
@@ -103,7 +112,31 @@ pub fn mapped(c: &Client, how: Mapping<'_>) -> anyhow::Result<(f64, f64)> {
             .is_some_and(|a| a.data.len() == (N * 8) as usize),
         "the last join returned other data"
     );
-    Ok((run.makespan_s, run.plan.makespan_s))
+    let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
+    let timeline = run
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let planned = run
+                .plan
+                .server_of
+                .get(i)
+                .and_then(|&s| run.plan.servers.get(s as usize));
+            json!({
+                "call": c.name,
+                "planned_on": planned.map(|s| s.name.as_str()),
+                "planned_s": [r3(run.plan.start_s[i]), r3(run.plan.end_s[i])],
+                "ran_on": c.server,
+                "ran_s": [r3(c.start_s), r3(c.end_s)],
+            })
+        })
+        .collect();
+    Ok(Ran {
+        makespan_s: run.makespan_s,
+        predicted_s: run.plan.makespan_s,
+        timeline,
+    })
 }
 
 /// Classic GridSolve: every call a separate call, its inputs sent by the client and its
@@ -169,7 +202,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     );
     eprintln!("bench testbed: graph: warming up …");
     mapped(c, Mapping::default())?;
-    let runs = |what: &str, how: Mapping<'_>| -> anyhow::Result<Vec<(f64, f64)>> {
+    let runs = |what: &str, how: Mapping<'_>| -> anyhow::Result<Vec<Ran>> {
         (0..RUNS)
             .map(|i| {
                 eprintln!("bench testbed: graph: {what}, run {} of {RUNS} …", i + 1);
@@ -191,10 +224,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         client_runs.push(via_client(c)?);
     }
     let worst = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
-    let actual = |runs: &[(f64, f64)]| runs.iter().map(|r| r.0).collect::<Vec<f64>>();
+    let actual = |runs: &[Ran]| runs.iter().map(|r| r.makespan_s).collect::<Vec<f64>>();
+    let predicted = |runs: &[Ran]| runs.iter().map(|r| r.predicted_s).collect::<Vec<f64>>();
     let predicted_err: Vec<f64> = default_runs
         .iter()
-        .map(|(a, p)| ((p - a) / a).abs())
+        .map(|r| ((r.predicted_s - r.makespan_s) / r.makespan_s).abs())
         .collect();
     let worst_default = worst(&actual(&default_runs));
     let best_via_client = client_runs.iter().cloned().fold(f64::INFINITY, f64::min);
@@ -207,9 +241,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         "calls": calls_total(),
         "edge_bytes": N * 8,
         "default_makespans_s": r3s(&actual(&default_runs)),
-        "predicted_makespans_s": r3s(&default_runs.iter().map(|r| r.1).collect::<Vec<_>>()),
+        "predicted_makespans_s": r3s(&predicted(&default_runs)),
+        "default_timelines": default_runs.iter().map(|r| &r.timeline).collect::<Vec<_>>(),
         "link_blind_makespans_s": r3s(&actual(&blind_runs)),
-        "link_blind_predicted_s": r3s(&blind_runs.iter().map(|r| r.1).collect::<Vec<_>>()),
+        "link_blind_predicted_s": r3s(&predicted(&blind_runs)),
         "bound_s": r3(oracle.makespan_s),
         "bound": "the best of 65,536 placements (make, each branch whole, each join on any server), list-scheduled with the true speeds, the shaped link rates and the measured cost of a call from the client; transfers never share a link",
         "bound_servers": oracle.servers,
