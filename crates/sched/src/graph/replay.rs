@@ -227,14 +227,18 @@ pub(crate) fn replay_unchecked(
         });
         for &(p, bytes) in adj.preds(t) {
             let from = mapping.server_of[p];
-            let moves_at = sent.unwrap_or(finish[p] + comm.dispatch_s());
-            let arrives = if from == s {
-                moves_at
-            } else {
-                let (latency_s, busy_s) = comm.link_parts(from, s, bytes);
-                match sites.and_then(|x| x.path(from, s)) {
-                    Some(path) => book(&mut spells[path], moves_at, busy_s) + busy_s + latency_s,
-                    None => moves_at + latency_s + busy_s,
+            let arrives = match (sites.and_then(|x| x.path(from, s)), sent) {
+                (Some(path), _) => {
+                    let (latency_s, busy_s) = comm.link_parts(from, s, bytes);
+                    let moves_at = sent.unwrap_or(finish[p] + comm.dispatch_s());
+                    book(&mut spells[path], moves_at, busy_s) + busy_s + latency_s
+                }
+                // Summed in this order, the textbook replay is the simulator's to the bit.
+                (None, None) => finish[p] + comm.transfer_s(from, s, bytes),
+                (None, Some(at)) if from == s => at,
+                (None, Some(at)) => {
+                    let (latency_s, busy_s) = comm.link_parts(from, s, bytes);
+                    at + latency_s + busy_s
                 }
             };
             start = start.max(arrives);
