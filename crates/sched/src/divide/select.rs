@@ -147,10 +147,10 @@ pub fn plan_slab(
 /// (Clark), later than the slowest mean when parts finish close together, as a balanced plan's
 /// do. What is drawn once per step is each crossing between neighbours, not each part: the two
 /// parts at a crossing pull each other's rows at once over one path and wait for the same
-/// spell on it, so a chain of k parts has k − 1 draws (as 2(k − 1) independent ones, a plan
-/// over two sites said 4–7% more than the steps took). The model's own spread (the same
-/// every step: a model off for one server is off for the whole run) is not redrawn per step;
-/// it joins the result's spread. Without neighbours, the slowest part as predicted.
+/// spell on it, so a chain of k parts has k − 1 draws, not 2(k − 1) independent ones. The
+/// model's own spread (the same every step: a model off for one server is off for the whole
+/// run) is not redrawn per step; it joins the result's spread. Without neighbours, the slowest
+/// part as predicted.
 fn makespan(
     parts: &[PlannedPart],
     set: &[&Worker<'_>],
