@@ -197,6 +197,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
             "steps": STEPS,
             "step_s": r4(measured),
             "predicted_s": r4(chosen.plan.makespan_s),
+            // The step's spread as planned: the latest crossing's, with the models'.
+            "predicted_sd_s": r4(chosen.plan.makespan_sd_s),
             "step_mean_s": r4(mean),
             // The plan's step is an expected value: judged against the steps' mean. The
             // median (robust to a step that waited for a core) is what cuts are compared by.
