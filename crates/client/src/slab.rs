@@ -49,13 +49,23 @@ pub struct SlabRun {
 }
 
 impl SlabRun {
+    /// The makespans of the steps that exchanged rows (all but the first); the first step's
+    /// alone when it is the only one.
+    fn exchanging_steps(&self) -> Vec<f64> {
+        match self.steps.split_first() {
+            Some((first, [])) => vec![first.makespan_s],
+            Some((_, later)) => later.iter().map(|s| s.makespan_s).collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// The steps that exchanged rows (all but the first), their mean makespan: what the plan's
     /// expected step (`DivideReply::makespan_s`, its latest part's expected end) predicts, as
     /// the job's time is the sum of its steps, slow ones included.
     pub fn exchanging_mean_s(&self) -> f64 {
-        let later: Vec<f64> = self.steps.iter().skip(1).map(|s| s.makespan_s).collect();
+        let later = self.exchanging_steps();
         if later.is_empty() {
-            return self.steps.first().map_or(0.0, |s| s.makespan_s);
+            return 0.0;
         }
         later.iter().sum::<f64>() / later.len() as f64
     }
@@ -63,9 +73,9 @@ impl SlabRun {
     /// The steps that exchanged rows (all but the first), their median makespan: a step that
     /// waited for a core on a shared host says nothing of the cut.
     pub fn exchanging_makespan_s(&self) -> f64 {
-        let mut later: Vec<f64> = self.steps.iter().skip(1).map(|s| s.makespan_s).collect();
+        let mut later = self.exchanging_steps();
         if later.is_empty() {
-            return self.steps.first().map_or(0.0, |s| s.makespan_s);
+            return 0.0;
         }
         later.sort_by(f64::total_cmp);
         let mid = later.len() / 2;
