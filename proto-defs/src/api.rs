@@ -73,6 +73,10 @@ pub trait ServerApi {
     /// Cancels a queued or running call of the asking client; false if the server does not
     /// know it (or it is someone else's).
     async fn cancel(call: CallId) -> bool;
+    /// Takes back a call of the asking client that has not started (waiting for a slot or
+    /// pulling its inputs), to send it to another server: true if it will not run here (its
+    /// `execute` then ends as cancelled), false if it has started or is unknown here.
+    async fn withdraw(call: CallId) -> bool;
     /// Liveness and load.
     async fn ping() -> Pong;
     /// A value this server keeps for the asking client (clients fetch only their own).

@@ -304,8 +304,9 @@ pub(crate) struct Done<'a> {
     pub(crate) count: usize,
     /// The server that answered (none for a failed call).
     pub(crate) server: Option<&'a str>,
-    /// When the call was submitted.
-    pub(crate) sent: Instant,
+    /// When the server that answered was sent it (its last attempt: a call taken back from
+    /// one server and sent to another reached the second later than it was submitted).
+    pub(crate) reached: Option<Instant>,
 }
 
 impl Batch {
@@ -355,7 +356,7 @@ pub(crate) fn run_batch_with(
     mut on_done: impl FnMut(&Done<'_>) -> anyhow::Result<()>,
 ) -> anyhow::Result<Batch> {
     let started = Instant::now();
-    let mut sessions: HashMap<SessionId, (usize, Instant)> = HashMap::new();
+    let mut sessions: HashMap<SessionId, usize> = HashMap::new();
     let (mut sent, mut done) = (0usize, 0usize);
     let mut b = Batch {
         lost: 0,
@@ -367,13 +368,11 @@ pub(crate) fn run_batch_with(
         rank_us: Vec::with_capacity(calls),
     };
     let mut failures: Vec<String> = Vec::new();
-    let submit =
-        |i: usize, sessions: &mut HashMap<SessionId, (usize, Instant)>| -> anyhow::Result<()> {
-            let at = Instant::now();
-            let id = client.call_async(&mix.handles[Mix::kind(i)], mix.inputs(i))?;
-            sessions.insert(id, (i, at));
-            Ok(())
-        };
+    let submit = |i: usize, sessions: &mut HashMap<SessionId, usize>| -> anyhow::Result<()> {
+        let id = client.call_async(&mix.handles[Mix::kind(i)], mix.inputs(i))?;
+        sessions.insert(id, i);
+        Ok(())
+    };
     while sent < window.min(calls) {
         submit(sent, &mut sessions)?;
         sent += 1;
@@ -398,10 +397,14 @@ pub(crate) fn run_batch_with(
             }
         };
         last_completion = Instant::now();
-        let (i, sent_at) = sessions.remove(&id).unwrap_or((usize::MAX, Instant::now()));
+        let i = sessions.remove(&id).unwrap_or(usize::MAX);
         let r = client.wait(id);
         done += 1;
         let server = r.as_ref().ok().map(|r| r.server.clone());
+        let reached = r
+            .as_ref()
+            .ok()
+            .and_then(|r| last_completion.checked_sub(Duration::from_secs_f64(r.round_trip_s)));
         match r {
             Ok(r) => {
                 if i == usize::MAX || !mix.right(i, &r) {
@@ -423,7 +426,7 @@ pub(crate) fn run_batch_with(
         on_done(&Done {
             count: done,
             server: server.as_deref(),
-            sent: sent_at,
+            reached,
         })?;
         if done % 1000 == 0 {
             eprintln!(

@@ -5,6 +5,7 @@ use crate::config::ClientConfig;
 use crate::conn::{Conn, connection_lost};
 use crate::error::{GrpcError, transport_text};
 use crate::handle::{Binding, FunctionHandle};
+use crate::moving::Mover;
 use crate::session::{CancelFlag, CompletionGuard, Sessions};
 use gridwise_proto::clock::unix_ns;
 use gridwise_proto::{
@@ -21,7 +22,7 @@ use tarpc::client::RpcError as TransportError;
 use tokio::runtime::Handle;
 
 pub(crate) struct Inner {
-    cfg: ClientConfig,
+    pub(crate) cfg: ClientConfig,
     pub(crate) conn: Conn,
     sessions: Arc<Sessions>,
     pub(crate) rt: Handle,
@@ -66,6 +67,9 @@ pub(crate) enum Attempt {
     Done(ExecuteReply, f64),
     /// The server refused before running it: another may take it.
     NotRun(String),
+    /// Taken back before it started, for a server that answers again and that the agent now
+    /// ranks first: to be placed afresh.
+    Moved(String),
     /// The server could not be reached at all (no connection): another may take it, and the
     /// agent is told, so that it stops ranking that server first.
     Unreached(String),
@@ -79,6 +83,31 @@ pub(crate) enum Attempt {
     Silent(String),
     /// A final answer about the call: it failed, timed out, or was cancelled.
     Failed(CallError, GrpcError),
+}
+
+/// How often a call waiting on a server may be taken back and placed afresh (each time a server
+/// it was ranked to first answers again); the last placing keeps it where it goes, so a server
+/// that comes and goes cannot keep a call moving.
+const MOST_MOVES: usize = 2;
+
+/// A call to place: what each placing of it needs besides a ranking.
+struct Placing<'a> {
+    service: &'a str,
+    profile: &'a CallProfile,
+    opts: &'a RankOptions,
+    inputs: &'a [Value],
+    keep_outputs: &'a [u32],
+    /// Whether it may be taken back from where it waits (see [`MOST_MOVES`]).
+    may_move: bool,
+    /// Servers tried in placings before this one.
+    tried: u32,
+}
+
+/// How a placing ended, when it did not fail the call.
+enum Placed {
+    Ran(Box<CallResult>),
+    /// Taken back before it started: to be placed afresh; the servers tried so far.
+    Moved(u32),
 }
 
 /// Why a call failed, for the graph runner: the error, and the remote inputs found lost.
@@ -163,16 +192,17 @@ impl Inner {
     }
 
     /// Sends the call to the server at `addr` and waits for it, watching that the server keeps
-    /// answering; `cancel` stops it (on the server too).
+    /// answering; `cancel` stops it (on the server too). Should `mover` end before the call
+    /// starts there (a better server is back), the call is taken back (`Attempt::Moved`).
     /// `req` comes without inputs: `inputs` are borrowed, so that trying the next server
     /// copies none of the large ones.
     pub(crate) async fn attempt(
         &self,
         addr: &str,
         who: &str,
-        req: ExecuteRequest,
-        inputs: &[Value],
+        (req, inputs): (ExecuteRequest, &[Value]),
         cancel: Option<&CancelFlag>,
+        mover: Option<Mover>,
     ) -> Attempt {
         let mut req = req;
         let sent_at = Instant::now();
@@ -201,7 +231,9 @@ impl Inner {
             }
         };
         let keep = req.keep_outputs.clone();
-        let outcome = self.execute_on(addr, who, req, cancel, sent_at).await;
+        let outcome = self
+            .execute_on(addr, who, req, cancel, sent_at, mover)
+            .await;
         match outcome {
             // The round trip runs from the first staged byte to the last collected one.
             Attempt::Done(mut rep, _) => {
@@ -224,6 +256,7 @@ impl Inner {
         req: ExecuteRequest,
         cancel: Option<&CancelFlag>,
         sent_at: Instant,
+        mut mover: Option<Mover>,
     ) -> Attempt {
         let service = req.service.clone();
         let cancelled = || {
@@ -253,13 +286,22 @@ impl Inner {
         let mut exec = Box::pin(conn.client.execute(ctx, req));
         let never = CancelFlag::default();
         let cancel_flag = cancel.unwrap_or(&never);
-        let reply = tokio::select! {
-            biased;
-            r = &mut exec => r,
-            _ = cancel_flag.cancelled() => {
-                // Tell the server first; dropping `exec` afterwards stops waiting.
-                Box::pin(self.cancel_on_server(&conn.client, call_id, who)).await;
-                return cancelled();
+        let reply = loop {
+            tokio::select! {
+                biased;
+                r = &mut exec => break r,
+                _ = cancel_flag.cancelled() => {
+                    // Tell the server first; dropping `exec` afterwards stops waiting.
+                    Box::pin(self.cancel_on_server(&conn.client, call_id, who)).await;
+                    return cancelled();
+                }
+                Some(why) = async { Some(mover.as_mut()?.await) }, if mover.is_some() => {
+                    mover = None;
+                    if Box::pin(self.withdraw_on_server(&conn.client, call_id, who)).await {
+                        // Dropping `exec` gives the call's place there up.
+                        return Attempt::Moved(format!("{who}: taken back before it started: {why}"));
+                    }
+                }
             }
         };
         let round_trip_s = sent_at.elapsed().as_secs_f64();
@@ -331,7 +373,9 @@ impl Inner {
     /// lately last. A server that cannot be reached or refuses leads to the next; a server that
     /// dies or stops answering during the call counts as a crash (`crashes` holds those already
     /// met, e.g. on a graph's planned server), and after two the call fails rather than walk
-    /// the grid: it may be what kills them.
+    /// the grid: it may be what kills them. A call sent below a server that was passed over as
+    /// not answering is taken back if that server answers before the call starts, and ranked
+    /// afresh (the agent then spreads the calls a healed partition frees over the grid).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_call(
         self: &Arc<Self>,
@@ -347,19 +391,56 @@ impl Inner {
         if cancel.is_some_and(CancelFlag::is_cancelled) {
             return Err(cancelled().into());
         }
-        let limit = self.conn.max_frame_bytes() as u64;
-        check_inline_inputs(service, &inputs, limit)?;
+        check_inline_inputs(service, &inputs, self.conn.max_frame_bytes() as u64)?;
         let opts = RankOptions {
             load_model: self.cfg.load_model,
             model_family: None,
             pin_server: binding.server().map(str::to_string),
             policy: self.cfg.policy,
         };
-        let started = Instant::now();
-        let ranking = self
-            .rank_unless_cancelled(service, profile, opts, cancel)
-            .await?;
-        let rank_s = started.elapsed().as_secs_f64();
+        let mut tried = 0;
+        for placing in 0..=MOST_MOVES {
+            let call = Placing {
+                service,
+                profile: &profile,
+                opts: &opts,
+                inputs: &inputs,
+                keep_outputs: &keep_outputs,
+                may_move: placing < MOST_MOVES,
+                tried,
+            };
+            let started = Instant::now();
+            let ranking = self
+                .rank_unless_cancelled(service, profile.clone(), opts.clone(), cancel)
+                .await?;
+            let ranked = (ranking, started.elapsed().as_secs_f64());
+            match Box::pin(self.place(call, ranked, cancel, &mut crashes)).await? {
+                Placed::Ran(r) => return Ok(*r),
+                Placed::Moved(attempts) => tried = attempts,
+            }
+        }
+        unreachable!("the last placing moves no call")
+    }
+
+    /// One placing of a call: the candidates of one ranking tried in order (see
+    /// [`run_call`](Self::run_call)), unless the call is taken back from where it waits.
+    async fn place(
+        self: &Arc<Self>,
+        call: Placing<'_>,
+        (ranking, rank_s): (Ranking, f64),
+        cancel: Option<&CancelFlag>,
+        crashes: &mut Vec<String>,
+    ) -> Result<Placed, Failure> {
+        let Placing {
+            service,
+            inputs,
+            keep_outputs,
+            may_move,
+            tried,
+            profile,
+            opts,
+        } = call;
+        let limit = self.conn.max_frame_bytes() as u64;
         let n = ranking.candidates.len();
         if n == 0 {
             self.release_later(ranking.ticket);
@@ -380,6 +461,10 @@ impl Inner {
                 .position(|c| !self.conn.liveness.is_suspect(&c.addr))
                 .unwrap_or(0);
             let cand = untried.remove(next);
+            let mover = match may_move {
+                true => self.mover(profile.clone(), opts.clone(), &cand.addr),
+                false => None,
+            };
             let who = format!("{} ({})", cand.name, cand.addr);
             let req = ExecuteRequest {
                 call_id: CallId::new_random(),
@@ -387,22 +472,30 @@ impl Inner {
                 service: service.to_string(),
                 inputs: Vec::new(),
                 sent_at_unix_ns: 0,
-                keep_outputs: keep_outputs.clone(),
+                keep_outputs: keep_outputs.to_vec(),
                 reply_limit_bytes: limit,
                 bulk_outputs: true,
                 copy_kept_below_bytes: 0,
             };
-            match self.attempt(&cand.addr, &who, req, &inputs, cancel).await {
+            match self
+                .attempt(&cand.addr, &who, (req, inputs), cancel, mover)
+                .await
+            {
                 Attempt::Done(rep, round_trip_s) => {
-                    return Ok(CallResult {
+                    return Ok(Placed::Ran(Box::new(CallResult {
                         outputs: rep.outputs,
                         server: rep.server,
                         timing: rep.timing,
                         rank_s,
                         round_trip_s,
                         predicted: Some(cand.etc.clone()),
-                        attempts: (i + 1) as u32,
-                    });
+                        attempts: tried + (i + 1) as u32,
+                    })));
+                }
+                Attempt::Moved(why) => {
+                    tracing::debug!(server = %who, "placing it afresh: {why}");
+                    self.release_later(ranking.ticket);
+                    return Ok(Placed::Moved(tried + (i + 1) as u32));
                 }
                 Attempt::NotRun(why) => {
                     tracing::debug!(server = %who, "not run there, trying the next server: {why}");

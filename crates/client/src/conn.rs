@@ -529,8 +529,11 @@ impl Conn {
             c.touch();
             return Ok(c.clone());
         }
+        // Remembered only while the server is held unresponsive: once it answers a liveness
+        // ping (a partition healed, a server restarted), it is dialled again at once.
         if let Some((at, e)) = &connecting.last_failure
             && at.elapsed() < CONNECT_FAILURE_MEMORY
+            && self.liveness.is_suspect(addr)
         {
             return Err(e.clone());
         }

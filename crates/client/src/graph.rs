@@ -928,7 +928,7 @@ impl Job {
                 copy_kept_below_bytes: spec.copy_below,
             };
             match inner
-                .attempt(&spec.server.addr, &who, req, &inputs, None)
+                .attempt(&spec.server.addr, &who, (req, &inputs), None, None)
                 .await
             {
                 Attempt::Done(rep, _) => {
@@ -944,7 +944,7 @@ impl Job {
                     return Outcome::Lost(e.lost);
                 }
                 Attempt::Failed(_, g) => return Outcome::Failed(g),
-                Attempt::NotRun(why) => {
+                Attempt::NotRun(why) | Attempt::Moved(why) => {
                     tracing::debug!(call = %spec.name, "planned server did not take it, ranking afresh: {why}");
                 }
                 Attempt::Unreached(why) => {

@@ -47,6 +47,7 @@ pub mod graph;
 pub mod grpc;
 pub mod handle;
 mod liveness;
+mod moving;
 pub mod session;
 pub mod slab;
 

@@ -96,6 +96,9 @@ impl Liveness {
 
     /// The servers that did not answer lately, by address.
     pub(crate) fn unresponsive(&self) -> Vec<String> {
+        if self.unresponsive_count.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
         let mut v: Vec<String> = lock(&self.servers)
             .iter()
             .filter(|(_, w)| *w.unresponsive.borrow())
@@ -164,6 +167,35 @@ impl Liveness {
         self.ensure_pinging(addr, &watched);
         async move {
             let _ = answers.wait_for(|silent| !*silent).await;
+        }
+    }
+
+    /// Ends, with its address, once any of `addrs` answers (at once if one already does). A
+    /// server held unresponsive is pinged until it answers, so this is how a call waiting
+    /// elsewhere learns that a server it was ranked to first is back.
+    pub(crate) fn any_answers_again(
+        &self,
+        addrs: &[String],
+    ) -> impl std::future::Future<Output = String> + Send + 'static {
+        let waits: Vec<_> = addrs
+            .iter()
+            .map(|a| {
+                let mut answers = self.watched(a).unresponsive.subscribe();
+                let a = a.clone();
+                Box::pin(async move {
+                    if answers.wait_for(|silent| !*silent).await.is_err() {
+                        // Its entry is never removed; should it be, it never answers here.
+                        std::future::pending::<()>().await;
+                    }
+                    a
+                })
+            })
+            .collect();
+        async move {
+            if waits.is_empty() {
+                return std::future::pending().await;
+            }
+            futures::future::select_all(waits).await.0
         }
     }
 

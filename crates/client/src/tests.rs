@@ -75,11 +75,10 @@ async fn when_every_server_fails_each_is_named_and_the_ticket_released() {
     assert_eq!(told[0].0, grid.agent.released.lock().unwrap()[0]);
 }
 
-/// A server the client could not reach comes up again (its partition healed): the client,
-/// pinging it meanwhile, tells the agent, which ends the suspicion its report set.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_reported_unreachable_is_reported_reachable_once_it_answers() {
-    let mut grid = Grid::start(&["dead1", "s2"]).await;
+/// `dead1` (ranked first, not listening) and `s2`; a client that pings every 100 ms, whose
+/// first call found `dead1` unreachable and ran on `s2`.
+async fn with_dead1_passed_over() -> (Grid, GridClient) {
+    let grid = Grid::start(&["dead1", "s2"]).await;
     let c = GridClient::connect(crate::ClientConfig {
         liveness_interval_ms: 100,
         ..grid.config()
@@ -88,6 +87,14 @@ async fn a_server_reported_unreachable_is_reported_reachable_once_it_answers() {
     .unwrap();
     let add = c.function_handle_default("add").await.unwrap();
     assert_eq!(c.call(&add, ints(1, 2)).await.unwrap().server, "s2");
+    (grid, c)
+}
+
+/// A server the client could not reach comes up again (its partition healed): the client,
+/// pinging it meanwhile, tells the agent, which ends the suspicion its report set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reported_unreachable_is_reported_reachable_once_it_answers() {
+    let (mut grid, c) = with_dead1_passed_over().await;
     wait_until(|| !grid.agent.unreachable.lock().unwrap().is_empty()).await;
     let dead = grid.agent.unreachable.lock().unwrap()[0].1;
     assert!(c.unresponsive_servers().contains(&grid.addr_of("dead1")));
@@ -96,6 +103,43 @@ async fn a_server_reported_unreachable_is_reported_reachable_once_it_answers() {
     grid.revive("dead1").await;
     wait_until(|| grid.agent.reachable.lock().unwrap().as_slice() == [dead]).await;
     assert!(c.unresponsive_servers().is_empty());
+}
+
+/// A call queued on a lower-ranked server, because the first was not answering, moves to the
+/// first once it answers again, if it has not started: the queued one is taken back (never run
+/// there) and the call runs once, where the agent ranked it first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_call_moves_to_a_server_ranked_above_that_answers_again() {
+    let (mut grid, c) = with_dead1_passed_over().await;
+    assert!(c.unresponsive_servers().contains(&grid.addr_of("dead1")));
+    // The test server treats a `sleep` as waiting for a slot: it can be taken back.
+    let sleep = c.function_handle_default("sleep").await.unwrap();
+    let id = c.call_async(&sleep, ints(3_000, 0)).unwrap();
+    wait_until(|| grid.server("s2").executes.load(Ordering::SeqCst) == 1).await;
+    let started = Instant::now();
+    let revived = grid.revive("dead1").await;
+    let r = c.wait(id).await.unwrap();
+    assert_eq!(r.server, "dead1");
+    assert_eq!(r.attempts, 2);
+    assert_eq!(grid.server("s2").withdrawals.lock().unwrap().len(), 1);
+    assert_eq!(revived.executes.load(Ordering::SeqCst), 1);
+    // It slept its 3 s once, on the revived server, not first on s2.
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A call sent where the agent ranked it first is never taken back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_its_first_ranked_server_stays_there() {
+    let grid = Grid::start(&["s1", "s2"]).await;
+    let c = client(&grid).await;
+    let sleep = c.function_handle_default("sleep").await.unwrap();
+    let r = c.call(&sleep, ints(200, 0)).await.unwrap();
+    assert_eq!((r.server.as_str(), r.attempts), ("s1", 1));
+    assert!(grid.server("s1").withdrawals.lock().unwrap().is_empty());
 }
 
 async fn wait_until(mut cond: impl FnMut() -> bool) {

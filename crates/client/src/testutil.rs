@@ -276,6 +276,8 @@ pub struct ServerStateT {
     pub executes: AtomicU64,
     /// cancel requests seen (with whether the call was running).
     pub cancels: Mutex<Vec<(CallId, bool)>>,
+    /// Calls taken back by their client (a `sleep` counts as waiting, not started).
+    pub withdrawals: Mutex<Vec<CallId>>,
     running: Mutex<HashMap<CallId, Arc<Notify>>>,
 }
 
@@ -367,6 +369,17 @@ impl ServerApi for TestServer {
         self.0.cancels.lock().unwrap().push((call, stop.is_some()));
         match stop {
             Some(s) => {
+                s.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+    async fn withdraw(self, _: Context, call: CallId) -> bool {
+        let stop = self.0.running.lock().unwrap().remove(&call);
+        match stop {
+            Some(s) => {
+                self.0.withdrawals.lock().unwrap().push(call);
                 s.notify_one();
                 true
             }

@@ -33,6 +33,9 @@ impl ServerApi for Front {
     async fn cancel(self, _: Context, _: CallId) -> bool {
         false
     }
+    async fn withdraw(self, _: Context, _: CallId) -> bool {
+        false
+    }
     async fn ping(self, _: Context) -> Pong {
         Pong {
             name: self.0.name,

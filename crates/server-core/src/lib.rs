@@ -5,7 +5,9 @@
 pub mod admission;
 pub mod heartbeat;
 pub mod slots;
+pub mod start_gate;
 
 pub use admission::{Admission, CallSizes, UNCHARGED_BELOW};
 pub use heartbeat::HostNow;
 pub use slots::{Place, SlotQueue};
+pub use start_gate::StartGate;

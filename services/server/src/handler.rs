@@ -23,6 +23,7 @@ use gridwise_proto::{
     Timing, Value,
 };
 use gridwise_runtime::wire::{Charge, MemoryBudget, Peer, Role};
+use gridwise_server_core::StartGate;
 use gridwise_server_core::admission::{self, Admission, CallSizes};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,7 +50,7 @@ struct Inner {
     /// Calls hold a slot while their kernel runs and queue for one from their arrival.
     slots: Slots,
     /// Calls here now, with the client that sent each.
-    calls: Mutex<HashMap<CallId, (CancelFlag, Arc<Peer>)>>,
+    calls: Mutex<HashMap<CallId, Serving>>,
     /// Kernels run to their end, however they ended (shared with the slot threads).
     executed: Arc<AtomicU64>,
     limits: CallLimits,
@@ -264,7 +265,7 @@ impl ServerHandler {
             .clone()
     }
 
-    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<CallId, (CancelFlag, Arc<Peer>)>> {
+    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<CallId, Serving>> {
         self.inner.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -505,6 +506,7 @@ impl ServerHandler {
         let Turn {
             arrived,
             cancel,
+            gate,
             footprint,
             waiting,
             ticket,
@@ -518,7 +520,8 @@ impl ServerHandler {
         let work = move || {
             let queue_wait_s = arrived.elapsed().as_secs_f64();
             let started = Instant::now();
-            if cancel.is_cancelled() {
+            // A withdrawn call was sent elsewhere: it must not run here too.
+            if !gate.start() || cancel.is_cancelled() {
                 return Attempt {
                     result: Err(KernelError::Cancelled),
                     queue_wait_s,
@@ -639,6 +642,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 struct Turn {
     arrived: Instant,
     cancel: CancelFlag,
+    gate: Arc<StartGate>,
     /// Memory the call takes while it runs (see [`admission::charged`]).
     footprint: u64,
     waiting: WaitingBytes,
@@ -688,6 +692,13 @@ impl Drop for WaitingBytes {
     }
 }
 
+/// A call being served: how to stop it, whose it is, and whether it may still be withdrawn.
+struct Serving {
+    cancel: CancelFlag,
+    owner: Arc<Peer>,
+    gate: Arc<StartGate>,
+}
+
 /// Removes a call from the cancel table and stops its kernel if it is still going.
 struct CallGuard {
     handler: ServerHandler,
@@ -735,7 +746,7 @@ impl ServerHandler {
         &self,
         mut req: ExecuteRequest,
         keep: &[u32],
-        cancel: CancelFlag,
+        (cancel, gate): (CancelFlag, Arc<StartGate>),
         arrived: Instant,
         facts: &mut CallFacts,
     ) -> Result<Served, CallError> {
@@ -778,6 +789,7 @@ impl ServerHandler {
         let turn = Turn {
             arrived,
             cancel,
+            gate,
             footprint,
             waiting,
             ticket,
@@ -908,10 +920,15 @@ impl ServerApi for ServerHandler {
                 ok: false,
             }),
         };
-        self.calls()
-            .insert(req.call_id, (cancel.clone(), self.peer.clone()));
+        let gate = Arc::new(StartGate::new());
+        let serving = Serving {
+            cancel: cancel.clone(),
+            owner: self.peer.clone(),
+            gate: gate.clone(),
+        };
+        self.calls().insert(req.call_id, serving);
         let result = self
-            .serve_call(req, &keep, cancel, arrived, &mut facts)
+            .serve_call(req, &keep, (cancel, gate), arrived, &mut facts)
             .await;
         // The agent needs every outcome (it clears the assignment either way); the guard's
         // report is for a call that never gets this far.
@@ -927,9 +944,25 @@ impl ServerApi for ServerHandler {
 
     async fn cancel(self, _: Context, call: CallId) -> bool {
         match self.calls().get(&call) {
-            Some((flag, owner)) if owner.principal == self.peer.principal => {
-                flag.cancel();
+            Some(c) if c.owner.principal == self.peer.principal => {
+                c.cancel.cancel();
                 tracing::info!(%call, "call cancelled by the client");
+                true
+            }
+            _ => false,
+        }
+    }
+
+    async fn withdraw(self, _: Context, call: CallId) -> bool {
+        match self.calls().get(&call) {
+            Some(c) if c.owner.principal == self.peer.principal => {
+                if !c.gate.withdraw() {
+                    return false;
+                }
+                // If its turn comes, its work ends without running; the client stops waiting
+                // for its `execute`, and the dropped request gives its place up.
+                c.cancel.cancel();
+                tracing::info!(%call, "call withdrawn by the client before it started");
                 true
             }
             _ => false,
@@ -988,9 +1021,11 @@ mod tests {
     use gridwise_proto::ServiceDesc;
     use gridwise_runtime::wire::DialConfig;
 
-    /// `add`'s interface, run on a slot's thread (not instant), panicking on a negative x;
-    /// records the x of every run.
+    /// `add`'s interface, run on a slot's thread (not instant), panicking on a negative x and
+    /// holding its slot for `x - HOLD` ms from `HOLD` up; records the x of every run.
     struct PanicsBelowZero(AddKernel, Arc<Mutex<Vec<i64>>>);
+
+    const HOLD: i64 = 1_000_000;
 
     impl Kernel for PanicsBelowZero {
         fn desc(&self) -> &ServiceDesc {
@@ -1002,6 +1037,10 @@ mod tests {
             self.1.lock().unwrap().push(x);
             if x < 0 {
                 panic!("x was negative");
+            }
+            if x >= HOLD {
+                ctx.cancel
+                    .wait_timeout(Duration::from_millis((x - HOLD) as u64));
             }
             self.0.run(inputs, ctx)
         }
@@ -1106,6 +1145,49 @@ mod tests {
             assert_eq!(r.unwrap().outputs, [Value::Int(x as i64 + 1)]);
         }
         assert_eq!(*runs.lock().unwrap(), (0..20).collect::<Vec<i64>>());
+        slots_come_back(&server).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiting_call_withdrawn_never_runs_and_a_started_one_stays() {
+        let (server, _reports, runs) = one_slot_server();
+        let (long, waiting) = (add(HOLD + 300), add(7));
+        let (long_id, waiting_id) = (long.call_id, waiting.call_id);
+        let first = tokio::spawn(server.clone().execute(Context::current(), long));
+        while runs.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let second = tokio::spawn(server.clone().execute(Context::current(), waiting));
+        while !server.calls().contains_key(&waiting_id) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert!(!server.clone().withdraw(Context::current(), long_id).await);
+        assert!(
+            server
+                .clone()
+                .withdraw(Context::current(), waiting_id)
+                .await
+        );
+        // Asked again, or for a call it does not know, the server's answer stands.
+        assert!(
+            server
+                .clone()
+                .withdraw(Context::current(), waiting_id)
+                .await
+        );
+        assert!(
+            !server
+                .clone()
+                .withdraw(Context::current(), CallId::new_random())
+                .await
+        );
+        let e = second.await.unwrap().unwrap_err();
+        assert_eq!(e.kind, CallErrorKind::Cancelled, "{}", e.message);
+        assert_eq!(
+            first.await.unwrap().unwrap().outputs,
+            [Value::Int(HOLD + 301)]
+        );
+        assert_eq!(*runs.lock().unwrap(), [HOLD + 300]);
         slots_come_back(&server).await;
     }
 }

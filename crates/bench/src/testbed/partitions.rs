@@ -103,19 +103,20 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         let mut watcher = None;
         let mut cut_at: Option<Instant> = None;
         let bed = ctx.bed.clone();
-        // A cut server is used again when a call sent after the heal is answered by it; it
-        // was used from the moment that call was sent.
+        // A cut server is used again when a call it answered was sent to it after the heal;
+        // it was used from the moment that call reached it (submitted after the heal, or
+        // taken back from a server where it waited and sent there).
         let note_use = |d: &Done<'_>, cut_at: Option<Instant>| {
-            let (Some(at), Some(server)) = (cut_at, d.server) else {
+            let (Some(at), Some(server), Some(reached)) = (cut_at, d.server, d.reached) else {
                 return;
             };
             let Some(k) = sc.servers.iter().position(|s| *s == server) else {
                 return;
             };
-            if d.sent >= at + CUT {
+            if reached >= at + CUT {
                 // Used when the call was sent there, not when it came back: a `sleep 1` of
                 // the mix sent at once after the heal came back a second later.
-                let t = d.sent.duration_since(at).as_secs_f64();
+                let t = reached.duration_since(at).as_secs_f64();
                 let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
                 s.used[k] = Some(s.used[k].map_or(t, |u: f64| u.min(t)));
             }
