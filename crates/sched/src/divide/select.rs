@@ -96,7 +96,6 @@ pub fn plan_slab(
                 set: laid_out,
                 units,
                 slack,
-                crossings,
             } = match balanced(n, workers, &order[..k], exchange, policy) {
                 Ok(x) => x,
                 Err(e) => {
@@ -120,7 +119,7 @@ pub fn plan_slab(
                     }
                 })
                 .collect();
-            let slowest = makespan(&parts, &set, &crossings, used > 1);
+            let slowest = makespan(&parts, &set, used > 1);
             let better = match &best {
                 None => true,
                 Some(b) => {
@@ -143,20 +142,16 @@ pub fn plan_slab(
 }
 
 /// When the slowest of `parts` (laid out on `set`) ends. A step of a slab job waits for its
-/// latest part, and each exchange varies from step to step: the mean is the expected maximum
-/// (Clark), later than the slowest mean when parts finish close together, as a balanced plan's
-/// do. What is drawn once per step is each crossing between neighbours, not each part: the two
-/// parts at a crossing pull each other's rows at once over one path and wait for the same
-/// spell on it, so a chain of k parts has k − 1 draws, not 2(k − 1) independent ones. The
-/// model's own spread (the same every step: a model off for one server is off for the whole
-/// run) is not redrawn per step; it joins the result's spread. Without neighbours, the slowest
-/// part as predicted.
-fn makespan(
-    parts: &[PlannedPart],
-    set: &[&Worker<'_>],
-    crossings: &[Stoch],
-    neighbours: bool,
-) -> (f64, f64) {
+/// latest part, and each part's exchange varies from step to step: the mean is the expected
+/// maximum (Clark), later than the slowest mean when parts finish close together, as a
+/// balanced plan's do. Each part's pull is a draw of its own, the two at a crossing too: they
+/// run at once in opposite directions, and on the test bed they were never slow together (a
+/// trace of 28 crossing steps at 800 rows: one of the two 23–30 ms slow in 5, the other then
+/// at or below its usual 0.094 s), so one draw per crossing understated the step by 3–7%.
+/// The model's own spread (the same every step: a model off for one server is off for the
+/// whole run) is not redrawn per step; it joins the result's spread. Without neighbours, the
+/// slowest part as predicted.
+fn makespan(parts: &[PlannedPart], set: &[&Worker<'_>], neighbours: bool) -> (f64, f64) {
     let slowest = parts
         .iter()
         .map(|p| p.time)
@@ -170,17 +165,7 @@ fn makespan(
             .find(|w| w.id == p.id)
             .map_or(0.0, |w| w.comm_sd_s)
     };
-    let step =
-        if crossings.len() + 1 == parts.len() {
-            // A part's compute, then the later of its crossings: the step ends with the latest
-            // crossing after the slower of its two parts' compute.
-            let compute = |p: &PlannedPart| p.time.0 - p.comm_s;
-            latest(parts.windows(2).zip(crossings).map(|(pair, c)| {
-                Stoch::new(compute(&pair[0]).max(compute(&pair[1])) + c.mean, c.sd)
-            }))
-        } else {
-            latest(parts.iter().map(|p| Stoch::new(p.time.0, jitter(p))))
-        };
+    let step = latest(parts.iter().map(|p| Stoch::new(p.time.0, jitter(p))));
     // The slowest part's own spread without its jitter.
     let model_sd = parts
         .iter()
@@ -197,9 +182,6 @@ struct Laid<'a> {
     set: Vec<Worker<'a>>,
     units: Vec<u64>,
     slack: Option<f64>,
-    /// For a slab, per pair of neighbours in `set`, one step's exchange between them: the
-    /// dearer of their two pulls, which run at once.
-    crossings: Vec<Stoch>,
 }
 
 /// The workers `subset` (indices into `workers`) laid out and balanced: with `exchange`, as a
@@ -216,12 +198,7 @@ fn balanced<'a>(
     let Some(ex) = exchange else {
         let set: Vec<Worker<'a>> = subset.iter().map(|&j| workers[j]).collect();
         let (units, slack) = balance(n, &set.iter().collect::<Vec<_>>(), policy)?;
-        return Ok(Laid {
-            set,
-            units,
-            slack,
-            crossings: Vec::new(),
-        });
+        return Ok(Laid { set, units, slack });
     };
     let mut subset = subset.to_vec();
     loop {
@@ -244,19 +221,7 @@ fn balanced<'a>(
             .collect();
         let (units, slack) = balance(n, &set.iter().collect::<Vec<_>>(), policy)?;
         if units.iter().all(|&u| u > 0) || units.iter().all(|&u| u == 0) {
-            let crossings = chain
-                .windows(2)
-                .map(|w| {
-                    let (there, back) = (ex(w[0], w[1]), ex(w[1], w[0]));
-                    if there.mean >= back.mean { there } else { back }
-                })
-                .collect();
-            return Ok(Laid {
-                set,
-                units,
-                slack,
-                crossings,
-            });
+            return Ok(Laid { set, units, slack });
         }
         subset = chain
             .iter()
