@@ -5,7 +5,7 @@ use crate::config::ClientConfig;
 use crate::conn::{Conn, connection_lost};
 use crate::error::{GrpcError, transport_text};
 use crate::handle::{Binding, FunctionHandle};
-use crate::moving::Mover;
+use crate::moving::MayMove;
 use crate::session::{CancelFlag, CompletionGuard, Sessions};
 use gridwise_proto::clock::unix_ns;
 use gridwise_proto::{
@@ -192,17 +192,18 @@ impl Inner {
     }
 
     /// Sends the call to the server at `addr` and waits for it, watching that the server keeps
-    /// answering; `cancel` stops it (on the server too). Should `mover` end before the call
-    /// starts there (a better server is back), the call is taken back (`Attempt::Moved`).
+    /// answering; `cancel` stops it (on the server too). With `may_move`, should a server
+    /// this client had lost answer again and the agent now rank it first while the call waits
+    /// there, the call is taken back (`Attempt::Moved`).
     /// `req` comes without inputs: `inputs` are borrowed, so that trying the next server
     /// copies none of the large ones.
     pub(crate) async fn attempt(
-        &self,
+        self: &Arc<Self>,
         addr: &str,
         who: &str,
         (req, inputs): (ExecuteRequest, &[Value]),
         cancel: Option<&CancelFlag>,
-        mover: Option<Mover>,
+        may_move: Option<MayMove<'_>>,
     ) -> Attempt {
         let mut req = req;
         let sent_at = Instant::now();
@@ -232,7 +233,7 @@ impl Inner {
         };
         let keep = req.keep_outputs.clone();
         let outcome = self
-            .execute_on(addr, who, req, cancel, sent_at, mover)
+            .execute_on(addr, who, req, cancel, sent_at, may_move)
             .await;
         match outcome {
             // The round trip runs from the first staged byte to the last collected one.
@@ -250,13 +251,13 @@ impl Inner {
     }
 
     async fn execute_on(
-        &self,
+        self: &Arc<Self>,
         addr: &str,
         who: &str,
         req: ExecuteRequest,
         cancel: Option<&CancelFlag>,
         sent_at: Instant,
-        mut mover: Option<Mover>,
+        may_move: Option<MayMove<'_>>,
     ) -> Attempt {
         let service = req.service.clone();
         let cancelled = || {
@@ -286,6 +287,10 @@ impl Inner {
         let mut exec = Box::pin(conn.client.execute(ctx, req));
         let never = CancelFlag::default();
         let cancel_flag = cancel.unwrap_or(&never);
+        // Servers coming back are watched for on a small channel; the looks at the agent's
+        // ranking (a larger future) start only once one does.
+        let mut returns = may_move.as_ref().map(|_| self.conn.liveness.returns());
+        let mut looks = None;
         let reply = loop {
             tokio::select! {
                 biased;
@@ -295,8 +300,14 @@ impl Inner {
                     Box::pin(self.cancel_on_server(&conn.client, call_id, who)).await;
                     return cancelled();
                 }
-                Some(why) = async { Some(mover.as_mut()?.await) }, if mover.is_some() => {
-                    mover = None;
+                back = async { returns.as_mut()?.changed().await.ok() }, if returns.is_some() && looks.is_none() => {
+                    match (back, &may_move) {
+                        (Some(()), Some(m)) => looks = Some(Box::pin(self.better_than(addr, m, sent_at))),
+                        _ => returns = None,
+                    }
+                }
+                Some(why) = async { Some(looks.as_mut()?.await) }, if looks.is_some() => {
+                    (looks, returns) = (None, None);
                     if Box::pin(self.withdraw_on_server(&conn.client, call_id, who)).await {
                         // Dropping `exec` gives the call's place there up.
                         return Attempt::Moved(format!("{who}: taken back before it started: {why}"));
@@ -461,10 +472,7 @@ impl Inner {
                 .position(|c| !self.conn.liveness.is_suspect(&c.addr))
                 .unwrap_or(0);
             let cand = untried.remove(next);
-            let mover = match may_move {
-                true => self.mover(profile.clone(), opts.clone(), &cand.addr),
-                false => None,
-            };
+            let mover = may_move.then_some(MayMove { profile, opts });
             let who = format!("{} ({})", cand.name, cand.addr);
             let req = ExecuteRequest {
                 call_id: CallId::new_random(),

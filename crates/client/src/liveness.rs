@@ -34,6 +34,8 @@ pub(crate) struct Liveness {
     servers: Mutex<HashMap<String, Arc<Watched>>>,
     /// How many servers are unresponsive now: zero on the hot path, where nothing is looked up.
     unresponsive_count: Arc<AtomicUsize>,
+    /// Told the address of each server that answers again after it was unresponsive.
+    returned: watch::Sender<String>,
 }
 
 struct Watched {
@@ -43,6 +45,8 @@ struct Watched {
     unresponsive: watch::Sender<bool>,
     /// Whether a pinger runs for it.
     pinging: AtomicBool,
+    /// When it last answered again after being unresponsive.
+    back_at: Mutex<Option<Instant>>,
 }
 
 /// One call's watch on its server; the server is pinged while any watch on it lives.
@@ -76,6 +80,7 @@ impl Liveness {
             on_unresponsive,
             servers: Mutex::new(HashMap::new()),
             unresponsive_count: Arc::new(AtomicUsize::new(0)),
+            returned: watch::channel(String::new()).0,
         }
     }
 
@@ -116,6 +121,7 @@ impl Liveness {
                     calls: AtomicUsize::new(0),
                     unresponsive: watch::channel(false).0,
                     pinging: AtomicBool::new(false),
+                    back_at: Mutex::new(None),
                 })
             })
             .clone()
@@ -170,33 +176,18 @@ impl Liveness {
         }
     }
 
-    /// Ends, with its address, once any of `addrs` answers (at once if one already does). A
-    /// server held unresponsive is pinged until it answers, so this is how a call waiting
-    /// elsewhere learns that a server it was ranked to first is back.
-    pub(crate) fn any_answers_again(
-        &self,
-        addrs: &[String],
-    ) -> impl std::future::Future<Output = String> + Send + 'static {
-        let waits: Vec<_> = addrs
-            .iter()
-            .map(|a| {
-                let mut answers = self.watched(a).unresponsive.subscribe();
-                let a = a.clone();
-                Box::pin(async move {
-                    if answers.wait_for(|silent| !*silent).await.is_err() {
-                        // Its entry is never removed; should it be, it never answers here.
-                        std::future::pending::<()>().await;
-                    }
-                    a
-                })
-            })
-            .collect();
-        async move {
-            if waits.is_empty() {
-                return std::future::pending().await;
-            }
-            futures::future::select_all(waits).await.0
-        }
+    /// Changes each time a server this client held unresponsive answers again (to its
+    /// address); what a waiting call watches to learn that a server it could go to is back.
+    pub(crate) fn returns(&self) -> watch::Receiver<String> {
+        self.returned.subscribe()
+    }
+
+    /// Whether the server at `addr` answered again, after being unresponsive, since `since`.
+    pub(crate) fn answered_again_since(&self, addr: &str, since: Instant) -> bool {
+        let Some(w) = lock(&self.servers).get(addr).cloned() else {
+            return false;
+        };
+        lock(&w.back_at).is_some_and(|at| at >= since)
     }
 
     /// Pings `addr` while it has calls in flight or is suspect. The first ping waits an
@@ -219,6 +210,8 @@ impl Liveness {
                 last_ok = Instant::now();
                 if self.set_unresponsive(&w, false) {
                     tracing::info!(server = %addr, "answers again");
+                    *lock(&w.back_at) = Some(Instant::now());
+                    self.returned.send_replace(addr.clone());
                 }
                 tokio::time::sleep(self.interval).await;
                 continue;

@@ -1,65 +1,58 @@
-//! Taking a waiting call back. A call sent while this client held some servers unresponsive
-//! (a partition, a frozen server) went to a server below them, where it may wait behind
-//! others; when one of them answers again, the call asks the agent where it would go now,
-//! and if that is a server it can reach again, the server it waits on gives it back unrun
-//! (`withdraw`, decided by `gridwise_server_core::StartGate`) and the call is placed afresh
-//! (`Inner::run_call`). Without this the calls a healed partition frees wait for the queues
-//! they were sent to, up to a second here, before the healed servers get work.
+//! Taking a waiting call back. A call waits in a server's queue; meanwhile a server this client
+//! had lost (cut off by the network, frozen) answers again. The call then asks the agent where
+//! it would go now, a few times while the healed servers register again, and if the agent's
+//! first choice among the servers this client reaches is one that came back, the server the
+//! call waits on gives it back unrun (`withdraw`, decided by `gridwise_server_core::StartGate`)
+//! and the call is placed afresh (`Inner::run_call`). Without this the calls a healed
+//! partition frees wait in the queues they were sent to, up to a second on the test bed,
+//! before the healed servers get work.
 
 use crate::client::Inner;
 use gridwise_proto::{CallId, CallProfile, RankOptions};
 use gridwise_runtime::wire;
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Ends, with the reason, when a call waiting on a server should be taken back and placed
-/// afresh.
-pub(crate) type Mover = std::pin::Pin<Box<dyn Future<Output = String> + Send>>;
+/// What a call may be moved with: its profile and options, to ask the agent where it would go.
+pub(crate) struct MayMove<'a> {
+    pub(crate) profile: &'a CallProfile,
+    pub(crate) opts: &'a RankOptions,
+}
 
-/// How often, after a server this client held unresponsive answers again, a waiting call asks
-/// the agent where it would go now, and for how long: a healed server registers with the agent
-/// within a heartbeat or two of answering the client.
+/// How often, after a server this client had lost answers again, a waiting call asks the agent
+/// where it would go now, and for how long: a healed server registers with the agent within a
+/// heartbeat or two of answering the client, and the client's word that it reaches the server
+/// again may come to the agent just after the first look.
 const MOVE_LOOKS: u32 = 8;
 const MOVE_LOOK_EVERY: Duration = Duration::from_millis(150);
 
 impl Inner {
-    /// What moves a call about to be sent to `here`, while servers this client holds
-    /// unresponsive (cut off, frozen) are out of its reach: once one answers again, the agent
-    /// is asked where the call would go now (a ranking released at once), a few times while
-    /// the healed servers register again; the mover ends when the first server it names that
-    /// this client can reach is one of those, not `here`. None while every server answers.
-    pub(crate) fn mover(
+    /// Ends, with the reason, once the agent ranks first for the call waiting at `here` a
+    /// server that answered this client again after `since` (each ranking is released at
+    /// once); never ends if none does within the looks after a return.
+    pub(crate) async fn better_than(
         self: &Arc<Self>,
-        profile: CallProfile,
-        opts: RankOptions,
         here: &str,
-    ) -> Option<Mover> {
-        let out = self.conn.liveness.unresponsive();
-        if out.is_empty() {
-            return None;
-        }
-        let (me, here) = (self.clone(), here.to_string());
-        Some(Box::pin(async move {
-            let back = me.conn.liveness.any_answers_again(&out).await;
-            for _ in 0..MOVE_LOOKS {
-                if let Ok(r) = me.conn.rank(&profile, &opts).await {
-                    me.release_later(r.ticket);
-                    let first = r
-                        .candidates
-                        .iter()
-                        .find(|c| !me.conn.liveness.is_suspect(&c.addr));
-                    if let Some(c) = first.filter(|c| c.addr != here && out.contains(&c.addr)) {
-                        return format!(
-                            "{} ({}) answers again ({back} first) and is ranked first now",
-                            c.name, c.addr
-                        );
-                    }
+        call: &MayMove<'_>,
+        since: Instant,
+    ) -> String {
+        let live = &self.conn.liveness;
+        for _ in 0..MOVE_LOOKS {
+            if let Ok(r) = self.conn.rank(call.profile, call.opts).await {
+                self.release_later(r.ticket);
+                let first = r.candidates.iter().find(|c| !live.is_suspect(&c.addr));
+                if let Some(c) =
+                    first.filter(|c| c.addr != here && live.answered_again_since(&c.addr, since))
+                {
+                    return format!(
+                        "{} ({}) answers again and is ranked first now",
+                        c.name, c.addr
+                    );
                 }
-                tokio::time::sleep(MOVE_LOOK_EVERY).await;
             }
-            std::future::pending().await
-        }))
+            tokio::time::sleep(MOVE_LOOK_EVERY).await;
+        }
+        std::future::pending().await
     }
 
     /// Asks a server to give back a call that has not started; whether it did (a call it
