@@ -146,8 +146,8 @@ pub fn plan_slab(
 /// maximum (Clark), later than the slowest mean when parts finish close together, as a
 /// balanced plan's do. Each part's pull is a draw of its own, the two at a crossing too: they
 /// run at once in opposite directions, and on the test bed they were never slow together (a
-/// trace of 28 crossing steps at 800 rows: one of the two 23–30 ms slow in 5, the other then
-/// at or below its usual 0.094 s), so one draw per crossing understated the step by 3–7%.
+/// trace of 28 crossing steps at 800 rows: one of the two 0.116–0.126 s in 7, the other then
+/// 0.088–0.096 s), so one draw per crossing understated the step by 3–7%.
 /// The model's own spread (the same every step: a model off for one server is off for the
 /// whole run) is not redrawn per step; it joins the result's spread. Without neighbours, the
 /// slowest part as predicted.
