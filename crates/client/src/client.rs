@@ -86,8 +86,8 @@ pub(crate) enum Attempt {
 }
 
 /// How often a call waiting on a server may be taken back and placed afresh (each time a server
-/// it was ranked to first answers again); the last placing keeps it where it goes, so a server
-/// that comes and goes cannot keep a call moving.
+/// this client had lost answers again and the agent ranks it first); the last placing keeps it
+/// where it goes, so a server that comes and goes cannot keep a call moving.
 const MOST_MOVES: usize = 2;
 
 /// A call to place: what each placing of it needs besides a ranking.
@@ -384,9 +384,10 @@ impl Inner {
     /// lately last. A server that cannot be reached or refuses leads to the next; a server that
     /// dies or stops answering during the call counts as a crash (`crashes` holds those already
     /// met, e.g. on a graph's planned server), and after two the call fails rather than walk
-    /// the grid: it may be what kills them. A call sent below a server that was passed over as
-    /// not answering is taken back if that server answers before the call starts, and ranked
-    /// afresh (the agent then spreads the calls a healed partition frees over the grid).
+    /// the grid: it may be what kills them. A call waiting in a server's queue when a server
+    /// this client had lost answers again is taken back, if the agent now ranks that one first
+    /// and the call has not started, and ranked afresh (`moving.rs`): the calls a healed
+    /// partition frees spread over the grid at once.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_call(
         self: &Arc<Self>,
