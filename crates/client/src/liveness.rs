@@ -34,8 +34,9 @@ pub(crate) struct Liveness {
     servers: Mutex<HashMap<String, Arc<Watched>>>,
     /// How many servers are unresponsive now: zero on the hot path, where nothing is looked up.
     unresponsive_count: Arc<AtomicUsize>,
-    /// Told the address of each server that answers again after it was unresponsive.
-    returned: watch::Sender<String>,
+    /// Told each time a server answers again after it was unresponsive (which one, and when,
+    /// is its `back_at`).
+    returned: watch::Sender<()>,
 }
 
 struct Watched {
@@ -80,7 +81,7 @@ impl Liveness {
             on_unresponsive,
             servers: Mutex::new(HashMap::new()),
             unresponsive_count: Arc::new(AtomicUsize::new(0)),
-            returned: watch::channel(String::new()).0,
+            returned: watch::channel(()).0,
         }
     }
 
@@ -176,9 +177,9 @@ impl Liveness {
         }
     }
 
-    /// Changes each time a server this client held unresponsive answers again (to its
-    /// address); what a waiting call watches to learn that a server it could go to is back.
-    pub(crate) fn returns(&self) -> watch::Receiver<String> {
+    /// Changes each time a server this client held unresponsive answers again; what a waiting
+    /// call watches to learn that a server it could go to is back.
+    pub(crate) fn returns(&self) -> watch::Receiver<()> {
         self.returned.subscribe()
     }
 
@@ -211,7 +212,7 @@ impl Liveness {
                 if self.set_unresponsive(&w, false) {
                     tracing::info!(server = %addr, "answers again");
                     *lock(&w.back_at) = Some(Instant::now());
-                    self.returned.send_replace(addr.clone());
+                    self.returned.send_replace(());
                 }
                 tokio::time::sleep(self.interval).await;
                 continue;
