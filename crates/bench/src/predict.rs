@@ -36,8 +36,17 @@ pub struct PredictBench {
     pub only: Vec<String>,
 }
 
-/// The parts of the benchmark, in the order they run.
-pub const PARTS: [&str; 5] = ["dedicated", "random", "steady", "real", "schedule"];
+/// The parts of the benchmark, in the order they run: `real` has the dgemm server in the
+/// bench's session (where the kernel's scheduler shares the CPU evenly among processes, the
+/// busy ones included), `real-daemon` in a session of its own, as deployed.
+pub const PARTS: [&str; 6] = [
+    "dedicated",
+    "random",
+    "steady",
+    "real",
+    "real-daemon",
+    "schedule",
+];
 
 impl Default for PredictBench {
     fn default() -> Self {
@@ -108,6 +117,10 @@ struct Observed {
     actual_s: f64,
     timing: gridwise_proto::Timing,
     predicted: Vec<Etc>,
+    /// For the real server: the busy processes running when the call was sent, and the share
+    /// of a core the server's process obtained over the call (its CPU time, all threads, over
+    /// the kernel's time: measured by the bench, apart from what the server reports).
+    real: Option<(usize, Option<f64>)>,
 }
 
 /// Runs everything; one JSON object per line of result, printed as each is ready.
@@ -179,7 +192,7 @@ pub fn run(opts: &PredictBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()
         eprintln!("bench predict: {load}: servers learn their models under the load …");
         wait_ready(&client, &grid, &names, true)?;
         let observed = predict_emulated(&client, &names, opts.calls)?;
-        report(load, &observed, emit);
+        report(load, "same-session", &observed, emit);
         record(load, &observed)?;
         for _ in 0..3 {
             let i = grid.servers.len() - 1;
@@ -189,9 +202,26 @@ pub fn run(opts: &PredictBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()
         }
     }
     if wanted("real") {
-        let observed = predict_real(&mut grid, &client, opts.calls)?;
-        report("real", &observed, emit);
+        let (observed, idle) = predict_real(&mut grid, &client, opts.calls)?;
+        report("real", "same-session", &observed, emit);
+        report_phases("same-session", &observed, idle, emit);
         record("real", &observed)?;
+    }
+    if wanted("real-daemon") {
+        // A grid of its own, every daemon in its own session; the busy processes stay in the
+        // bench's.
+        let mut daemons = LocalGrid::start_on(
+            std::sync::Arc::new(gridwise_localgrid::OwnSessions),
+            &gridwise_localgrid::Launcher::subcommand(exe.clone(), "agent"),
+            gridwise_localgrid::Launcher::subcommand(exe.clone(), "server"),
+            &agent_args,
+            false,
+        )?;
+        let own = Client::connect(daemons.client_config())?;
+        let (observed, idle) = predict_real(&mut daemons, &own, opts.calls)?;
+        report("real", "own-session", &observed, emit);
+        report_phases("own-session", &observed, idle, emit);
+        record("real-daemon", &observed)?;
     }
     drop(client);
     if !wanted("schedule") {
@@ -269,6 +299,7 @@ fn predict_emulated(
                 actual_s: r.round_trip_s,
                 timing: r.timing,
                 predicted,
+                real: None,
             });
         }
         if (i + 1) % 20 == 0 {
@@ -328,7 +359,7 @@ fn predict_real(
     grid: &mut LocalGrid,
     client: &Client,
     calls: usize,
-) -> anyhow::Result<Vec<Observed>> {
+) -> anyhow::Result<(Vec<Observed>, IdleDrift)> {
     grid.add_server("real", "builtins = [\"dgemm\"]\nslots = 1\n")?;
     wait_ready(client, grid, &["real".to_string()], false)?;
     let h = client.function_handle_init("dgemm", "real")?;
@@ -354,15 +385,36 @@ fn predict_real(
             client.call(&h, inputs(n).map_err(anyhow::Error::msg)?)?;
         }
     }
+    let pid = grid.servers[grid.names.iter().position(|n| n == "real").expect("added")].pid();
+    let probe_n = dgemm_sizes[dgemm_sizes.len() / 2];
+    let idle_now = || -> anyhow::Result<f64> {
+        let profile = h
+            .desc
+            .profile(&inputs(probe_n).map_err(anyhow::Error::msg)?)?;
+        let opts = RankOptions {
+            pin_server: Some("real".into()),
+            load_model: Some(LoadModel::Blind),
+            ..RankOptions::default()
+        };
+        let c = client.explain(profile, opts)?;
+        c.into_iter()
+            .next()
+            .map(|c| c.etc.compute_s)
+            .ok_or_else(|| anyhow::anyhow!("no estimate from the real server"))
+    };
+    let idle_before = idle_now()?;
+    let level = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let total: u64 = REAL_PHASES.iter().map(|(_, s)| s).sum();
     let gap = Duration::from_secs_f64(total as f64 / calls.max(1) as f64);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let busy = {
         let stop = stop.clone();
+        let now = level.clone();
         std::thread::spawn(move || -> anyhow::Result<()> {
             let mut busy = Busy(Vec::new());
             for (level, secs) in REAL_PHASES {
                 busy.set(level)?;
+                now.store(level, std::sync::atomic::Ordering::SeqCst);
                 let until = Instant::now() + Duration::from_secs(secs);
                 while Instant::now() < until && !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(20));
@@ -383,11 +435,21 @@ fn predict_real(
             let v = inputs(n).map_err(anyhow::Error::msg)?;
             let profile = h.desc.profile(&v)?;
             let predicted = predictions(client, &profile, "real")?;
+            let busy_then = level.load(std::sync::atomic::Ordering::SeqCst);
+            let cpu_before = gridwise_kernels::process_cpu_time(pid).map(|d| d.as_secs_f64());
             let r = client.call(&h, v)?;
+            let cpu = gridwise_kernels::process_cpu_time(pid)
+                .map(|d| d.as_secs_f64())
+                .zip(cpu_before)
+                .map(|(a, b)| a - b);
+            let obtained = cpu
+                .filter(|_| r.timing.kernel_s > 0.0)
+                .map(|c| (c / r.timing.kernel_s).min(1.0));
             out.push(Observed {
                 actual_s: r.round_trip_s,
                 timing: r.timing,
                 predicted,
+                real: Some((busy_then, obtained)),
             });
             if (i + 1) % 20 == 0 {
                 eprintln!("bench predict: real: {} of {calls} calls", i + 1);
@@ -401,11 +463,94 @@ fn predict_real(
         .map_err(|_| anyhow::anyhow!("the thread running the busy processes panicked"))?;
     run?;
     busy?;
+    // The load gone for a few seconds, as a quiet host's forecast would have it.
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = IdleDrift {
+        size: probe_n,
+        before_s: idle_before,
+        after_s: idle_now()?,
+    };
     let i = grid.names.iter().position(|n| n == "real").expect("added");
     grid.servers[i].kill();
     grid.servers.remove(i);
     grid.names.remove(i);
-    Ok(out)
+    Ok((out, idle))
+}
+
+/// The real server's quiet-host estimate of one dgemm before and after the loaded calls: what
+/// the loaded calls taught the model of an idle host.
+struct IdleDrift {
+    size: i64,
+    before_s: f64,
+    after_s: f64,
+}
+
+/// Per number of busy processes, the default predictor on the real server's kernel time: the
+/// mean and signed error, the share of a core it expected and the one the server's process
+/// obtained, and the error of ignoring the load (the quiet-host time); then the drift of the
+/// quiet-host estimate over the run.
+fn report_phases(
+    placement: &str,
+    observed: &[Observed],
+    idle: IdleDrift,
+    emit: &mut dyn FnMut(Json),
+) {
+    let p = PREDICTORS
+        .iter()
+        .position(|(n, _, _)| *n == DEFAULT_PREDICTOR)
+        .expect("the default is a predictor");
+    let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let levels: Vec<Option<usize>> = (0..=3).map(Some).chain([None]).collect();
+    for level in levels {
+        let calls: Vec<&Observed> = observed
+            .iter()
+            .filter(|o| o.timing.kernel_s >= SHORT_S)
+            .filter(|o| level.is_none() || o.real.map(|r| r.0) == level)
+            .collect();
+        let err =
+            |o: &Observed, predicted: f64| (predicted - o.timing.kernel_s) / o.timing.kernel_s;
+        let signed: Vec<f64> = calls
+            .iter()
+            .map(|o| err(o, o.predicted[p].compute_s))
+            .collect();
+        let abs: Vec<f64> = signed.iter().map(|e| e.abs()).collect();
+        let blind: Vec<f64> = calls
+            .iter()
+            .map(|o| {
+                let e = &o.predicted[p];
+                err(o, e.compute_s * e.cpu_available.unwrap_or(1.0)).abs()
+            })
+            .collect();
+        let expected: Vec<f64> = calls
+            .iter()
+            .filter_map(|o| o.predicted[p].cpu_available)
+            .collect();
+        let obtained: Vec<f64> = calls
+            .iter()
+            .filter_map(|o| o.real.and_then(|r| r.1))
+            .collect();
+        emit(json!({
+            "bench": "predict_phase",
+            "load": "real",
+            "placement": placement,
+            "busy": level.map_or(Json::from("all"), Json::from),
+            "calls": calls.len(),
+            "kernel_mean_error": round(mean(&abs), 4),
+            "kernel_signed_error": round(mean(&signed), 4),
+            "share_expected": round(mean(&expected), 3),
+            "share_obtained": round(mean(&obtained), 3),
+            "load_ignored_error": round(mean(&blind), 4),
+        }));
+    }
+    emit(json!({
+        "bench": "predict_drift",
+        "load": "real",
+        "placement": placement,
+        "dgemm_n": idle.size,
+        "idle_estimate_before_s": round(Some(idle.before_s), 4),
+        "idle_estimate_after_s": round(Some(idle.after_s), 4),
+        "idle_drift": round(Some(idle.after_s / idle.before_s - 1.0), 4),
+    }));
 }
 
 /// Waits until each of `names` is registered from the address its daemon listens on (a
@@ -467,7 +612,7 @@ fn round(x: Option<f64>, digits: i32) -> Json {
 
 /// One line per predictor: PPE over the calls of at least [`SHORT_S`], and apart over the
 /// shorter ones; how often the 90% interval held the actual time.
-fn report(load: &str, observed: &[Observed], emit: &mut dyn FnMut(Json)) {
+fn report(load: &str, placement: &str, observed: &[Observed], emit: &mut dyn FnMut(Json)) {
     for (p, (name, _, _)) in PREDICTORS.iter().enumerate() {
         let (long, short): (Vec<&Observed>, Vec<&Observed>) =
             observed.iter().partition(|o| o.actual_s >= SHORT_S);
@@ -491,6 +636,7 @@ fn report(load: &str, observed: &[Observed], emit: &mut dyn FnMut(Json)) {
         emit(json!({
             "bench": "predict",
             "load": load,
+            "placement": placement,
             "predictor": name,
             "default": *name == DEFAULT_PREDICTOR,
             "mean_ppe": round(mean(&l), 4),

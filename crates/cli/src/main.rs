@@ -463,7 +463,7 @@ enum BenchCmd {
         /// to this CSV file.
         #[arg(long, value_name = "FILE")]
         csv: Option<PathBuf>,
-        /// Run only these parts (comma-separated): dedicated, random, steady, real, schedule.
+        /// Run only these parts (comma-separated): dedicated, random, steady, real, real-daemon, schedule.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },
@@ -531,6 +531,11 @@ fn main() {
     gridwise_routines::run_if_worker();
     let cli = Cli::parse();
     quiet_when_stdout_closes();
+    // Daemons always log; any other command only when asked (`RUST_LOG=gridwise_client=debug
+    // gridwise bench …` shows where each of a benchmark's calls went, and why).
+    if std::env::var_os("RUST_LOG").is_some() {
+        gridwise_runtime::settings::init_logging();
+    }
     if let Err(e) = run(&cli) {
         // One readable line (with its causes), not a backtrace: these are user-facing errors.
         eprintln!("error: {e:#}");

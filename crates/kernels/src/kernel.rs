@@ -2,6 +2,9 @@
 
 use crate::cancel::CancelFlag;
 use gridwise_proto::{Array, CallError, CallErrorKind, ServiceDesc, Value};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Why a kernel returned no outputs.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -35,6 +38,10 @@ impl KernelError {
 pub struct KernelCtx {
     /// Raised when the client cancels the call or the server shuts down.
     pub cancel: CancelFlag,
+    /// CPU time the call used off the thread that ran it, ns: a worker process's, all its
+    /// threads'. The server times the running thread itself; the share of a core a call got
+    /// is measured from both.
+    cpu_elsewhere_ns: Arc<AtomicU64>,
 }
 
 impl KernelCtx {
@@ -42,6 +49,40 @@ impl KernelCtx {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// A context with `cancel` as its flag.
+    pub fn with_cancel(cancel: CancelFlag) -> Self {
+        Self {
+            cancel,
+            ..Self::default()
+        }
+    }
+
+    /// Counts CPU time the call used in another process.
+    pub fn add_cpu_elsewhere(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.cpu_elsewhere_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// What [`add_cpu_elsewhere`](Self::add_cpu_elsewhere) counted.
+    pub fn cpu_elsewhere(&self) -> Duration {
+        Duration::from_nanos(self.cpu_elsewhere_ns.load(Ordering::Relaxed))
+    }
+}
+
+/// The CPU time process `pid` has used, all its threads (a BLAS may run several), from the
+/// scheduler's own count in nanoseconds (`/proc/<pid>/task/*/schedstat`): the tick counts of
+/// `/proc/<pid>/stat` are 10 ms coarse, a tenth of a short call. `None` where there is no such
+/// process (or no `/proc`).
+pub fn process_cpu_time(pid: u32) -> Option<Duration> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let ns: u64 = tasks
+        .filter_map(|t| {
+            let text = std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok()?;
+            text.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum();
+    Some(Duration::from_nanos(ns))
 }
 
 /// A routine a server offers as a service.

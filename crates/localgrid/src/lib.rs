@@ -183,6 +183,39 @@ pub trait Hosts: Send + Sync {
     fn place(&self, daemon: &str, cmd: &mut Command) -> anyhow::Result<()>;
 }
 
+/// Every daemon on 127.0.0.1, each in a session of its own, as a service manager starts
+/// daemons: the kernel's scheduler then shares the CPU between the sessions' groups
+/// (autogroups) before their processes, not evenly among every runnable process.
+pub struct OwnSessions;
+
+impl Hosts for OwnSessions {
+    fn ip(&self, _daemon: &str) -> anyhow::Result<String> {
+        Ok("127.0.0.1".into())
+    }
+
+    fn place(&self, _daemon: &str, cmd: &mut Command) -> anyhow::Result<()> {
+        own_session(cmd);
+        Ok(())
+    }
+}
+
+/// Starts `cmd` in a session of its own, as systemd starts a daemon on a real host: with the
+/// kernel's autogroups (most distributions' default) the CPU is then shared between the
+/// sessions' groups, not among all their threads.
+pub fn own_session(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid(2) is async-signal-safe and acts on the child being set up, which is no
+    // group leader after the fork, so it cannot fail for that reason.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Every daemon on 127.0.0.1, in this machine's own network.
 pub struct Loopback;
 

@@ -307,10 +307,11 @@ impl CommandKernel {
             let _ = child.wait();
         };
         let status = loop {
-            if let Some(s) = child.try_wait().map_err(|e| app(e.to_string()))? {
+            if let Some((s, cpu)) = reap(child.id()).map_err(|e| app(e.to_string()))? {
                 // Anything it left running in its group goes with it.
                 // SAFETY: as above.
                 unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                ctx.add_cpu_elsewhere(cpu);
                 break s;
             }
             if ctx.cancel.is_cancelled() {
@@ -402,6 +403,28 @@ fn placeholders(word: &str) -> Result<Vec<String>, String> {
         .into_iter()
         .filter_map(|p| p.ok().map(str::to_string))
         .collect())
+}
+
+/// Reaps process `pid` if it has ended: how, and the CPU time it used (with the children it
+/// waited for), which `Child::try_wait` does not tell.
+fn reap(pid: u32) -> std::io::Result<Option<(std::process::ExitStatus, Duration)>> {
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits, without blocking, for the child this kernel started and still owns.
+    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, libc::WNOHANG, &mut usage) };
+    match r {
+        0 => Ok(None),
+        r if r < 0 => Err(std::io::Error::last_os_error()),
+        _ => {
+            let time = |t: libc::timeval| {
+                Duration::from_secs(t.tv_sec.max(0) as u64)
+                    + Duration::from_micros(t.tv_usec.max(0) as u64)
+            };
+            let cpu = time(usage.ru_utime) + time(usage.ru_stime);
+            Ok(Some((std::process::ExitStatus::from_raw(status), cpu)))
+        }
+    }
 }
 
 impl Kernel for CommandKernel {

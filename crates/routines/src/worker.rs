@@ -319,6 +319,8 @@ impl WorkerKernel {
 
     fn call(&self, inputs: &[Value], ctx: &KernelCtx) -> Result<Vec<Value>, KernelError> {
         let mut w = self.take().map_err(KernelError::Application)?;
+        let pid = w.child.id();
+        let cpu_before = gridwise_kernels::process_cpu_time(pid);
         let req: Request =
             marshal::request(&self.desc, inputs, &mut w.arena).map_err(KernelError::Internal)?;
         if write_frame(&mut w.stdin, &req, &[]).is_err() {
@@ -335,6 +337,11 @@ impl WorkerKernel {
         loop {
             match w.next(Duration::from_millis(10)) {
                 Waited::Frame(Reply::Ok(items), blob) => {
+                    if let (Some(a), Some(b)) =
+                        (cpu_before, gridwise_kernels::process_cpu_time(pid))
+                    {
+                        ctx.add_cpu_elsewhere(b.saturating_sub(a));
+                    }
                     let outs = marshal::outputs(&self.desc, &items, &mut w.arena, &blob)
                         .map_err(|e| KernelError::Application(format!("{}: {e}", self.what)));
                     self.give_back(w);

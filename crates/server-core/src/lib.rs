@@ -4,10 +4,12 @@
 
 pub mod admission;
 pub mod heartbeat;
+pub mod share;
 pub mod slots;
 pub mod start_gate;
 
 pub use admission::{Admission, CallSizes, UNCHARGED_BELOW};
 pub use heartbeat::HostNow;
+pub use share::{Reading, ShareSensor};
 pub use slots::{Place, SlotQueue};
 pub use start_gate::StartGate;

@@ -444,18 +444,8 @@ impl gridwise_localgrid::Hosts for Testbed {
     /// the kernel's autogroups (this machine's default) the CPU is then shared between the
     /// daemons' sessions and the bench's, not among all their threads.
     fn place(&self, daemon: &str, cmd: &mut Command) -> anyhow::Result<()> {
-        use std::os::unix::process::CommandExt;
         Testbed::place(self, self.host_of(daemon)?, cmd)?;
-        // SAFETY: setsid(2) is async-signal-safe and acts on the child being set up, which
-        // is no group leader after the fork, so it cannot fail for that reason.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        gridwise_localgrid::own_session(cmd);
         Ok(())
     }
 }

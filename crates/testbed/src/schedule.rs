@@ -53,7 +53,8 @@ pub fn apply(bed: &Testbed, e: &Event) -> anyhow::Result<()> {
     }
 }
 
-/// An event as it was applied: when (from the start), what, and its error if it failed.
+/// An event as it was applied: when it began to be (from the start), what, and its error if
+/// it failed.
 pub type Applied = (Duration, Event, Option<String>);
 
 /// A timeline being played on a thread; dropping it stops the play (what was cut stays cut
@@ -64,7 +65,8 @@ pub struct Playing {
 }
 
 impl Playing {
-    /// Plays `events` from now; `say` hears each one as it happens (and its error, if any).
+    /// Plays `events` from now; `say` hears each one once applied: when it began to be (from
+    /// now), what, and its error, if any.
     pub fn start(
         bed: Arc<Testbed>,
         events: Vec<(f64, Event)>,
@@ -80,9 +82,11 @@ impl Playing {
                 if !matches!(rx.recv_timeout(wait), Err(mpsc::RecvTimeoutError::Timeout)) {
                     break;
                 }
+                // When it began: a cut takes hold with its first rule, before the last is in.
+                let began = start.elapsed();
                 let err = apply(&bed, &e).err().map(|e| format!("{e:#}"));
-                say(start.elapsed(), &e, err.as_deref());
-                done.push((start.elapsed(), e, err));
+                say(began, &e, err.as_deref());
+                done.push((began, e, err));
             }
             done
         });

@@ -7,7 +7,7 @@
 use crate::handler::{ServerHandler, ToAgent};
 use gridwise_proto::{
     Ack, AgentApiClient, CallError, CallReport, Heartbeat, LinkSample, ModelPoint, Registration,
-    ServerId,
+    ServerId, ServerState, ServerStatus,
 };
 use gridwise_runtime::wire;
 use gridwise_server_core::heartbeat;
@@ -87,6 +87,81 @@ async fn probe_agent(
         .await
 }
 
+/// How long a probe round waits for the agent's view of the grid; it holds up heartbeats.
+const STATUS_WAIT: Duration = Duration::from_millis(500);
+
+/// One round of link probes: every other live server, in a random order, then the agent.
+struct ProbeRound {
+    handler: ServerHandler,
+    client: AgentApiClient,
+    id: ServerId,
+    agent_addr: String,
+    /// Started although the grid was at work (it waited as long as
+    /// [`crate::link_probe::wait_for_quiet`] lets a round wait): the servers at work are left
+    /// out, each a few rounds in a row at most. A round begun on a quiet grid instead stops when work starts anywhere, and the
+    /// peers it did not reach wait for the next one.
+    forced: bool,
+}
+
+impl ProbeRound {
+    async fn run(self, servers: Vec<ServerStatus>) {
+        use rand::seq::SliceRandom;
+        let h = &self.handler;
+        let mut peers: Vec<ServerStatus> = servers
+            .into_iter()
+            .filter(|s| s.state == ServerState::Up && s.addr != h.addr())
+            .collect();
+        peers.shuffle(&mut rand::rng());
+        let mut samples = Vec::new();
+        let mut stopped = false;
+        for (i, peer) in peers.iter().enumerate() {
+            if self.forced {
+                if crate::link_probe::at_work(peer) && h.peers().leave_for_later(&peer.addr) {
+                    continue;
+                }
+            } else if i > 0 && !self.grid_still_quiet().await {
+                tracing::debug!(
+                    "link probes stopped after {i} of {} peers: work started on the grid",
+                    peers.len()
+                );
+                stopped = true;
+                break;
+            }
+            match h.peers().probe(&peer.addr).await {
+                Ok(s) => samples.push(s),
+                Err(e) => tracing::debug!(addr = %peer.addr, "link probe failed: {e}"),
+            }
+        }
+        if !stopped {
+            match probe_agent(h, &self.client, &self.agent_addr).await {
+                Ok(s) => samples.push(s),
+                Err(e) => tracing::debug!("cannot probe the link to the agent: {e}"),
+            }
+        }
+        if !samples.is_empty() {
+            let _ = self
+                .client
+                .links(wire::context(RPC_TIMEOUT), self.id, samples)
+                .await;
+        }
+    }
+
+    /// No call here and none at work elsewhere, as the agent sees the grid now.
+    async fn grid_still_quiet(&self) -> bool {
+        let me = self.handler.addr();
+        match self.client.status(wire::context(STATUS_WAIT)).await {
+            Ok(st) => {
+                self.handler.busy_calls() == 0
+                    && !st
+                        .servers
+                        .iter()
+                        .any(|s| s.addr != me && crate::link_probe::at_work(s))
+            }
+            Err(_) => false,
+        }
+    }
+}
+
 /// The wait before registering again after the agent refused a registration.
 const REFUSED_BACKOFF: Duration = Duration::from_secs(2);
 
@@ -115,6 +190,7 @@ pub async fn run(
         tokio::time::Instant::now() + crate::link_probe::next_round_in(probe_every, true);
     // When the round now waiting for a quiet spell fell due.
     let mut probe_due: Option<tokio::time::Instant> = None;
+    let mut grid_rest = crate::link_probe::GridRest::new(std::time::Instant::now());
     let batch_max = batch_max.max(1);
     let mut linked: Option<Linked> = None;
     let mut outbox = Outbox::default();
@@ -210,18 +286,22 @@ pub async fn run(
             _ = tokio::time::sleep_until(next_probe), if link_probe.is_some() => {
                 let now = tokio::time::Instant::now();
                 let due = *probe_due.get_or_insert(now);
-                if crate::link_probe::wait_for_quiet(
-                    handler.busy_calls(),
-                    handler.quiet_for(),
-                    now - due,
-                    probe_every,
-                ) {
+                let Ok(st) = link.client.status(wire::context(STATUS_WAIT)).await else {
+                    probe_due = None;
+                    next_probe = now + crate::link_probe::next_round_in(probe_every, false);
+                    continue;
+                };
+                let grid_rest = grid_rest.look(&st.servers, handler.addr(), now.into_std());
+                let quiet_for = handler.quiet_for().min(grid_rest);
+                let busy_here = handler.busy_calls();
+                if crate::link_probe::wait_for_quiet(busy_here, quiet_for, now - due, probe_every) {
                     next_probe = now + crate::link_probe::QUIET / 2;
                     continue;
                 }
-                if handler.busy_calls() > 0 || handler.quiet_for() < crate::link_probe::QUIET {
+                let forced = busy_here > 0 || quiet_for < crate::link_probe::QUIET;
+                if forced {
                     tracing::info!(
-                        "probing the links although calls ran here in the last {:?}: none was quiet for {:.0} s",
+                        "probing the links although calls ran here or elsewhere in the last {:?}: the grid was not quiet for {:.0} s",
                         crate::link_probe::QUIET,
                         (now - due).as_secs_f64()
                     );
@@ -229,25 +309,14 @@ pub async fn run(
                 probe_due = None;
                 next_probe = now + crate::link_probe::next_round_in(probe_every, false);
                 // Off the loop: probes take a moment, heartbeats must not wait for them.
-                let (client, id, h) = (link.client.clone(), link.id, handler.clone());
-                let agent_addr = agent.clone();
-                tokio::spawn(async move {
-                    let Ok(st) = client.status(wire::context(RPC_TIMEOUT)).await else { return };
-                    let peers: Vec<String> = st
-                        .servers
-                        .into_iter()
-                        .filter(|s| s.state == gridwise_proto::ServerState::Up)
-                        .map(|s| s.addr)
-                        .collect();
-                    let mut samples = h.probe_links(&peers).await;
-                    match probe_agent(&h, &client, &agent_addr).await {
-                        Ok(s) => samples.push(s),
-                        Err(e) => tracing::debug!("cannot probe the link to the agent: {e}"),
-                    }
-                    if !samples.is_empty() {
-                        let _ = client.links(wire::context(RPC_TIMEOUT), id, samples).await;
-                    }
-                });
+                let round = ProbeRound {
+                    handler: handler.clone(),
+                    client: link.client.clone(),
+                    id: link.id,
+                    agent_addr: agent.clone(),
+                    forced,
+                };
+                tokio::spawn(round.run(st.servers));
             }
             _ = sensor_tick.tick() => {
                 if heartbeat::worth_telling_now(last_told, handler.sensors().availability_now()) {

@@ -269,21 +269,9 @@ impl ServerHandler {
         self.inner.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Measures the links to other servers (their addresses; this server's own is skipped).
     /// The connections to other daemons: pulls and link probes.
     pub fn peers(&self) -> &crate::peers::Peers {
         &self.inner.peers
-    }
-
-    pub async fn probe_links(&self, peers: &[String]) -> Vec<LinkSample> {
-        let mut out = Vec::new();
-        for addr in peers.iter().filter(|a| **a != self.inner.addr) {
-            match self.inner.peers.probe(addr).await {
-                Ok(s) => out.push(s),
-                Err(e) => tracing::debug!(%addr, "link probe failed: {e}"),
-            }
-        }
-        out
     }
 
     /// Replaces every remote input by its value (from here or from its holder), as the
@@ -514,6 +502,7 @@ impl ServerHandler {
         let inputs = std::mem::take(&mut req.inputs);
         let executed = self.inner.executed.clone();
         let k = kernel.clone();
+        let sensors = self.inner.sensors.clone();
         // Timed where it runs: a hand-off to or from the slot's thread is the server's
         // overhead, not the kernel's speed, which is what the models learn from this time, as
         // they learn from benchmarks.
@@ -527,12 +516,14 @@ impl ServerHandler {
                     queue_wait_s,
                     started,
                     ended: started,
+                    share: None,
                 };
             }
-            let ctx = KernelCtx { cancel };
-            let ran =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| k.run(&inputs, &ctx)));
-            let ended = Instant::now();
+            let ctx = KernelCtx::with_cancel(cancel);
+            let timed = sensors.timed(k.sleeps(), &ctx, || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| k.run(&inputs, &ctx)))
+            });
+            let (ran, started, ended) = (timed.value, timed.started, timed.ended);
             executed.fetch_add(1, Ordering::Relaxed);
             let result = match ran {
                 Ok(r) => r.map(|out| (out, inputs)),
@@ -546,6 +537,7 @@ impl ServerHandler {
                 queue_wait_s,
                 started,
                 ended,
+                share: timed.share,
             }
         };
         let gone = || CallError::new(CallErrorKind::Unavailable, "the server is shutting down");
@@ -587,13 +579,9 @@ impl ServerHandler {
             queue_wait_s,
             started,
             ended,
+            share: cpu_available,
         } = attempt;
         let kernel_s = ended.duration_since(started).as_secs_f64();
-        let cpu_available = if kernel.sleeps() {
-            self.inner.sensors.sleeping_over(started, ended)
-        } else {
-            self.inner.sensors.availability_over(started, ended)
-        };
         let (outputs, inputs) = result.map_err(KernelError::into_call_error)?;
         kernel
             .desc()
@@ -656,6 +644,8 @@ struct Attempt {
     queue_wait_s: f64,
     started: Instant,
     ended: Instant,
+    /// The share of a core it got ([`crate::sensors::TimedRun::share`]).
+    share: Option<f64>,
 }
 
 /// A call that ran: its outputs and what the report says of it.

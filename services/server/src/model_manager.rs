@@ -390,23 +390,17 @@ impl Bench for ServerBench<'_> {
         loop {
             self.wait_until_allowed();
             let cancel = self.handler.gate().start();
-            let t = Instant::now();
-            let r = self.kernel.run(
-                &inputs,
-                &KernelCtx {
-                    cancel: cancel.clone(),
-                },
-            );
-            let seconds = t.elapsed().as_secs_f64();
-            // Models are of a quiet host: a run slowed by background load is measured at the
-            // speed it would have had alone (the load enters the prediction once, later).
-            let available = self
+            let ctx = KernelCtx::with_cancel(cancel.clone());
+            let timed = self
                 .handler
                 .sensors()
-                .availability_over(t, Instant::now())
-                .filter(|a| *a > 0.0 && *a <= 1.0)
-                .unwrap_or(1.0);
-            let seconds = seconds * available;
+                .timed(self.kernel.sleeps(), &ctx, || {
+                    self.kernel.run(&inputs, &ctx)
+                });
+            let (r, seconds) = (timed.value, (timed.ended - timed.started).as_secs_f64());
+            // Models are of a quiet host: a run slowed by background load is measured at the
+            // speed it would have had alone (the load enters the prediction once, later).
+            let seconds = seconds * timed.share.filter(|a| *a > 0.0 && *a <= 1.0).unwrap_or(1.0);
             self.handler.gate().finish();
             // A real call arrived during the run: its timing is disturbed, so measure again.
             if cancel.is_cancelled() {

@@ -112,6 +112,18 @@ impl Peers {
         Ok(sample)
     }
 
+    /// Whether a round forced through a busy spell may leave `addr`, a server at work, for a
+    /// later one: at most [`crate::link_probe::MOST_SKIPPED`] rounds in a row.
+    pub fn leave_for_later(&self, addr: &str) -> bool {
+        let mut skipped = self.skipped();
+        let n = skipped.entry(addr.to_string()).or_default();
+        let leave = *n < crate::link_probe::MOST_SKIPPED;
+        if leave {
+            *n += 1;
+        }
+        leave
+    }
+
     fn skipped(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
         self.skipped.lock().unwrap_or_else(|p| p.into_inner())
     }

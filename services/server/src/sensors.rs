@@ -1,17 +1,21 @@
 //! What the server measures of its host for the agent's forecasts (seed 004's NWS sensors): the
 //! fraction of a core a new call would get, and the memory free for new work.
 //!
-//! CPU availability comes from `/proc/stat` every 250 ms: the background load `b` is the cores
-//! busy over the last period, or the processes runnable at the sample (`procs_running`, less
-//! the sampler itself) when that is more, as it is once the cores are saturated; either way
-//! less what this process used itself (its own calls are the agent's queue, not background
-//! load). On `c` cores a new CPU-bound process gets `min(1, c / (b + 1))` of a core under fair
-//! sharing. A server whose services are all
-//! emulated reports its configured load trace instead (emulated kernels sleep: host load does
-//! not slow them), or full availability without one.
+//! CPU availability starts from `/proc/stat` every 250 ms: the background load `b` is the
+//! cores busy over the last period, or the processes runnable at the sample (`procs_running`,
+//! less the sampler itself) when that is more, as it is once the cores are saturated; either
+//! way less what this process used itself (its own calls are the agent's queue, not
+//! background load). Fair sharing would give a new process `min(1, c / (b + 1))` of a core on
+//! `c` cores, but a daemon in a session or cgroup of its own is shared out by group: what
+//! calls obtain (their threads' CPU time over their wall time) and a 20 ms spin every few
+//! seconds while no call runs correct that reading (`gridwise_server_core::share`). A server
+//! whose services are all emulated reports its configured load trace instead (emulated
+//! kernels sleep: host load does not slow them), or full availability without one.
 
-use gridwise_kernels::LoadTrace;
+use gridwise_kernels::{KernelCtx, LoadTrace};
+use gridwise_server_core::share::{self, ShareSensor};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,6 +23,13 @@ use std::time::{Duration, Instant};
 pub(crate) const PERIOD: Duration = Duration::from_millis(250);
 /// Samples kept for the calls' means (a minute).
 const KEPT: usize = 240;
+/// How often the share a new thread gets is probed while no call runs, and for how long: a
+/// duty cycle of 0.5%.
+const PROBE_EVERY: Duration = Duration::from_secs(4);
+const PROBE_SPIN: Duration = Duration::from_millis(20);
+/// Runs shorter than this teach the sensor nothing: a scheduler's time slice is a few ms, and
+/// a run of a few slices either got its core or did not.
+const LEARN_FROM: Duration = Duration::from_millis(10);
 
 /// Where availability comes from.
 enum Source {
@@ -26,13 +37,36 @@ enum Source {
     Trace(Arc<LoadTrace>, Instant),
     /// Nothing slows the server's kernels.
     Idle,
-    /// The host, sampled in the background.
-    Host(Mutex<VecDeque<(Instant, f64)>>),
+    /// The host, sampled in the background: the busy processes beside this server's work.
+    Host(Mutex<VecDeque<(Instant, f64)>>, Box<Mutex<ShareSensor>>),
 }
 
 /// The server's sensors.
 pub struct Sensors {
     source: Source,
+    /// Kernel runs begun on this server (calls and model benchmarks): a probe that saw one
+    /// start is thrown away.
+    runs_started: AtomicU64,
+    runs_ended: AtomicU64,
+}
+
+/// What a probe's spin obtained of a core.
+struct Probed {
+    from: Instant,
+    to: Instant,
+    obtained: f64,
+}
+
+/// A kernel's run on the calling thread, timed: its result, its span, and the share of a core
+/// to normalise its time by.
+pub struct TimedRun<T> {
+    pub value: T,
+    pub started: Instant,
+    pub ended: Instant,
+    /// What the run got of a core: for a kernel that sleeps, the configured trace's load; for
+    /// one bound by the CPU on a sampled host, what its threads obtained (CPU time over wall
+    /// time); `None` for a run that waited on something else (taken as it was).
+    pub share: Option<f64>,
 }
 
 impl Sensors {
@@ -46,23 +80,40 @@ impl Sensors {
         let source = match trace {
             Some(t) => Source::Trace(t, origin),
             None if emulated_only => Source::Idle,
-            None => Source::Host(Mutex::new(VecDeque::with_capacity(KEPT))),
+            None => Source::Host(
+                Mutex::new(VecDeque::with_capacity(KEPT)),
+                Box::new(Mutex::new(ShareSensor::new(crate::host::cores() as usize))),
+            ),
         };
-        let sensors = Arc::new(Sensors { source });
-        if matches!(sensors.source, Source::Host(_)) {
+        let sensors = Arc::new(Sensors {
+            source,
+            runs_started: AtomicU64::new(0),
+            runs_ended: AtomicU64::new(0),
+        });
+        if matches!(sensors.source, Source::Host(..)) {
             let weak = Arc::downgrade(&sensors);
             std::thread::Builder::new()
                 .name("sensors".into())
                 .spawn(move || {
                     let mut cpu = CpuSampler::default();
+                    let mut next_probe = Instant::now() + PROBE_EVERY;
+                    let mut probed: Option<Probed> = None;
                     // Ends with the server (when the last handle goes).
                     while let Some(s) = weak.upgrade() {
-                        if let (Some(a), Source::Host(samples)) = (cpu.sample(), &s.source) {
+                        if let (Some(b), Source::Host(samples, _)) = (cpu.sample(), &s.source) {
                             let mut q = samples.lock().unwrap_or_else(|p| p.into_inner());
                             if q.len() == KEPT {
                                 q.pop_front();
                             }
-                            q.push_back((Instant::now(), a));
+                            q.push_back((Instant::now(), b));
+                        }
+                        // The sample just taken covers the last probe's spin.
+                        if let Some(p) = probed.take() {
+                            s.learn_probe(p);
+                        }
+                        if Instant::now() >= next_probe {
+                            probed = s.probe();
+                            next_probe = Instant::now() + PROBE_EVERY;
                         }
                         drop(s);
                         std::thread::sleep(PERIOD);
@@ -73,24 +124,125 @@ impl Sensors {
         sensors
     }
 
+    fn share_sensor(&self) -> Option<std::sync::MutexGuard<'_, ShareSensor>> {
+        match &self.source {
+            Source::Host(_, s) => Some(s.lock().unwrap_or_else(|p| p.into_inner())),
+            _ => None,
+        }
+    }
+
+    /// Spins for [`PROBE_SPIN`] and measures what share of a core this thread got, unless a
+    /// kernel ran meanwhile (its own share is the better truth, and the spin would take from
+    /// it).
+    fn probe(&self) -> Option<Probed> {
+        let busy = || {
+            let started = self.runs_started.load(Ordering::SeqCst);
+            (started, started != self.runs_ended.load(Ordering::SeqCst))
+        };
+        let (before, running) = busy();
+        if running {
+            return None;
+        }
+        let (from, c0) = (Instant::now(), thread_cpu_time());
+        while from.elapsed() < PROBE_SPIN {
+            std::hint::spin_loop();
+        }
+        let (to, cpu) = (Instant::now(), thread_cpu_time().saturating_sub(c0));
+        if busy() != (before, false) {
+            return None;
+        }
+        let obtained = share::obtained(cpu.as_secs_f64(), (to - from).as_secs_f64(), 1)?;
+        Some(Probed { from, to, obtained })
+    }
+
+    /// Teaches the sensor what a probe obtained, once a sample covers its spin.
+    fn learn_probe(&self, p: Probed) {
+        if let (Some(b), Some(mut s)) = (self.background_over(p.from, p.to), self.share_sensor()) {
+            s.learn(b, p.obtained);
+        }
+    }
+
+    /// Runs `run` (a kernel, on this thread, with `ctx`) and times it: for a kernel that does
+    /// not sleep, on a sampled host, the share of a core it obtained is its CPU time (this
+    /// thread's and what `ctx` counted elsewhere) over its wall time, and teaches the sensor.
+    pub fn timed<T>(&self, sleeps: bool, ctx: &KernelCtx, run: impl FnOnce() -> T) -> TimedRun<T> {
+        self.runs_started.fetch_add(1, Ordering::SeqCst);
+        let (started, cpu0) = (Instant::now(), thread_cpu_time());
+        let value = run();
+        let (ended, cpu1) = (Instant::now(), thread_cpu_time());
+        self.runs_ended.fetch_add(1, Ordering::SeqCst);
+        let cpu = cpu1.saturating_sub(cpu0) + ctx.cpu_elsewhere();
+        let share = if sleeps {
+            self.sleeping_over(started, ended)
+        } else {
+            self.cpu_share(started, ended, cpu)
+        };
+        TimedRun {
+            value,
+            started,
+            ended,
+            share,
+        }
+    }
+
+    /// What a run from `from` to `to` that used `cpu` got of a core (see [`TimedRun::share`]).
+    fn cpu_share(&self, from: Instant, to: Instant, cpu: Duration) -> Option<f64> {
+        let Source::Host(..) = &self.source else {
+            return self.availability_over(from, to);
+        };
+        let wall = to.saturating_duration_since(from);
+        let obtained = share::obtained(cpu.as_secs_f64(), wall.as_secs_f64(), 1)?;
+        let background = self.background_over(from, to);
+        let mut sensor = self.share_sensor()?;
+        let offered = background.map_or(1.0, |b| sensor.estimate(b));
+        if !share::cpu_bound(obtained, offered) {
+            return None;
+        }
+        if let Some(b) = background.filter(|_| wall >= LEARN_FROM) {
+            sensor.learn(b, obtained);
+        }
+        Some(obtained)
+    }
+
+    /// The mean background load between `from` and `to`: the samples taken over the span and
+    /// the one just after it (each covers the period before it), else the latest.
+    fn background_over(&self, from: Instant, to: Instant) -> Option<f64> {
+        let Source::Host(q, _) = &self.source else {
+            return None;
+        };
+        let q = q.lock().unwrap_or_else(|p| p.into_inner());
+        let within: Vec<f64> = q
+            .iter()
+            .filter(|s| s.0 > from && s.0 <= to + PERIOD)
+            .map(|s| s.1)
+            .collect();
+        if within.is_empty() {
+            q.back().map(|s| s.1)
+        } else {
+            Some(within.iter().sum::<f64>() / within.len() as f64)
+        }
+    }
+
     /// The fraction of a core a new call would get now; `None` until the host was sampled.
     pub fn availability_now(&self) -> Option<f64> {
         match &self.source {
             Source::Trace(t, origin) => Some(t.at(origin.elapsed().as_secs_f64())),
             Source::Idle => Some(1.0),
-            Source::Host(q) => {
+            Source::Host(q, sensor) => {
                 // The runnable count is a snapshot: the mean of the last half second keeps
                 // its flicker from passing for a change of load.
                 let q = q.lock().unwrap_or_else(|p| p.into_inner());
                 let recent: Vec<f64> = q.iter().rev().take(2).map(|s| s.1).collect();
-                (!recent.is_empty()).then(|| recent.iter().sum::<f64>() / recent.len() as f64)
+                let background = (!recent.is_empty())
+                    .then(|| recent.iter().sum::<f64>() / recent.len() as f64)?;
+                let sensor = sensor.lock().unwrap_or_else(|p| p.into_inner());
+                Some(sensor.estimate(background))
             }
         }
     }
 
-    /// The mean fraction of a core a call got between `from` and `to`: exact under a trace;
-    /// from the host, the mean of the samples taken over the span and the one just after it
-    /// (each covers the period before it), else the latest.
+    /// The mean fraction of a core a new call would have got between `from` and `to`: exact
+    /// under a trace; from the host, the sensor's estimate at the mean background load.
     pub fn availability_over(&self, from: Instant, to: Instant) -> Option<f64> {
         match &self.source {
             Source::Trace(t, origin) => {
@@ -98,18 +250,9 @@ impl Sensors {
                 Some(t.mean(at(from), at(to)))
             }
             Source::Idle => Some(1.0),
-            Source::Host(q) => {
-                let q = q.lock().unwrap_or_else(|p| p.into_inner());
-                let within: Vec<f64> = q
-                    .iter()
-                    .filter(|s| s.0 > from && s.0 <= to + PERIOD)
-                    .map(|s| s.1)
-                    .collect();
-                if within.is_empty() {
-                    q.back().map(|s| s.1)
-                } else {
-                    Some(within.iter().sum::<f64>() / within.len() as f64)
-                }
+            Source::Host(..) => {
+                let b = self.background_over(from, to)?;
+                self.share_sensor().map(|s| s.estimate(b))
             }
         }
     }
@@ -121,7 +264,7 @@ impl Sensors {
     pub fn sleeping_over(&self, from: Instant, to: Instant) -> Option<f64> {
         match &self.source {
             Source::Trace(..) => self.availability_over(from, to),
-            Source::Idle | Source::Host(_) => Some(1.0),
+            Source::Idle | Source::Host(..) => Some(1.0),
         }
     }
 
@@ -152,7 +295,8 @@ struct CpuSampler {
 }
 
 impl CpuSampler {
-    /// Availability over the period since the last call; `None` at the first.
+    /// The background load over the period since the last call, in busy processes; `None` at
+    /// the first.
     fn sample(&mut self) -> Option<f64> {
         let (total, idle, runnable) = host_jiffies()?;
         let own = own_jiffies()?;
@@ -169,9 +313,25 @@ impl CpuSampler {
         // Busy cores cannot exceed the cores; runnable processes can, and each of them takes a
         // share. The sampler itself is running while it reads.
         let queued = runnable.saturating_sub(1) as f64;
-        let background = (busy.max(queued) - own_cores).max(0.0);
-        Some((cores / (background + 1.0)).min(1.0))
+        Some((busy.max(queued) - own_cores).max(0.0))
     }
+}
+
+/// The CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which lives on this stack.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    if r != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 /// All cores' jiffies, their idle and iowait jiffies, and the processes runnable now, from
@@ -236,6 +396,44 @@ mod tests {
         // So the agent hears of the trace's load for sleeping kernels, and of no host's.
         assert!(s.slows_sleeping_kernels());
         assert!(!host.slows_sleeping_kernels() && !idle.slows_sleeping_kernels());
+    }
+
+    #[test]
+    fn a_run_is_normalised_by_what_it_obtained_and_only_when_the_cpu_held_it_back() {
+        let s = Sensors::start(None, Instant::now(), false);
+        let ctx = KernelCtx::new();
+        let spin = |d: Duration| {
+            let t = Instant::now();
+            while t.elapsed() < d {
+                std::hint::spin_loop();
+            }
+        };
+        let busy = s.timed(false, &ctx, || spin(Duration::from_millis(30)));
+        assert!(
+            busy.share.is_none_or(|a| a > 0.0 && a <= 1.0),
+            "{:?}",
+            busy.share
+        );
+        // A kernel that waits on something else used next to none of the core it was offered.
+        let waiting = s.timed(false, &ctx, || {
+            std::thread::sleep(Duration::from_millis(30))
+        });
+        assert_eq!(waiting.share, None);
+        // CPU used in another process counts as the kernel's.
+        let elsewhere = KernelCtx::new();
+        let worker = s.timed(false, &elsewhere, || {
+            std::thread::sleep(Duration::from_millis(30));
+            elsewhere.add_cpu_elsewhere(Duration::from_millis(29));
+        });
+        let wall = (worker.ended - worker.started).as_secs_f64();
+        let share = worker.share.expect("CPU-bound: 29 ms of about 30");
+        assert!(
+            (share - (0.029 / wall).min(1.0)).abs() < 0.02,
+            "{share} over {wall} s"
+        );
+        // A sleeping kernel on a host of real ones is never slowed by the host's load.
+        let sleeping = s.timed(true, &ctx, || std::thread::sleep(Duration::from_millis(5)));
+        assert_eq!(sleeping.share, Some(1.0));
     }
 
     #[test]

@@ -24,9 +24,11 @@ const SIZES: [u64; 6] = [100, 200, 400, 800, 1600, 3200];
 /// The part the call's own cost is measured with.
 const OVERHEAD_ROWS: u64 = 25;
 /// Steps per job. The first has no rows to take yet; the plan is judged against the mean of the
-/// others, which at 800 rows moves with the few slow pulls (23–30 ms late) a job happens to
-/// draw: over 7 steps it spread 0.158–0.177 s between runs of one cut, wider than the goal.
-const STEPS: usize = 16;
+/// others, which moves with the slow pulls a job happens to draw: at 800 rows a step's
+/// exchange varied by 17 ms (sd, nine runs) on a 165 ms step, so the mean of 15 steps by
+/// 2.7%, half the goal's 5%, and one of 18 sizes in three runs missed it by chance alone;
+/// over 31 steps, 1.9%.
+const STEPS: usize = 32;
 
 /// The slab service every server of the bench offers.
 pub fn services_toml() -> String {
@@ -170,17 +172,20 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
-        eprintln!(
-            "bench testbed: slab N = {n}: steps {} (every host: {}); parts {}",
-            steps(&chosen),
-            steps(&every),
-            chosen
-                .plan
+        let parts = |r: &SlabRun| {
+            r.plan
                 .parts
                 .iter()
                 .map(|p| format!("{} {} rows {:.3} s", p.server, p.units, p.predicted_s))
                 .collect::<Vec<_>>()
                 .join(", ")
+        };
+        eprintln!(
+            "bench testbed: slab N = {n}: steps {} (every host: {}); parts {} (every host: {})",
+            steps(&chosen),
+            steps(&every),
+            parts(&chosen),
+            parts(&every)
         );
         eprintln!(
             "bench testbed: slab N = {n}: {:.3} s on {} ({}), every host {:.3} s, oracle {:.3} s on {oracle_k} (run: {:.3} s)",

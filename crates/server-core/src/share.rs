@@ -1,0 +1,201 @@
+//! The share of a core a call gets, as the kernel's scheduler hands it out (seed 004's NWS
+//! hybrid CPU sensor: a passive reading corrected by what processes actually obtain).
+//!
+//! A server run as a daemon has a session (and often a cgroup) of its own, and the scheduler
+//! then shares the cores between groups before processes: the fair-share reading of the host
+//! (`c / (b + 1)` on `c` cores with `b` busy processes) is wrong both ways. On two cores, a
+//! dgemm server in its own session got 0.62 of a core beside three busy processes of another
+//! session, where the reading said 0.48, and 0.80 on a host the reading called nearly quiet
+//! (0.94). So what each call obtains is measured (its thread's CPU time over its wall time),
+//! the models learn from that, and the share a new call would get is whichever of three
+//! readings has lately been nearest what calls and short probes obtained:
+//! - [`Reading::FairShare`], the passive reading as it is;
+//! - [`Reading::Calibrated`], what calls and probes obtained at the same background load
+//!   before (the busy processes the host's counters show, rounded): the scheduler's answer
+//!   to a load, learned, whatever its groups;
+//! - [`Reading::Recent`], what they obtained lately, whatever the reading.
+
+/// The most background processes told apart by [`Reading::Calibrated`]; more count as this.
+const MOST_BUSY: usize = 16;
+/// How fast the calibration and the recent shares follow what is obtained.
+const GAIN: f64 = 0.25;
+/// How fast a reading's error score follows its latest errors.
+const ERROR_GAIN: f64 = 1.0 / 8.0;
+
+/// The fraction of its wall time a kernel's threads ran on a core: `cpu_s / (wall_s ×
+/// threads)`, at most 1. `None` when there is nothing to divide by.
+pub fn obtained(cpu_s: f64, wall_s: f64, threads: u32) -> Option<f64> {
+    let denom = wall_s * f64::from(threads.max(1));
+    (cpu_s.is_finite() && cpu_s >= 0.0 && denom.is_finite() && denom > 0.0)
+        .then(|| (cpu_s / denom).min(1.0))
+}
+
+/// Whether a kernel that obtained `obtained` of a core while the host offered `offered` was
+/// held back by the CPU alone. One that waited for something else (a disk, a network, a
+/// sleep, a lock) used far less than it was offered, and its time says nothing of the share:
+/// its models learn its time as it was, not normalised by a share.
+pub fn cpu_bound(obtained: f64, offered: f64) -> bool {
+    obtained >= offered.clamp(0.0, 1.0) / 3.0
+}
+
+/// One of the ways the sensor reads the share a new call would get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    FairShare,
+    Calibrated,
+    Recent,
+}
+
+impl Reading {
+    const ALL: [Reading; 3] = [Reading::FairShare, Reading::Calibrated, Reading::Recent];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reading::FairShare => "fair-share",
+            Reading::Calibrated => "calibrated",
+            Reading::Recent => "recent",
+        }
+    }
+}
+
+/// The share a new call would get, from the passive reading and what calls obtained.
+#[derive(Clone, Debug)]
+pub struct ShareSensor {
+    cores: f64,
+    /// Per background load (busy processes, as the passive reading counts them), the share
+    /// obtained there, smoothed.
+    calibration: [Option<f64>; MOST_BUSY + 1],
+    recent: Option<f64>,
+    /// Per reading, its squared error smoothed over the latest truths.
+    errors: [Option<f64>; 3],
+}
+
+impl ShareSensor {
+    /// A sensor for a host of `cores` cores.
+    pub fn new(cores: usize) -> Self {
+        Self {
+            cores: cores.max(1) as f64,
+            calibration: [None; MOST_BUSY + 1],
+            recent: None,
+            errors: [None; 3],
+        }
+    }
+
+    /// Under fair sharing, what a new CPU-bound process gets beside `background` busy ones.
+    pub fn fair_share(&self, background: f64) -> f64 {
+        (self.cores / (background.max(0.0) + 1.0)).min(1.0)
+    }
+
+    fn bucket(background: f64) -> usize {
+        (background.max(0.0).round() as usize).min(MOST_BUSY)
+    }
+
+    fn reading(&self, r: Reading, background: f64) -> f64 {
+        let passive = self.fair_share(background);
+        match r {
+            Reading::FairShare => passive,
+            Reading::Calibrated => self.calibration[Self::bucket(background)].unwrap_or(passive),
+            Reading::Recent => self.recent.unwrap_or(passive),
+        }
+    }
+
+    /// The reading with the least recent error (the passive one until something was
+    /// obtained, and on a tie).
+    pub fn chosen(&self) -> Reading {
+        let score = |r: Reading| self.errors[r as usize].unwrap_or(f64::INFINITY);
+        Reading::ALL
+            .into_iter()
+            .fold(Reading::FairShare, |best, r| {
+                if score(r) < score(best) { r } else { best }
+            })
+    }
+
+    /// The share a new call would get beside `background` busy processes (the host's
+    /// counters' count, this server's own work left out).
+    pub fn estimate(&self, background: f64) -> f64 {
+        self.reading(self.chosen(), background)
+    }
+
+    /// A call or probe obtained `obtained` of a core beside `background` busy processes (the
+    /// mean over its run): each reading is scored on it, then learns it.
+    pub fn learn(&mut self, background: f64, obtained: f64) {
+        if !(background.is_finite() && obtained.is_finite()) {
+            return;
+        }
+        let obtained = obtained.clamp(0.0, 1.0);
+        for r in Reading::ALL {
+            let e = (self.reading(r, background) - obtained).powi(2);
+            let slot = &mut self.errors[r as usize];
+            *slot = Some(slot.map_or(e, |s| s + ERROR_GAIN * (e - s)));
+        }
+        let smooth = |old: Option<f64>| Some(old.map_or(obtained, |o| o + GAIN * (obtained - o)));
+        let b = Self::bucket(background);
+        self.calibration[b] = smooth(self.calibration[b]);
+        self.recent = smooth(self.recent);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_call_obtained_is_its_cpu_time_over_its_wall_time_and_threads() {
+        assert_eq!(obtained(0.125, 0.25, 1), Some(0.5));
+        assert_eq!(obtained(0.375, 0.25, 2), Some(0.75));
+        // A clock's rounding never makes more than a core a thread.
+        assert_eq!(obtained(0.101, 0.1, 1), Some(1.0));
+        assert_eq!(obtained(0.1, 0.0, 1), None);
+        assert_eq!(obtained(f64::NAN, 0.1, 1), None);
+    }
+
+    #[test]
+    fn a_kernel_that_waited_for_something_else_is_not_cpu_bound() {
+        assert!(cpu_bound(0.62, 0.48));
+        assert!(cpu_bound(0.3, 0.8));
+        // A sleeping kernel uses next to nothing of what it was offered.
+        assert!(!cpu_bound(0.01, 1.0));
+        assert!(!cpu_bound(0.2, 0.9));
+    }
+
+    #[test]
+    fn the_passive_reading_holds_until_calls_obtain_otherwise() {
+        let s = ShareSensor::new(2);
+        assert_eq!(s.chosen(), Reading::FairShare);
+        assert_eq!(s.estimate(3.0), 0.5);
+        assert_eq!(s.estimate(0.5), 1.0);
+    }
+
+    #[test]
+    fn group_scheduling_is_learned_per_background_load() {
+        // Two cores; as a daemon in its own session the server obtains 0.8 on a host with
+        // one stray busy process (fair share: 1) and 0.62 beside three (fair share: 0.5), the
+        // loads coming and going.
+        let mut s = ShareSensor::new(2);
+        for _ in 0..20 {
+            for _ in 0..3 {
+                s.learn(1.1, 0.8);
+            }
+            for _ in 0..3 {
+                s.learn(2.9, 0.62);
+            }
+        }
+        assert_eq!(s.chosen(), Reading::Calibrated);
+        assert!((s.estimate(1.0) - 0.8).abs() < 0.01, "{}", s.estimate(1.0));
+        assert!((s.estimate(3.0) - 0.62).abs() < 0.01, "{}", s.estimate(3.0));
+        // A load never met yet is read as it is.
+        assert_eq!(s.estimate(6.0), 2.0 / 7.0);
+    }
+
+    #[test]
+    fn a_share_the_counters_cannot_see_is_followed_as_it_is_obtained() {
+        // The host looks quiet (the load is in a cgroup whose quota the counters do not show,
+        // say) and calls get 0.4 of a core: the recent shares win.
+        let mut s = ShareSensor::new(4);
+        for i in 0..30 {
+            s.learn(0.0, if i < 10 { 1.0 } else { 0.4 });
+        }
+        assert!((s.estimate(0.0) - 0.4).abs() < 0.02, "{}", s.estimate(0.0));
+        assert_ne!(s.chosen(), Reading::FairShare);
+    }
+}
