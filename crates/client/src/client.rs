@@ -475,6 +475,11 @@ impl Inner {
             let cand = untried.remove(next);
             let mover = may_move.then_some(MayMove { profile, opts });
             let who = format!("{} ({})", cand.name, cand.addr);
+            if tried > 0 || i > 0 {
+                // Where a moved or failed-over call goes next: with the moves above, the trail
+                // of a call a partition displaced.
+                tracing::debug!(server = %who, call = %service, "sending it there");
+            }
             let req = ExecuteRequest {
                 call_id: CallId::new_random(),
                 ticket: Some(ranking.ticket),
