@@ -148,14 +148,10 @@ impl ProbeRound {
 
     /// No call here and none at work elsewhere, as the agent sees the grid now.
     async fn grid_still_quiet(&self) -> bool {
-        let me = self.handler.addr();
         match self.client.status(wire::context(STATUS_WAIT)).await {
             Ok(st) => {
                 self.handler.busy_calls() == 0
-                    && !st
-                        .servers
-                        .iter()
-                        .any(|s| s.addr != me && crate::link_probe::at_work(s))
+                    && !crate::link_probe::others_at_work(&st.servers, self.handler.addr())
             }
             Err(_) => false,
         }

@@ -164,6 +164,11 @@ pub fn at_work(s: &ServerStatus) -> bool {
     s.state == ServerState::Up && (s.load.running > 0 || s.load.queued > 0 || s.pending > 0)
 }
 
+/// Whether a server other than `me` is at work in the agent's view of the grid.
+pub fn others_at_work(servers: &[ServerStatus], me: &str) -> bool {
+    servers.iter().any(|s| s.addr != me && at_work(s))
+}
+
 /// How long the other servers of the grid have been at rest, from the agent's status looked at
 /// now and then (every [`QUIET`] / 2 while a round waits). A round waits for the grid, not only
 /// for its own server: an idle server's probe crosses the paths the others' data takes, and
@@ -188,10 +193,13 @@ impl GridRest {
     /// Takes a look at the grid's servers (this one, `me`, left out: its own calls are known
     /// better at home) and says how long the others have been at rest.
     pub fn look(&mut self, servers: &[ServerStatus], me: &str, now: Instant) -> Duration {
-        let others = || servers.iter().filter(|s| s.addr != me);
-        let completed = others().map(|s| s.completed).sum::<u64>();
+        let completed = servers
+            .iter()
+            .filter(|s| s.addr != me)
+            .map(|s| s.completed)
+            .sum::<u64>();
         let ended_since = self.completed.is_some_and(|c| c != completed);
-        if others().any(at_work) || ended_since {
+        if others_at_work(servers, me) || ended_since {
             self.since = now;
         }
         self.completed = Some(completed);
