@@ -56,6 +56,11 @@ pub trait AgentApi {
     /// A server this client reported unreachable answers it again (a partition healed): the
     /// agent ends the suspicion the report set, so the server is used again at once.
     async fn reachable(server: ServerId);
+    /// The call of `ticket` goes to `server`, a candidate of its ranking other than the one
+    /// its reservation is on (that one could not be reached, or the client holds it
+    /// unresponsive): the reservation follows the call, so the agent's queues hold it where it
+    /// runs, not on a server that will never see it.
+    async fn placed(ticket: Ticket, server: ServerId);
     /// The client brought `bytes` of a kept output back from the server at `holder` in
     /// `seconds`: the reply leg of that server's client link, which calls whose inputs are
     /// small or pulled from other servers never show (a graph's fetched 2 MB output over a

@@ -181,6 +181,17 @@ impl Inner {
         });
     }
 
+    /// Tells the agent in the background that the call of `ticket` goes to `server`, not to
+    /// the server its ranking reserved (`AgentApi::placed`).
+    fn placed_later(self: &Arc<Self>, ticket: Ticket, server: ServerId) {
+        let inner = self.clone();
+        self.rt.spawn(async move {
+            if let Err(e) = inner.conn.placed(ticket, server).await {
+                tracing::debug!(%ticket, %server, "could not tell the agent where the call went: {e}");
+            }
+        });
+    }
+
     /// Gives up an assignment in the background.
     pub(crate) fn release_later(self: &Arc<Self>, ticket: Ticket) {
         let inner = self.clone();
@@ -463,6 +474,8 @@ impl Inner {
             .into());
         }
         let mut failures: Vec<String> = Vec::new();
+        // The ranking reserved its head; the agent hears where the call goes if not there.
+        let reserved = ranking.candidates[0].server_id;
         let mut untried: Vec<&Candidate> = ranking.candidates.iter().collect();
         for i in 0..n {
             // Servers that did not answer lately go last (the agent may not know yet), judged
@@ -479,6 +492,9 @@ impl Inner {
                 // Where a moved or failed-over call goes next: with the moves above, the trail
                 // of a call a partition displaced.
                 tracing::debug!(server = %who, call = %service, "sending it there");
+            }
+            if cand.server_id != reserved {
+                self.placed_later(ranking.ticket, cand.server_id);
             }
             let req = ExecuteRequest {
                 call_id: CallId::new_random(),

@@ -108,6 +108,22 @@ async fn open_server(
     .await
 }
 
+/// Tells (debug) of a call that waited for a server connection longer than a lost SYN's
+/// resend: what delays the calls moved to a healed server, if anything does.
+fn log_slow_connect(addr: &str, asked: Instant, dialled: Option<Instant>) {
+    let waited = asked.elapsed();
+    if waited < wire::dial::SYN_RESEND {
+        return;
+    }
+    let behind = dialled.map_or(waited, |d| d.duration_since(asked));
+    tracing::debug!(
+        server = %addr,
+        waited_ms = waited.as_millis() as u64,
+        behind_another_dial_ms = behind.as_millis() as u64,
+        "a slow connection"
+    );
+}
+
 /// A pooled server connection; `epoch` identifies it for [`Conn::drop_server`].
 #[derive(Clone)]
 pub(crate) struct ServerConn {
@@ -382,6 +398,12 @@ impl Conn {
             .await
     }
 
+    /// `AgentApi::placed`.
+    pub(crate) async fn placed(&self, ticket: Ticket, server: ServerId) -> Result<(), GrpcError> {
+        self.agent_call(|c, ctx| async move { c.placed(ctx, ticket, server).await })
+            .await
+    }
+
     /// `AgentApi::reachable`.
     pub(crate) async fn reachable(&self, server: ServerId) -> Result<(), GrpcError> {
         self.agent_call(|c, ctx| async move { c.reachable(ctx, server).await })
@@ -522,11 +544,13 @@ impl Conn {
             c.touch();
             return Ok(c.clone());
         }
+        let asked = Instant::now();
         let mut connecting = slot.connecting.lock().await;
         if let Some(c) = lock(&slot.current).as_ref()
             && c.is_usable()
         {
             c.touch();
+            log_slow_connect(addr, asked, None);
             return Ok(c.clone());
         }
         // Remembered only while the server is held unresponsive: once it answers a liveness
@@ -537,7 +561,10 @@ impl Conn {
         {
             return Err(e.clone());
         }
-        match open_server(self.rt.clone(), addr.to_string(), self.wire_cfg.clone()).await {
+        let dialled = Instant::now();
+        let opened = open_server(self.rt.clone(), addr.to_string(), self.wire_cfg.clone()).await;
+        log_slow_connect(addr, asked, Some(dialled));
+        match opened {
             Ok((client, alive, dispatch)) => {
                 connecting.epoch += 1;
                 connecting.last_failure = None;

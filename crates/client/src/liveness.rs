@@ -258,11 +258,11 @@ impl Liveness {
     }
 
     /// Probes a silent server until it answers, and returns the connection that did: a fresh
-    /// dial every quarter interval, each given the whole interval. A dial whose SYN a cut
-    /// network dropped is retried by the kernel only after a second, then three, so after a
-    /// heal a fresh dial gets through first (one probe per interval saw healed servers up to
-    /// 2.1 s late on the test bed); overlapping them still gives a slow link's dial and hello
-    /// their whole interval.
+    /// probe every quarter interval, each given the whole interval. A dial resends a lost SYN
+    /// itself (`wire::dial`), but a hello or ping a cut dropped waits for TCP's backed-off
+    /// resend, so after a heal a fresh probe gets through first (one probe per interval saw
+    /// healed servers up to 2.1 s late on the test bed); overlapping them still gives a slow
+    /// link's dial and hello their whole interval.
     async fn until_it_answers(&self, addr: &str) -> ServerApiClient {
         let mut probes = tokio::task::JoinSet::new();
         let mut every = tokio::time::interval(self.interval / PROBES_PER_INTERVAL);

@@ -90,6 +90,35 @@ async fn with_dead1_passed_over() -> (Grid, GridClient) {
     (grid, c)
 }
 
+/// A call the client sends anywhere but where its ranking reserved it is told to the agent,
+/// whose queues would otherwise hold it on a server that never sees it: after a failover, and
+/// when the reserved server is passed over because the client holds it unresponsive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_hears_where_a_call_went_instead_of_its_reserved_server() {
+    let (grid, c) = with_dead1_passed_over().await;
+    wait_until(|| !grid.agent.placed.lock().unwrap().is_empty()).await;
+    let unreachable = grid.agent.unreachable.lock().unwrap()[0].0;
+    let placed = grid.agent.placed.lock().unwrap().clone();
+    assert_eq!(placed.len(), 1, "{placed:?}");
+    assert_eq!(
+        placed[0].0, unreachable,
+        "the failed-over call's own ticket"
+    );
+    // dead1 is still ranked first; the client goes straight to s2 and says so.
+    assert!(c.unresponsive_servers().contains(&grid.addr_of("dead1")));
+    let add = c.function_handle_default("add").await.unwrap();
+    let r = c.call(&add, ints(2, 2)).await.unwrap();
+    assert_eq!((r.server.as_str(), r.attempts), ("s2", 1));
+    wait_until(|| grid.agent.placed.lock().unwrap().len() == 2).await;
+    // A call run where it was reserved tells nothing.
+    let fine = Grid::start(&["s1"]).await;
+    let c = client(&fine).await;
+    let add = c.function_handle_default("add").await.unwrap();
+    c.call(&add, ints(1, 1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(fine.agent.placed.lock().unwrap().is_empty());
+}
+
 /// A server the client could not reach comes up again (its partition healed): the client,
 /// pinging it meanwhile, tells the agent, which ends the suspicion its report set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -86,6 +86,8 @@ pub struct AgentState {
     pub unreachable: Mutex<Vec<(Ticket, ServerId)>>,
     /// Servers clients said they reach again.
     pub reachable: Mutex<Vec<ServerId>>,
+    /// Where clients said a call went instead of its reserved server, with its ticket.
+    pub placed: Mutex<Vec<(Ticket, ServerId)>>,
     /// (holder, bytes) of every fetch the client told of.
     pub fetched: Mutex<Vec<(String, u64)>>,
     next_ticket: AtomicU64,
@@ -196,6 +198,9 @@ impl AgentApi for TestAgent {
     }
     async fn reachable(self, _: Context, server: ServerId) {
         self.0.reachable.lock().unwrap().push(server);
+    }
+    async fn placed(self, _: Context, ticket: Ticket, server: ServerId) {
+        self.0.placed.lock().unwrap().push((ticket, server));
     }
     async fn fetched(self, _: Context, holder: String, bytes: u64, _: f64) {
         self.0.fetched.lock().unwrap().push((holder, bytes));

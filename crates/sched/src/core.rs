@@ -342,6 +342,20 @@ impl AgentCore {
             .release_by(ticket, self.key.hash_one(holder))
     }
 
+    /// The client `holder` sent the call of `ticket` to `server` rather than where it was
+    /// reserved: the reservation moves there (`Reservations::move_to`). After a partition
+    /// healed, a call of a second reserved on the healed server that the client, not yet
+    /// hearing from it, sent elsewhere kept that server looking busy for the call's predicted
+    /// second: no call went there for up to 1.2 s. False if the ticket is not pending, not
+    /// this client's, or the server unknown.
+    pub fn placed(&mut self, ticket: Ticket, server: ServerId, holder: &str) -> bool {
+        let key = self.key.hash_one(holder);
+        let Some(slot) = self.registry.slot_of(server) else {
+            return false;
+        };
+        self.reservations.is_held_by(ticket, key) && self.reservations.move_to(ticket, slot)
+    }
+
     /// Forgets an assignment (reported, given up, or expired); false if it was not pending.
     pub fn release(&mut self, ticket: Ticket) -> bool {
         self.reservations.release(ticket)

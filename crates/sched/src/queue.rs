@@ -236,6 +236,12 @@ impl TicketIndex {
             .is_some_and(|p| p.holder.is_none_or(|h| h == who))
     }
 
+    /// Records that `ticket` is pending on slot `to` now, returning the slot it was on.
+    pub fn move_to(&mut self, ticket: Ticket, to: usize) -> Option<usize> {
+        let p = self.pending.get_mut(&ticket)?;
+        Some(std::mem::replace(&mut p.server, to))
+    }
+
     /// Moves the tickets pending on slot `from` to slot `to` (the registry moved a server).
     pub fn renumber(&mut self, from: usize, to: usize) {
         for p in self.pending.values_mut() {

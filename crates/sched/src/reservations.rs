@@ -77,6 +77,28 @@ impl Reservations {
         self.queues[slot].remove(ticket).map(|a| (slot, a))
     }
 
+    /// The call of `ticket` went to server `to` instead of where it was assigned: its
+    /// assignment moves to `to`'s queue, as it was predicted (a queue entry roughly right
+    /// beats one on a server that will never run the call). False if it was not pending.
+    pub fn move_to(&mut self, ticket: Ticket, to: usize) -> bool {
+        let Some(from) = self.index.move_to(ticket, to) else {
+            return false;
+        };
+        if from == to {
+            return true;
+        }
+        let Some(a) = self.queues.get_mut(from).and_then(|q| q.remove(ticket)) else {
+            return true;
+        };
+        if self.queues.len() <= to {
+            self.queues.resize_with(to + 1, ServerQueue::default);
+        }
+        self.queues[to].push(a);
+        self.touch(from);
+        self.touch(to);
+        true
+    }
+
     /// Whether `ticket` is pending and held by `who` (or by nobody).
     pub fn is_held_by(&self, ticket: Ticket, who: u64) -> bool {
         self.index.held_by(ticket, who)
@@ -189,6 +211,30 @@ mod tests {
         assert_eq!(r.queue(2).iter().next().map(|x| x.ticket), Some(Ticket(4)));
         assert!(r.queue(3).is_empty());
         assert!(r.release(Ticket(4)) && r.queue(2).is_empty() && r.is_empty());
+    }
+
+    #[test]
+    fn a_reservation_follows_its_call_to_the_server_it_went_to() {
+        let mut r = Reservations::default();
+        let mut touched = Vec::new();
+        r.take_touched(&mut touched);
+        r.add(0, a(1, 0, 5.0), Some(1));
+        r.take_touched(&mut touched);
+        assert!(r.move_to(Ticket(1), 3));
+        assert!(r.queue(0).is_empty(), "nothing left where it never ran");
+        assert_eq!(r.queue(3).iter().next().map(|x| x.ticket), Some(Ticket(1)));
+        r.take_touched(&mut touched);
+        touched.sort_unstable();
+        assert_eq!(
+            touched,
+            [0, 3],
+            "both queues' orders are brought up to date"
+        );
+        // Still held by its client, and found wherever it is when the call is reported.
+        assert!(r.is_held_by(Ticket(1), 1) && !r.is_held_by(Ticket(1), 2));
+        assert_eq!(r.take_from(Ticket(1)).map(|(slot, _)| slot), Some(3));
+        assert!(!r.move_to(Ticket(1), 0), "a reported call moves nowhere");
+        assert!(r.is_empty() && r.queue(0).is_empty());
     }
 
     #[test]

@@ -584,6 +584,12 @@ impl AgentApi for AgentHandler {
         }
     }
 
+    async fn placed(self, _: Context, ticket: Ticket, server: ServerId) {
+        if !self.core().placed(ticket, server, &self.peer.principal) {
+            tracing::debug!(%server, %ticket, peer = %self.peer.addr, "a call placed elsewhere without a pending ticket of this client: ignored");
+        }
+    }
+
     async fn fetched(self, _: Context, holder: String, bytes: u64, seconds: f64) {
         self.core().client_fetched(&holder, bytes, seconds);
     }

@@ -11,6 +11,7 @@
 
 pub mod budget;
 pub mod bulk;
+pub mod dial;
 pub mod frame;
 pub mod hello;
 pub mod limits;
@@ -192,16 +193,7 @@ pub async fn connect_channel(
     who: &str,
     channel: Channel,
 ) -> Result<(FramedTcp, String), WireError> {
-    let stream = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr))
-        .await
-        .map_err(|_| WireError::Timeout {
-            addr: addr.to_string(),
-            secs: cfg.connect_timeout.as_secs_f64(),
-        })?
-        .map_err(|source| WireError::Connect {
-            addr: addr.to_string(),
-            source,
-        })?;
+    let stream = dial::connect_tcp(addr, cfg.connect_timeout).await?;
     // Small RPCs are latency-bound: never let Nagle hold a frame back.
     let _ = stream.set_nodelay(true);
     let stream = match &cfg.tls {

@@ -592,6 +592,43 @@ fn a_suspicion_ends_when_the_reporting_client_reaches_the_server_again() {
     assert!(!c.reached_again(top.server_id, "me", secs(2.1)));
 }
 
+/// The client sent a call elsewhere than its reserved server (it could not reach it, or held
+/// it unresponsive): the reservation moves to where the call went, on that client's word only.
+#[test]
+fn a_reservation_moves_to_the_server_its_client_sent_the_call_to() {
+    let mut c = confirmed_grid();
+    let p = dgemm_profile(200, 200, 200);
+    let first = c
+        .rank_for(Some("me"), &p, &RankOptions::default(), secs(1.0))
+        .unwrap();
+    let (top, other) = (&first.candidates[0], &first.candidates[1]);
+    let pending = |c: &AgentCore, name: &str| {
+        c.status(secs(1.0))
+            .servers
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.pending)
+    };
+    assert_eq!(pending(&c, &top.name), Some(1));
+    assert!(!c.placed(first.ticket, other.server_id, "someone else"));
+    assert!(!c.placed(Ticket(7), other.server_id, "me"));
+    assert_eq!(pending(&c, &top.name), Some(1));
+    assert!(c.placed(first.ticket, other.server_id, "me"));
+    assert_eq!(pending(&c, &top.name), Some(0));
+    assert_eq!(pending(&c, &other.name), Some(1));
+    // Reported done there, it is gone from every queue.
+    let oid = other.server_id;
+    c.report(
+        oid,
+        &[CallReport {
+            ticket: Some(first.ticket),
+            ..ok_report("dgemm", &[("m", 200), ("n", 200), ("k", 200)], 0.1)
+        }],
+        secs(1.2),
+    );
+    assert_eq!(pending(&c, &other.name), Some(0));
+}
+
 #[test]
 fn confirmed_servers_keep_half_of_a_rankings_places_among_unproven_ones() {
     let mut c = AgentCore::new(CoreConfig {
