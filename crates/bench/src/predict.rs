@@ -63,10 +63,11 @@ impl Default for PredictBench {
 /// The columns after the interval set measured times beside the terms that predicted them:
 /// the kernel's time and the compute term (its spread, the queue's, the CPU share expected);
 /// the inputs' measured transfer and the predicted one; the server's time; the predicted
-/// transfer out and server overhead.
+/// transfer out and server overhead; for the real server, the busy processes and the share of
+/// a core its kernel's thread obtained.
 pub const CSV_HEADER: &str = "load,predictor,call,actual_s,predicted_s,low90_s,high90_s,\
 kernel_s,compute_s,compute_sd_s,queue_wait_sd_s,cpu_expected,input_transfer_s,transfer_in_s,\
-server_s,transfer_out_s,overhead_s";
+server_s,transfer_out_s,overhead_s,busy,cpu_obtained";
 
 /// Calls shorter than this are reported apart: timer and scheduling noise dominate them.
 const SHORT_S: f64 = 0.05;
@@ -118,8 +119,8 @@ struct Observed {
     timing: gridwise_proto::Timing,
     predicted: Vec<Etc>,
     /// For the real server: the busy processes running when the call was sent, and the share
-    /// of a core the server's process obtained over the call (its CPU time, all threads, over
-    /// the kernel's time: measured by the bench, apart from what the server reports).
+    /// of a core the kernel obtained (its thread's CPU time over the kernel's time: measured
+    /// by the bench, apart from what the server reports; `kernel_thread_cpu`).
     real: Option<(usize, Option<f64>)>,
 }
 
@@ -153,7 +154,7 @@ pub fn run(opts: &PredictBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()
                     writeln!(
                         f,
                         "{load},{name},{i},{:.6},{:.6},{lo:.6},{hi:.6},{:.6},{:.6},{:.6},{:.6},{},\
-                         {:.6},{:.6},{:.6},{:.6},{:.6}",
+                         {:.6},{:.6},{:.6},{:.6},{:.6},{},{}",
                         o.actual_s,
                         e.total_s(),
                         o.timing.kernel_s,
@@ -166,6 +167,8 @@ pub fn run(opts: &PredictBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()
                         o.timing.server_s,
                         e.transfer_out_s,
                         e.overhead_s,
+                        o.real.map_or(String::new(), |r| r.0.to_string()),
+                        opt(o.real.and_then(|r| r.1)),
                     )?;
                 }
             }
@@ -436,13 +439,9 @@ fn predict_real(
             let profile = h.desc.profile(&v)?;
             let predicted = predictions(client, &profile, "real")?;
             let busy_then = level.load(std::sync::atomic::Ordering::SeqCst);
-            let cpu_before = gridwise_kernels::process_cpu_time(pid).map(|d| d.as_secs_f64());
+            let cpu_before = gridwise_kernels::thread_cpu_times(pid);
             let r = client.call(&h, v)?;
-            let cpu = gridwise_kernels::process_cpu_time(pid)
-                .map(|d| d.as_secs_f64())
-                .zip(cpu_before)
-                .map(|(a, b)| a - b);
-            let obtained = cpu
+            let obtained = kernel_thread_cpu(cpu_before, gridwise_kernels::thread_cpu_times(pid))
                 .filter(|_| r.timing.kernel_s > 0.0)
                 .map(|c| (c / r.timing.kernel_s).min(1.0));
             out.push(Observed {
@@ -475,6 +474,22 @@ fn predict_real(
     grid.servers.remove(i);
     grid.names.remove(i);
     Ok((out, idle))
+}
+
+/// The CPU time the thread that ran the kernel used over a call, from the server's threads'
+/// times before and after it: the thread that used the most (a single-threaded kernel's slot
+/// thread). The whole process's time would add the decoding and encoding of the call's tens
+/// of MB of matrices, done on other threads outside the kernel's time.
+fn kernel_thread_cpu(
+    before: Option<Vec<(u32, Duration)>>,
+    after: Option<Vec<(u32, Duration)>>,
+) -> Option<f64> {
+    let before: std::collections::HashMap<u32, Duration> = before?.into_iter().collect();
+    after?
+        .into_iter()
+        .map(|(tid, t)| t.saturating_sub(before.get(&tid).copied().unwrap_or_default()))
+        .max()
+        .map(|d| d.as_secs_f64())
 }
 
 /// The real server's quiet-host estimate of one dgemm before and after the loaded calls: what

@@ -95,9 +95,12 @@ pub fn up(file: &Path, name: Option<&str>, for_s: Option<f64>) -> anyhow::Result
     let events = timeline(&topo.faults);
     let playing = (!events.is_empty()).then(|| {
         println!("faults: {} events", events.len());
-        Playing::start(bed.clone(), events, |at, e, err| match err {
-            None => println!("  {:>7.2} s  {e}", at.as_secs_f64()),
-            Some(err) => println!("  {:>7.2} s  {e} FAILED: {err}", at.as_secs_f64()),
+        Playing::start(bed.clone(), events, |a| {
+            let (at, e) = (a.began.as_secs_f64(), &a.event);
+            match &a.error {
+                None => println!("  {at:>7.2} s  {e}"),
+                Some(err) => println!("  {at:>7.2} s  {e} FAILED: {err}"),
+            }
         })
     });
     match for_s {

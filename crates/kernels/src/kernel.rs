@@ -75,14 +75,25 @@ impl KernelCtx {
 /// `/proc/<pid>/stat` are 10 ms coarse, a tenth of a short call. `None` where there is no such
 /// process (or no `/proc`).
 pub fn process_cpu_time(pid: u32) -> Option<Duration> {
+    Some(thread_cpu_times(pid)?.into_iter().map(|(_, t)| t).sum())
+}
+
+/// The CPU time each thread of process `pid` has used, by thread id (as
+/// [`process_cpu_time`] reads it): what tells the thread that ran a kernel from those that
+/// decoded its inputs.
+pub fn thread_cpu_times(pid: u32) -> Option<Vec<(u32, Duration)>> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let ns: u64 = tasks
-        .filter_map(|t| {
-            let text = std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok()?;
-            text.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum();
-    Some(Duration::from_nanos(ns))
+    Some(
+        tasks
+            .filter_map(|t| {
+                let t = t.ok()?;
+                let tid = t.file_name().to_str()?.parse::<u32>().ok()?;
+                let text = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+                let ns = text.split_whitespace().next()?.parse::<u64>().ok()?;
+                Some((tid, Duration::from_nanos(ns)))
+            })
+            .collect(),
+    )
 }
 
 /// A routine a server offers as a service.

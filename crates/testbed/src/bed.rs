@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 /// A built test bed; dropping it removes every namespace it made (and kills what runs in
 /// them).
@@ -331,26 +332,29 @@ impl Testbed {
     /// Cuts `what` off: packets across it are dropped without a word, as a pulled cable or a
     /// dead router does. Until [`heal`](Self::heal).
     pub fn partition(&self, what: &Cut) -> anyhow::Result<()> {
-        self.cut(what, false)
+        self.cut_or_heal(what, false).map(drop)
     }
 
     pub fn heal(&self, what: &Cut) -> anyhow::Result<()> {
-        self.cut(what, true)
+        self.cut_or_heal(what, true).map(drop)
     }
 
-    /// Cuts or heals `what`, healed links at their current rates.
-    fn cut(&self, what: &Cut, heal: bool) -> anyhow::Result<()> {
+    /// Cuts or heals `what`, healed links at their current rates; returns when the first rule
+    /// was in place (the cut or heal took hold then, on its first link).
+    pub fn cut_or_heal(&self, what: &Cut, heal: bool) -> anyhow::Result<Option<Instant>> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let rates = st.rates.clone();
+        let mut held = None;
         for cmd in plan::cut(&self.topo, what, heal, &|l| rates[l], self.netem)? {
             run(&cmd)?;
+            held.get_or_insert_with(Instant::now);
         }
         if heal {
             st.cuts.remove(what);
         } else {
             st.cuts.insert(what.clone());
         }
-        Ok(())
+        Ok(held)
     }
 
     /// Changes a link's rate from now on (a link that is cut stays cut, and heals at the new

@@ -8,7 +8,7 @@ use super::{Ctx, graph};
 use crate::faults::{Done, Mix, run_batch_with};
 use gridwise_proto::ServerState;
 use gridwise_testbed::Cut;
-use gridwise_testbed::schedule::{Event, Playing};
+use gridwise_testbed::schedule::{Applied, Event, Playing};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -63,8 +63,10 @@ fn scenarios() -> Vec<Scenario> {
 #[derive(Default)]
 struct Seen {
     /// When the cut and the heal began to be applied (the bed's rules take some ms on a busy
-    /// host): what the verdict and the use again count from.
+    /// host); the use again counts from the heal's.
     cut_s: Option<f64>,
+    /// When the cut's first rule was in place: the cut in force.
+    cut_held_s: Option<f64>,
     heal_s: Option<f64>,
     gave_up_s: Option<f64>,
     up_again_s: Option<f64>,
@@ -136,17 +138,19 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
                         (0.0, Event::Cut(sc.cut.clone())),
                         (CUT.as_secs_f64(), Event::Heal(sc.cut.clone())),
                     ],
-                    move |began, e, err| {
-                        if let Some(err) = err {
-                            eprintln!("bench testbed: {e} failed: {err}");
+                    move |a: &Applied| {
+                        if let Some(err) = &a.error {
+                            eprintln!("bench testbed: {} failed: {err}", a.event);
                         }
                         // The play started just after `at`: its clock and the watcher's agree
                         // to a few µs.
-                        let t = began.as_secs_f64();
                         let mut s = heard.lock().unwrap_or_else(|e| e.into_inner());
-                        match e {
-                            Event::Cut(_) => s.cut_s = Some(t),
-                            Event::Heal(_) => s.heal_s = Some(t),
+                        match a.event {
+                            Event::Cut(_) => {
+                                s.cut_s = Some(a.began.as_secs_f64());
+                                s.cut_held_s = a.held.map(|h| h.as_secs_f64());
+                            }
+                            Event::Heal(_) => s.heal_s = Some(a.began.as_secs_f64()),
                             Event::Slow(..) => {}
                         }
                     },
@@ -182,11 +186,14 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
         let r2 = |x: Option<f64>| x.map(|v| (v * 100.0).round() / 100.0);
         let r3 = |x: Option<f64>| x.map(|v| (v * 1000.0).round() / 1000.0);
-        // Counted from when the cut and the heal began to be applied, not from when they
-        // were due: the bed's rules went in up to some ms late on the busy host.
+        // Counted from when the cut and the heal were applied, not from when they were due:
+        // the bed's rules went in up to some ms late on the busy host.
         let heal = seen.heal_s.unwrap_or(CUT.as_secs_f64());
         let after_heal = |x: Option<f64>| x.map(|v| v - heal);
-        let gave_up_s = seen.gave_up_s.map(|g| g - seen.cut_s.unwrap_or(0.0));
+        // The verdict counts from when the cut was in force (its first rule in place), the use
+        // again from when the heal began: each from the moment it could first be met.
+        let cut_in_force = seen.cut_held_s.or(seen.cut_s).unwrap_or(0.0);
+        let gave_up_s = seen.gave_up_s.map(|g| g - cut_in_force);
         let _ = ctx.emit.send(json!({
             "bench": "testbed",
             "experiment": "partition",
@@ -196,6 +203,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
             "servers_cut": sc.servers,
             "cut_s": CUT.as_secs_f64(),
             "cut_applied_late_s": r3(seen.cut_s),
+            "cut_first_rule_took_s": r3(seen.cut_held_s.zip(seen.cut_s).map(|(h, b)| h - b)),
             "heal_applied_late_s": r3(seen.heal_s.map(|h| h - CUT.as_secs_f64())),
             "calls": calls,
             "lost": batch.lost,
@@ -280,7 +288,7 @@ fn graph_cut(ctx: &Ctx) -> anyhow::Result<()> {
             (1.0, Event::Cut(cut.clone())),
             (1.0 + CUT.as_secs_f64(), Event::Heal(cut.clone())),
         ],
-        |_, _, _| {},
+        |_| {},
     );
     let t = Instant::now();
     let got = graph::mapped(&ctx.client, graph::Mapping::default());
