@@ -164,6 +164,20 @@ impl Grid {
         )
     }
 
+    /// Starts an agent with extra flags, it and every server it gets in a session of its own
+    /// (`OwnSessions`), as a service manager starts daemons.
+    pub fn agent_in_own_sessions(extra: &[&str]) -> Grid {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let agent = Launcher::program(bin("gridwise-agent"));
+        let server = Launcher::program(bin("gridwise-server"));
+        let hosts = std::sync::Arc::new(gridwise_localgrid::OwnSessions);
+        Grid(
+            LocalGrid::start_on(hosts, &agent, server, &extra, false)
+                .unwrap_or_else(|e| panic!("{e:#}")),
+            None,
+        )
+    }
+
     /// Starts an agent with extra flags, every connection of the grid mutual TLS (certificates
     /// in `tls_dir`: the agent's, one per server, and a client's named `client`).
     pub fn agent_tls(extra: &[&str]) -> Grid {
