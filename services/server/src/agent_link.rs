@@ -200,9 +200,9 @@ pub async fn run(
     let mut warned = false;
     loop {
         let Some(link) = &linked else {
-            // Dials no longer than a heartbeat interval: a dial whose SYN was lost to a cut
-            // network retries it only after a second, then three, so after a heal a fresh dial
-            // gets through sooner than an old one.
+            // Dials no longer than a heartbeat interval: a lost SYN is resent by the dial itself
+            // (`wire::dial`), but a hello a cut dropped waits for TCP's backed-off resend, so
+            // after a heal a fresh dial gets through sooner than an old one.
             let mut dial = wire_cfg.clone();
             dial.connect_timeout = interval
                 .max(Duration::from_millis(500))
