@@ -178,6 +178,23 @@ impl Grid {
         )
     }
 
+    /// Starts an agent with extra flags, it and every server a daemon in a session of its own
+    /// inside the control group `group` (a cgroup of the CPU controller).
+    pub fn agent_in_cpu_group(
+        group: std::sync::Arc<gridwise_localgrid::cpu_group::CpuGroup>,
+        extra: &[&str],
+    ) -> Grid {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let agent = Launcher::program(bin("gridwise-agent"));
+        let server = Launcher::program(bin("gridwise-server"));
+        let hosts = std::sync::Arc::new(gridwise_localgrid::cpu_group::InCpuGroup(group));
+        Grid(
+            LocalGrid::start_on(hosts, &agent, server, &extra, false)
+                .unwrap_or_else(|e| panic!("{e:#}")),
+            None,
+        )
+    }
+
     /// Starts an agent with extra flags, every connection of the grid mutual TLS (certificates
     /// in `tls_dir`: the agent's, one per server, and a client's named `client`).
     pub fn agent_tls(extra: &[&str]) -> Grid {

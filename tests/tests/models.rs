@@ -274,3 +274,36 @@ fn a_loaded_spell_leaves_the_quiet_host_estimate_where_it_was() {
         );
     }
 }
+
+/// A server whose control group may use half a core reports half a core on an idle host,
+/// whatever the host's counters say (issue 30: sensors of what the scheduler gives). Needs
+/// root and a writable cgroup hierarchy of the CPU controller, as CI has; says why and checks
+/// nothing where they are missing.
+#[test]
+fn a_server_under_a_cpu_quota_reports_the_share_its_group_may_use() {
+    use gridwise_localgrid::cpu_group::CpuGroup;
+    let group = match CpuGroup::make(&format!("gridwise-test-{}/quota", std::process::id())) {
+        Ok(g) => std::sync::Arc::new(g),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    group.set_quota(0.5).unwrap();
+    let mut g = Grid::agent_in_cpu_group(group.clone(), &FAST_HEARTBEATS);
+    g.server(
+        "capped",
+        "builtins = [\"add\"]\ncalibrate = false\nslots = 1\n",
+    );
+    g.wait_up(1);
+    let c = g.client();
+    let reported = || c.status().unwrap().servers[0].load.cpu_available;
+    assert!(
+        eventually(Duration::from_secs(10), || reported()
+            .is_some_and(|a| (a - 0.5).abs() < 0.05)),
+        "the capped server reports {:?}",
+        reported()
+    );
+    drop(g);
+    drop(group);
+}

@@ -423,3 +423,53 @@ fn an_embedding_program_offers_its_own_rust_kernel() {
     );
     server.abort();
 }
+
+/// A routine's numerical library is told how many threads it may start: the server's
+/// `threads`, or its cores over its slots (so full slots do not oversubscribe the host).
+#[test]
+fn routines_are_told_how_many_threads_their_libraries_may_start() {
+    let python = python_venv(&["numpy"]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("threads.toml"),
+        r#"[[service]]
+name = "blas_threads"
+doc = "How many threads the routine's BLAS may start."
+args = [
+    { name = "n", mode = "in", type = "int" },
+    { name = "threads", mode = "out", type = "int" },
+]
+size_params = ["n"]
+complexity = "n"
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("blasthreads.py"),
+        "import os\n\n\ndef blas_threads(n):\n    \
+         return int(os.environ['OPENBLAS_NUM_THREADS']) * int(os.environ['OMP_NUM_THREADS'] == os.environ['OPENBLAS_NUM_THREADS'])\n",
+    )
+    .unwrap();
+    let mut g = Grid::agent(&FAST_HEARTBEATS);
+    for (name, setting) in [("three", "threads = 3\n"), ("one-slot", "slots = 1\n")] {
+        g.server(
+            name,
+            &format!(
+                "builtins = []\ncalibrate = false\n{setting}services = [{:?}]\n\
+                 [[python]]\nservice = \"blas_threads\"\nfunction = \"blasthreads:blas_threads\"\n\
+                 python = {:?}\npath = [{:?}]\n",
+                dir.path().join("threads.toml").display().to_string(),
+                python.display().to_string(),
+                dir.path().display().to_string()
+            ),
+        );
+    }
+    g.wait_up(2);
+    let c = g.client();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as i64);
+    for (name, want) in [("three", 3), ("one-slot", cores)] {
+        let h = c.function_handle_init("blas_threads", name).unwrap();
+        let r = c.call(&h, vec![Value::Int(1)]).unwrap();
+        assert_eq!(r.outputs[0], Value::Int(want), "{name}");
+    }
+}

@@ -38,13 +38,17 @@ pub struct PredictBench {
 
 /// The parts of the benchmark, in the order they run: `real` has the dgemm server in the
 /// bench's session (where the kernel's scheduler shares the CPU evenly among processes, the
-/// busy ones included), `real-daemon` in a session of its own, as deployed.
-pub const PARTS: [&str; 6] = [
+/// busy ones included); `real-daemon` has it and a system-BLAS server each in a session of
+/// its own, as deployed; `real-cgroup` puts them in a control group of their own and the busy
+/// processes in another, as systemd, Slurm or Kubernetes would (where this process may make
+/// cgroups: it needs root).
+pub const PARTS: [&str; 7] = [
     "dedicated",
     "random",
     "steady",
     "real",
     "real-daemon",
+    "real-cgroup",
     "schedule",
 ];
 
@@ -119,8 +123,8 @@ struct Observed {
     timing: gridwise_proto::Timing,
     predicted: Vec<Etc>,
     /// For the real server: the busy processes running when the call was sent, and the share
-    /// of a core the kernel obtained (its thread's CPU time over the kernel's time: measured
-    /// by the bench, apart from what the server reports; `kernel_thread_cpu`).
+    /// of a core each of the kernel's threads obtained (their CPU time over the kernel's time
+    /// and threads: measured by the bench, apart from what the server reports; `kernel_cpu`).
     real: Option<(usize, Option<f64>)>,
 }
 
@@ -205,26 +209,87 @@ pub fn run(opts: &PredictBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()
         }
     }
     if wanted("real") {
-        let (observed, idle) = predict_real(&mut grid, &client, opts.calls)?;
-        report("real", "same-session", &observed, emit);
-        report_phases("same-session", &observed, idle, emit);
+        let (observed, idle, _) = predict_real(
+            &mut grid,
+            &client,
+            opts.calls,
+            RealKernel::Builtin,
+            None,
+            models.path(),
+            None,
+        )?;
+        report_real("same-session", RealKernel::Builtin, &observed, idle, emit);
         record("real", &observed)?;
     }
+    let launchers = (
+        gridwise_localgrid::Launcher::subcommand(exe.clone(), "agent"),
+        gridwise_localgrid::Launcher::subcommand(exe.clone(), "server"),
+    );
+    let mut deployed_part =
+        |hosts: std::sync::Arc<dyn gridwise_localgrid::Hosts>,
+         placement: &str,
+         part: &str,
+         load_group: Option<std::sync::Arc<gridwise_localgrid::cpu_group::CpuGroup>>,
+         emit: &mut dyn FnMut(Json)|
+         -> anyhow::Result<()> {
+            let mut daemons =
+                LocalGrid::start_on(hosts, &launchers.0, launchers.1.clone(), &agent_args, false)?;
+            let own = Client::connect(daemons.client_config())?;
+            let emu = add_emulated(&mut daemons, &own, models.path(), part)?;
+            let mut emulated = Vec::new();
+            for kernel in [RealKernel::Builtin, RealKernel::Blas] {
+                let (observed, idle, beside) = predict_real(
+                    &mut daemons,
+                    &own,
+                    opts.calls,
+                    kernel,
+                    load_group.clone(),
+                    models.path(),
+                    Some(&emu),
+                )?;
+                report_real(placement, kernel, &observed, idle, emit);
+                record(&format!("{}-{part}", kernel.server()), &observed)?;
+                emulated.extend(beside);
+            }
+            report("emulated", placement, &emulated, emit);
+            report_phases(placement, "emulated", "solve", 1, &emulated, None, emit);
+            record(&format!("emulated-{part}"), &emulated)
+        };
     if wanted("real-daemon") {
         // A grid of its own, every daemon in its own session; the busy processes stay in the
         // bench's.
-        let mut daemons = LocalGrid::start_on(
-            std::sync::Arc::new(gridwise_localgrid::OwnSessions),
-            &gridwise_localgrid::Launcher::subcommand(exe.clone(), "agent"),
-            gridwise_localgrid::Launcher::subcommand(exe.clone(), "server"),
-            &agent_args,
-            false,
-        )?;
-        let own = Client::connect(daemons.client_config())?;
-        let (observed, idle) = predict_real(&mut daemons, &own, opts.calls)?;
-        report("real", "own-session", &observed, emit);
-        report_phases("own-session", &observed, idle, emit);
-        record("real-daemon", &observed)?;
+        let hosts = std::sync::Arc::new(gridwise_localgrid::OwnSessions);
+        deployed_part(hosts, "own-session", "daemon", None, emit)?;
+    }
+    if wanted("real-cgroup") {
+        use gridwise_localgrid::cpu_group::{CpuGroup, InCpuGroup};
+        let run = format!("gridwise-bench-{}", std::process::id());
+        let groups = CpuGroup::make(&format!("{run}/daemons"))
+            .and_then(|d| Ok((d, CpuGroup::make(&format!("{run}/load"))?)));
+        match groups {
+            Err(why) => {
+                eprintln!("bench predict: real-cgroup skipped: {why}");
+                emit(
+                    json!({"bench": "predict", "load": "real", "placement": "own-cgroup", "skipped": why}),
+                );
+            }
+            Ok((daemons_group, load_group)) => {
+                eprintln!(
+                    "bench predict: real-cgroup: daemons in {}, busy processes in {}",
+                    daemons_group.path().display(),
+                    load_group.path().display()
+                );
+                let hosts = std::sync::Arc::new(InCpuGroup(std::sync::Arc::new(daemons_group)));
+                // The daemons are stopped (their grid dropped) before the groups are removed.
+                deployed_part(
+                    hosts,
+                    "own-cgroup",
+                    "cgroup",
+                    Some(std::sync::Arc::new(load_group)),
+                    emit,
+                )?;
+            }
+        }
     }
     drop(client);
     if !wanted("schedule") {
@@ -312,8 +377,12 @@ fn predict_emulated(
     Ok(out)
 }
 
-/// Busy processes on this host, started and stopped by the benchmark.
-struct Busy(Vec<Child>);
+/// Busy processes on this host, started and stopped by the benchmark: in its session, or in
+/// a control group (and sessions) of their own.
+struct Busy(
+    Vec<Child>,
+    Option<std::sync::Arc<gridwise_localgrid::cpu_group::CpuGroup>>,
+);
 
 impl Busy {
     fn set(&mut self, k: usize) -> anyhow::Result<()> {
@@ -323,13 +392,24 @@ impl Busy {
             let _ = c.wait();
         }
         while self.0.len() < k {
-            let c = Command::new("sh")
-                .args(["-c", "while :; do :; done"])
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", "while :; do :; done"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?;
-            self.0.push(c);
+                .stderr(Stdio::null());
+            if let Some(g) = &self.1 {
+                g.place(&mut cmd);
+            }
+            // A benchmark killed midway leaves no spinner behind to load the next one's host.
+            // SAFETY: prctl(2) is async-signal-safe; it acts on the child being set up.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            self.0.push(cmd.spawn()?);
         }
         Ok(())
     }
@@ -354,32 +434,127 @@ const REAL_PHASES: [(usize, u64); 8] = [
     (1, 10),
 ];
 
-/// The real dgemm server while 0–3 busy processes come and go on their own clock, as other
-/// users' jobs do. The calls are spread evenly over the phases, so every level of load is met
-/// whatever this machine's speed, and are sized from the server's measured rate to take 0.1
-/// to 0.3 s on a quiet core.
+/// The busy-process level once the load's phases are over.
+const PHASES_OVER: usize = usize::MAX;
+
+/// A real kernel the `real` parts time under load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RealKernel {
+    /// The built-in dgemm (matrixmultiply, one thread), run on the server's slot thread.
+    Builtin,
+    /// The system BLAS's dgemm (`blas_dgemm` of `examples/services/lapack.toml`), run in a
+    /// library worker with as many threads as the host has cores.
+    Blas,
+}
+
+/// The description file of the library routines, as the examples give it.
+const LAPACK_SERVICES: &str = include_str!("../../../examples/services/lapack.toml");
+
+impl RealKernel {
+    fn server(self) -> &'static str {
+        match self {
+            RealKernel::Builtin => "real",
+            RealKernel::Blas => "real-blas",
+        }
+    }
+
+    fn service(self) -> &'static str {
+        match self {
+            RealKernel::Builtin => "dgemm",
+            RealKernel::Blas => "blas_dgemm",
+        }
+    }
+
+    fn threads(self) -> u32 {
+        match self {
+            RealKernel::Builtin => 1,
+            RealKernel::Blas => std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        }
+    }
+
+    /// The server's config; `dir` holds the description file it needs.
+    fn toml(self, dir: &std::path::Path) -> anyhow::Result<String> {
+        Ok(match self {
+            RealKernel::Builtin => "builtins = [\"dgemm\"]\nslots = 1\n".to_string(),
+            RealKernel::Blas => {
+                let services = dir.join("lapack.toml");
+                std::fs::write(&services, LAPACK_SERVICES)?;
+                format!(
+                    "builtins = []\nslots = 1\nthreads = {}\nservices = [{:?}]\n\
+                     [[library]]\nservice = \"blas_dgemm\"\npath = \"libblas.so.3\"\n",
+                    self.threads(),
+                    services.display().to_string()
+                )
+            }
+        })
+    }
+}
+
+/// The rate (operations per second) of `kernel` on `server`: the one its calibration
+/// reported, else measured here from the quickest of three calls of a 600³ product.
+fn real_rate(client: &Client, h: &FunctionHandle, server: &str) -> anyhow::Result<f64> {
+    // A library routine has no calibration: its server's default rate is not its own.
+    let reported = client
+        .status()?
+        .servers
+        .iter()
+        .find(|s| s.name == server)
+        .map(|s| s.default_rate)
+        .filter(|r| r.is_finite() && *r > 0.0 && h.desc.name == "dgemm");
+    if let Some(r) = reported {
+        return Ok(r);
+    }
+    let n = 600i64;
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let v =
+            gridwise_kernels::inputs_for_sizes(&h.desc, &[n, n, n]).map_err(anyhow::Error::msg)?;
+        best = best.min(client.call(h, v)?.timing.kernel_s);
+    }
+    anyhow::ensure!(best > 0.0, "{server} reported no kernel time");
+    Ok(2.0 * (n as f64).powi(3) / best)
+}
+
+/// The real `kernel`'s server while 0–3 busy processes (in `load_group`, if given) come and
+/// go on their own clock, as other users' jobs do. The calls are spread evenly over the
+/// phases, so every level of load is met whatever this machine's speed, and are sized from
+/// the server's measured rate to take 0.1 to 0.3 s on a quiet host.
 fn predict_real(
     grid: &mut LocalGrid,
     client: &Client,
     calls: usize,
-) -> anyhow::Result<(Vec<Observed>, IdleDrift)> {
-    grid.add_server("real", "builtins = [\"dgemm\"]\nslots = 1\n")?;
-    wait_ready(client, grid, &["real".to_string()], false)?;
-    let h = client.function_handle_init("dgemm", "real")?;
-    let rate = client
-        .status()?
-        .servers
-        .iter()
-        .find(|s| s.name == "real")
-        .map(|s| s.default_rate)
-        .filter(|r| r.is_finite() && *r > 0.0)
-        .ok_or_else(|| anyhow::anyhow!("the real server reported no dgemm rate"))?;
+    kernel: RealKernel,
+    load_group: Option<std::sync::Arc<gridwise_localgrid::cpu_group::CpuGroup>>,
+    dir: &std::path::Path,
+    emulated: Option<&str>,
+) -> anyhow::Result<(Vec<Observed>, IdleDrift, Vec<Observed>)> {
+    let server = kernel.server();
+    grid.add_server(server, &kernel.toml(dir)?)?;
+    wait_ready(client, grid, &[server.to_string()], false)?;
+    let h = client.function_handle_init(kernel.service(), server)?;
+    let rate = real_rate(client, &h, server)?;
     // 2n³ operations in t seconds at `rate`.
     let size_for = |t: f64| ((t * rate / 2.0).cbrt() / 10.0).round() as i64 * 10;
     let dgemm_sizes: Vec<i64> = (0..9).map(|k| size_for(0.1 + 0.025 * k as f64)).collect();
-    let inputs = |n: i64| gridwise_kernels::inputs_for_sizes(&h.desc, &[n, n, n]);
+    // Made once per size: tens of MB of random matrices take this process a core for a
+    // tenth of a second, which the server's sensors would read as load just before each call
+    // (a client on another host would not be there).
+    let made: std::collections::HashMap<i64, Vec<Value>> = dgemm_sizes
+        .iter()
+        .map(|&n| {
+            gridwise_kernels::inputs_for_sizes(&h.desc, &[n, n, n])
+                .map(|v| (n, v))
+                .map_err(anyhow::Error::msg)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let inputs = |n: i64| -> Result<Vec<Value>, String> {
+        made.get(&n)
+            .cloned()
+            .ok_or_else(|| format!("no inputs made for n = {n}"))
+    };
     eprintln!(
-        "bench predict: real: warming up the dgemm model on a quiet host (n = {} to {}) …",
+        "bench predict: {server}: warming up the {} model on a quiet host (n = {} to {}) …",
+        kernel.service(),
         dgemm_sizes[0],
         dgemm_sizes[dgemm_sizes.len() - 1]
     );
@@ -388,14 +563,14 @@ fn predict_real(
             client.call(&h, inputs(n).map_err(anyhow::Error::msg)?)?;
         }
     }
-    let pid = grid.servers[grid.names.iter().position(|n| n == "real").expect("added")].pid();
+    let pid = grid.servers[grid.names.iter().position(|n| n == server).expect("added")].pid();
     let probe_n = dgemm_sizes[dgemm_sizes.len() / 2];
     let idle_now = || -> anyhow::Result<f64> {
         let profile = h
             .desc
             .profile(&inputs(probe_n).map_err(anyhow::Error::msg)?)?;
         let opts = RankOptions {
-            pin_server: Some("real".into()),
+            pin_server: Some(server.into()),
             load_model: Some(LoadModel::Blind),
             ..RankOptions::default()
         };
@@ -403,7 +578,7 @@ fn predict_real(
         c.into_iter()
             .next()
             .map(|c| c.etc.compute_s)
-            .ok_or_else(|| anyhow::anyhow!("no estimate from the real server"))
+            .ok_or_else(|| anyhow::anyhow!("no estimate from {server}"))
     };
     let idle_before = idle_now()?;
     let level = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -414,7 +589,7 @@ fn predict_real(
         let stop = stop.clone();
         let now = level.clone();
         std::thread::spawn(move || -> anyhow::Result<()> {
-            let mut busy = Busy(Vec::new());
+            let mut busy = Busy(Vec::new(), load_group);
             for (level, secs) in REAL_PHASES {
                 busy.set(level)?;
                 now.store(level, std::sync::atomic::Ordering::SeqCst);
@@ -423,9 +598,16 @@ fn predict_real(
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
+            now.store(PHASES_OVER, std::sync::atomic::Ordering::SeqCst);
             Ok(())
         })
     };
+    let emulated = match emulated {
+        Some(name) => Some((name, client.function_handle_init("solve", name)?)),
+        None => None,
+    };
+    let emulated_sizes = sizes(calls, 17, 500, 800);
+    let mut emulated_out = Vec::new();
     let start = Instant::now();
     let mut out = Vec::new();
     let run = (|| -> anyhow::Result<()> {
@@ -437,21 +619,43 @@ fn predict_real(
             let n = dgemm_sizes[(i * 5 + 3) % dgemm_sizes.len()];
             let v = inputs(n).map_err(anyhow::Error::msg)?;
             let profile = h.desc.profile(&v)?;
-            let predicted = predictions(client, &profile, "real")?;
+            let predicted = predictions(client, &profile, server)?;
             let busy_then = level.load(std::sync::atomic::Ordering::SeqCst);
-            let cpu_before = gridwise_kernels::thread_cpu_times(pid);
+            // Calls slower than their spacing would run on past the phases, on a quiet host
+            // counted as the last phase's load.
+            if busy_then == PHASES_OVER {
+                eprintln!(
+                    "bench predict: {server}: the load's phases ended after {i} of {calls} calls"
+                );
+                break;
+            }
+            let cpu_before = kernel_cpu_times(kernel, pid);
             let r = client.call(&h, v)?;
-            let obtained = kernel_thread_cpu(cpu_before, gridwise_kernels::thread_cpu_times(pid))
+            let obtained = kernel_cpu(kernel, cpu_before, kernel_cpu_times(kernel, pid))
                 .filter(|_| r.timing.kernel_s > 0.0)
-                .map(|c| (c / r.timing.kernel_s).min(1.0));
+                .map(|c| (c / (r.timing.kernel_s * f64::from(kernel.threads()))).min(1.0));
             out.push(Observed {
                 actual_s: r.round_trip_s,
                 timing: r.timing,
                 predicted,
                 real: Some((busy_then, obtained)),
             });
+            // An emulated server beside it, a daemon on the same loaded host: its kernel
+            // sleeps, but receiving, decoding and replying take the CPU the load leaves.
+            if let Some((name, eh)) = &emulated {
+                let v = solve_inputs(emulated_sizes[i]);
+                let predicted = predictions(client, &eh.desc.profile(&v)?, name)?;
+                let busy_then = level.load(std::sync::atomic::Ordering::SeqCst);
+                let r = client.call(eh, v)?;
+                emulated_out.push(Observed {
+                    actual_s: r.round_trip_s,
+                    timing: r.timing,
+                    predicted,
+                    real: Some((busy_then, None)),
+                });
+            }
             if (i + 1) % 20 == 0 {
-                eprintln!("bench predict: real: {} of {calls} calls", i + 1);
+                eprintln!("bench predict: {server}: {} of {calls} calls", i + 1);
             }
         }
         Ok(())
@@ -469,27 +673,46 @@ fn predict_real(
         before_s: idle_before,
         after_s: idle_now()?,
     };
-    let i = grid.names.iter().position(|n| n == "real").expect("added");
+    let i = grid.names.iter().position(|n| n == server).expect("added");
     grid.servers[i].kill();
     grid.servers.remove(i);
     grid.names.remove(i);
-    Ok((out, idle))
+    Ok((out, idle, emulated_out))
 }
 
-/// The CPU time the thread that ran the kernel used over a call, from the server's threads'
-/// times before and after it: the thread that used the most (a single-threaded kernel's slot
-/// thread). The whole process's time would add the decoding and encoding of the call's tens
-/// of MB of matrices, done on other threads outside the kernel's time.
-fn kernel_thread_cpu(
+/// The CPU time of every thread that may run `kernel`'s work, by thread id: the server's
+/// threads for the built-in, its library workers' (child processes') for the BLAS.
+fn kernel_cpu_times(kernel: RealKernel, server_pid: u32) -> Option<Vec<(u32, Duration)>> {
+    match kernel {
+        RealKernel::Builtin => gridwise_kernels::thread_cpu_times(server_pid),
+        RealKernel::Blas => Some(
+            gridwise_kernels::child_pids(server_pid)
+                .into_iter()
+                .filter_map(gridwise_kernels::thread_cpu_times)
+                .flatten()
+                .collect(),
+        ),
+    }
+}
+
+/// The CPU time `kernel` used over a call, from [`kernel_cpu_times`] before and after it:
+/// the built-in's, the thread that used the most (its slot thread; the whole process's time
+/// would add the decoding and encoding of the call's tens of MB of matrices, done on other
+/// threads outside the kernel's time); the BLAS's, every worker thread's.
+fn kernel_cpu(
+    kernel: RealKernel,
     before: Option<Vec<(u32, Duration)>>,
     after: Option<Vec<(u32, Duration)>>,
 ) -> Option<f64> {
     let before: std::collections::HashMap<u32, Duration> = before?.into_iter().collect();
-    after?
+    let used = after?
         .into_iter()
-        .map(|(tid, t)| t.saturating_sub(before.get(&tid).copied().unwrap_or_default()))
-        .max()
-        .map(|d| d.as_secs_f64())
+        .map(|(tid, t)| t.saturating_sub(before.get(&tid).copied().unwrap_or_default()));
+    match kernel {
+        RealKernel::Builtin => used.max(),
+        RealKernel::Blas => Some(used.sum()),
+    }
+    .map(|d| d.as_secs_f64())
 }
 
 /// The real server's quiet-host estimate of one dgemm before and after the loaded calls: what
@@ -500,14 +723,54 @@ struct IdleDrift {
     after_s: f64,
 }
 
-/// Per number of busy processes, the default predictor on the real server's kernel time: the
-/// mean and signed error, the share of a core it expected and the one the server's process
-/// obtained, and the error of ignoring the load (the quiet-host time); then the drift of the
-/// quiet-host estimate over the run.
-fn report_phases(
+/// The rows of a real server's run: per predictor, then per load phase, then the drift.
+fn report_real(
     placement: &str,
+    kernel: RealKernel,
     observed: &[Observed],
     idle: IdleDrift,
+    emit: &mut dyn FnMut(Json),
+) {
+    report(kernel.server(), placement, observed, emit);
+    report_phases(
+        placement,
+        kernel.server(),
+        kernel.service(),
+        kernel.threads(),
+        observed,
+        Some(idle),
+        emit,
+    );
+}
+
+/// An emulated server (a dedicated one's speeds, its model built by GBBP) beside the real
+/// ones of the grid, named for the part.
+fn add_emulated(
+    grid: &mut LocalGrid,
+    client: &Client,
+    models: &std::path::Path,
+    part: &str,
+) -> anyhow::Result<String> {
+    let name = format!("emulated-{part}");
+    let toml = emulated_toml(SPEEDS[0], "dedicated", 31, &models.join(&name));
+    grid.add_server(&name, &toml)?;
+    eprintln!("bench predict: {name}: the emulated server builds its model …");
+    wait_ready(client, grid, std::slice::from_ref(&name), true)?;
+    Ok(name)
+}
+
+/// Per number of busy processes, the default predictor on the real server's kernel time: the
+/// mean and signed error, the share of a core each kernel thread was expected to get and the
+/// one it obtained, the error of ignoring the load (the quiet-host time), how often the 90%
+/// interval of the whole call held it and how many intervals had no width; then the drift of
+/// the quiet-host estimate over the run.
+fn report_phases(
+    placement: &str,
+    load: &str,
+    service: &str,
+    threads: u32,
+    observed: &[Observed],
+    idle: Option<IdleDrift>,
     emit: &mut dyn FnMut(Json),
 ) {
     let p = PREDICTORS
@@ -540,26 +803,56 @@ fn report_phases(
             .iter()
             .filter_map(|o| o.predicted[p].cpu_available)
             .collect();
+        // The same estimate had it known the share each call would obtain: what is left is
+        // the quiet-host model's own error (and this machine's drift), the floor for a
+        // forecast of the share.
+        let share_known: Vec<f64> = calls
+            .iter()
+            .filter_map(|o| {
+                let e = &o.predicted[p];
+                let (expected, obtained) = (e.cpu_available?, o.real?.1?);
+                Some(err(o, e.compute_s * expected / obtained).abs())
+            })
+            .collect();
         let obtained: Vec<f64> = calls
             .iter()
             .filter_map(|o| o.real.and_then(|r| r.1))
             .collect();
+        let intervals: Vec<(f64, f64)> = calls
+            .iter()
+            .map(|o| o.predicted[p].interval90_s())
+            .collect();
+        let covered = calls
+            .iter()
+            .zip(&intervals)
+            .filter(|(o, (lo, hi))| *lo <= o.actual_s && o.actual_s <= *hi)
+            .count();
+        let zero_width = intervals.iter().filter(|(lo, hi)| hi - lo <= 0.0).count();
         emit(json!({
             "bench": "predict_phase",
-            "load": "real",
+            "load": load,
+            "kernel": service,
+            "threads": threads,
             "placement": placement,
             "busy": level.map_or(Json::from("all"), Json::from),
             "calls": calls.len(),
+            "interval90_coverage": round((!calls.is_empty()).then(|| covered as f64 / calls.len() as f64), 3),
+            "zero_width_intervals": zero_width,
             "kernel_mean_error": round(mean(&abs), 4),
             "kernel_signed_error": round(mean(&signed), 4),
             "share_expected": round(mean(&expected), 3),
             "share_obtained": round(mean(&obtained), 3),
             "load_ignored_error": round(mean(&blind), 4),
+            "share_known_error": round(mean(&share_known), 4),
         }));
     }
+    let Some(idle) = idle else {
+        return;
+    };
     emit(json!({
         "bench": "predict_drift",
-        "load": "real",
+        "load": load,
+        "kernel": service,
         "placement": placement,
         "dgemm_n": idle.size,
         "idle_estimate_before_s": round(Some(idle.before_s), 4),
@@ -648,11 +941,19 @@ fn report(load: &str, placement: &str, observed: &[Observed], emit: &mut dyn FnM
                 lo <= o.actual_s && o.actual_s <= hi
             })
             .count();
+        let zero_width = observed
+            .iter()
+            .filter(|o| {
+                let (lo, hi) = o.predicted[p].interval90_s();
+                hi - lo <= 0.0
+            })
+            .count();
         emit(json!({
             "bench": "predict",
             "load": load,
             "placement": placement,
             "predictor": name,
+            "zero_width_intervals": zero_width,
             "default": *name == DEFAULT_PREDICTOR,
             "mean_ppe": round(mean(&l), 4),
             "median_ppe": round(percentile(&l, 0.5), 4),

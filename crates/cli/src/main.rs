@@ -445,8 +445,9 @@ enum BenchCmd {
         adversarial_calls: usize,
     },
     /// Predictions on shared machines: every predictor's error and interval coverage on
-    /// emulated servers under load traces and on the real dgemm server beside busy
-    /// processes, then bag and DAG makespans under mct-blind, mct and conservative (about 15
+    /// emulated servers under load traces and on real dgemm servers (built-in and system
+    /// BLAS) beside busy processes, in the bench's session, as daemons in their own, and in a
+    /// cgroup of their own, then bag and DAG makespans under mct-blind, mct and conservative (about 15
     /// minutes; --csv also writes every call's prediction and actual time for `gridwise plot
     /// predictions`).
     Predict {
@@ -463,7 +464,8 @@ enum BenchCmd {
         /// to this CSV file.
         #[arg(long, value_name = "FILE")]
         csv: Option<PathBuf>,
-        /// Run only these parts (comma-separated): dedicated, random, steady, real, real-daemon, schedule.
+        /// Run only these parts (comma-separated): dedicated, random, steady, real, real-daemon,
+        /// real-cgroup, schedule.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },

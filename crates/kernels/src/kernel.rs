@@ -96,6 +96,22 @@ pub fn thread_cpu_times(pid: u32) -> Option<Vec<(u32, Duration)>> {
     )
 }
 
+/// The processes that `pid`'s threads started and that still run (a server's library
+/// workers, a command's process): their CPU is the server's work.
+pub fn child_pids(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
 /// A routine a server offers as a service.
 pub trait Kernel: Send + Sync {
     /// The service description the server publishes and checks calls against.
@@ -110,6 +126,12 @@ pub trait Kernel: Send + Sync {
     /// sleeps): the host's load then says nothing about how long it would take on a quiet host.
     fn sleeps(&self) -> bool {
         false
+    }
+
+    /// The threads a run keeps busy: its share of the host is counted per thread, and the
+    /// CPU time it used is spread over them.
+    fn threads(&self) -> u32 {
+        1
     }
 
     /// Runs on inputs already checked against desc() (IN+INOUT values in order); returns OUT+INOUT values in order.

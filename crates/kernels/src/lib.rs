@@ -24,7 +24,7 @@ pub use calibrate::{Calibration, calibrate};
 pub use cancel::CancelFlag;
 pub use emulated::{EmulatedError, EmulatedKernel, EmulatedSpec};
 pub use inputs::inputs_for_sizes;
-pub use kernel::{Kernel, KernelCtx, KernelError, process_cpu_time, thread_cpu_times};
+pub use kernel::{Kernel, KernelCtx, KernelError, child_pids, process_cpu_time, thread_cpu_times};
 pub use load::{Generated, LoadSpec, LoadTrace};
 pub use speed::{SpeedError, SpeedFunction};
 pub use transfer::TRANSFER_NAMES;

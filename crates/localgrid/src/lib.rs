@@ -3,6 +3,7 @@
 //! and also when the thread that started it dies (Linux parent-death signal), so no run leaves
 //! strays behind.
 
+pub mod cpu_group;
 pub mod flood;
 pub mod ghost;
 

@@ -282,6 +282,9 @@ pub struct ServerMetrics {
     bytes_out: Counter,
     running: Gauge,
     waiting: Gauge,
+    cpu_share: Gauge<f64, AtomicU64>,
+    cpu_pressure: Gauge<f64, AtomicU64>,
+    cpu_quota: Gauge<f64, AtomicU64>,
 }
 
 impl ServerMetrics {
@@ -295,6 +298,9 @@ impl ServerMetrics {
             bytes_out: Counter::default(),
             running: Gauge::default(),
             waiting: Gauge::default(),
+            cpu_share: Gauge::default(),
+            cpu_pressure: Gauge::default(),
+            cpu_quota: Gauge::default(),
             registry: Registry::default(),
         };
         r.register(
@@ -332,6 +338,21 @@ impl ServerMetrics {
             "Calls waiting for a slot or memory now",
             m.waiting.clone(),
         );
+        r.register(
+            "cpu_share",
+            "The fraction of a core each thread of a new call would get now, as the server reports it to the agent",
+            m.cpu_share.clone(),
+        );
+        r.register(
+            "cpu_pressure",
+            "The fraction of the last sampling period in which some task on the host waited for a core (PSI some); NaN where the kernel does not count it",
+            m.cpu_pressure.clone(),
+        );
+        r.register(
+            "cpu_quota_cores",
+            "The cores the server's control group may use (its CPU quota); 0 without one",
+            m.cpu_quota.clone(),
+        );
         Arc::new(ServerMetrics { registry: r, ..m })
     }
 
@@ -366,6 +387,13 @@ impl ServerMetrics {
     pub fn occupancy(&self, running: usize, waiting: usize) {
         self.running.set(running as i64);
         self.waiting.set(waiting as i64);
+    }
+
+    /// What the server's CPU sensors read now.
+    pub fn cpu(&self, share: Option<f64>, pressure: Option<f64>, quota_cores: Option<f64>) {
+        self.cpu_share.set(share.unwrap_or(f64::NAN));
+        self.cpu_pressure.set(pressure.unwrap_or(f64::NAN));
+        self.cpu_quota.set(quota_cores.unwrap_or(0.0));
     }
 
     pub fn encode(&self) -> String {
@@ -436,7 +464,11 @@ mod tests {
         let m = ServerMetrics::new();
         m.call("add", true, 0.001, 0.0, 8, 8);
         m.occupancy(1, 2);
+        m.cpu(Some(0.5), None, Some(1.5));
         let t = m.encode();
+        assert!(t.contains("gridwise_server_cpu_share 0.5"), "{t}");
+        assert!(t.contains("gridwise_server_cpu_pressure NaN"), "{t}");
+        assert!(t.contains("gridwise_server_cpu_quota_cores 1.5"), "{t}");
         assert!(
             t.contains("gridwise_server_calls_total{service=\"add\",outcome=\"ok\"} 1"),
             "{t}"

@@ -25,11 +25,20 @@ pub trait EtcSpread {
     fn finish_sd_s(&self) -> f64;
 }
 
+/// No estimate is surer than the clocks and schedulers that time the call: a timer tick, a
+/// thread woken late, a sleep overshooting by a fraction of a millisecond. A model that fits
+/// its points exactly (an emulated kernel on a dedicated host) would otherwise give an
+/// interval of no width, which the time taken then misses every time.
+const LEAST_SD_S: f64 = 1e-4;
+const LEAST_RELATIVE_SD: f64 = 0.01;
+
 impl EtcSpread for Etc {
     fn total_sd_s(&self) -> f64 {
         (self.queue_wait_sd_s + self.compute_sd_s)
             .hypot(self.transfer_sd_s)
             .hypot(self.overhead_sd_s)
+            .max(LEAST_SD_S)
+            .max(LEAST_RELATIVE_SD * self.total_s())
     }
 
     fn interval90_s(&self) -> (f64, f64) {
@@ -186,6 +195,36 @@ mod tests {
     use crate::compute::{ASSUMED_UNKNOWN_S, RateModel};
     use crate::knowledge::{HostKnowledge, OfferKnowledge};
     use gridwise_proto::{Complexity, ComputeSource};
+
+    #[test]
+    fn no_interval_is_narrower_than_the_clocks_that_time_the_call() {
+        let exact = Etc {
+            queue_wait_s: 0.0,
+            transfer_in_s: 0.0,
+            compute_s: 0.5,
+            transfer_out_s: 0.0,
+            compute_source: ComputeSource::Declared,
+            queue_wait_sd_s: 0.0,
+            transfer_sd_s: 0.0,
+            compute_sd_s: 0.0,
+            cpu_available: None,
+            overhead_s: 0.0,
+            overhead_sd_s: 0.0,
+        };
+        let (lo, hi) = exact.interval90_s();
+        assert!(lo < 0.5 && hi > 0.5 && hi - lo > 0.01, "{lo}..{hi}");
+        // A wide spread stays as it is.
+        let unsure = Etc {
+            compute_sd_s: 0.1,
+            ..exact.clone()
+        };
+        assert_eq!(unsure.total_sd_s(), 0.1);
+        let tiny = Etc {
+            compute_s: 0.001,
+            ..exact
+        };
+        assert_eq!(tiny.total_sd_s(), 1e-4);
+    }
 
     fn dgemm_facts() -> ServiceFacts {
         let params: Vec<String> = ["m", "n", "k"].map(String::from).to_vec();

@@ -56,9 +56,16 @@ pub struct Routines<'a> {
     pub command: &'a [CommandSpec],
     /// The executable started as a library worker (the server's own, normally).
     pub worker_program: Option<&'a Path>,
+    /// The threads each library or Python routine's numerical library may start.
+    pub threads: Option<u32>,
 }
 
-fn limits(memory: Option<u64>, time: Option<f64>, what: &str) -> Result<Limits, String> {
+fn limits(
+    memory: Option<u64>,
+    time: Option<f64>,
+    threads: Option<u32>,
+    what: &str,
+) -> Result<Limits, String> {
     if let Some(t) = time
         && !(t.is_finite() && t > 0.0)
     {
@@ -72,6 +79,7 @@ fn limits(memory: Option<u64>, time: Option<f64>, what: &str) -> Result<Limits, 
     Ok(Limits {
         memory_bytes: memory,
         time_s: time,
+        threads,
     })
 }
 
@@ -143,7 +151,7 @@ pub fn kernels(r: &Routines<'_>) -> Result<Vec<Arc<dyn Kernel>>, String> {
                     call,
                 }),
             },
-            limits(e.memory_limit_bytes, e.time_limit_s, &what)?,
+            limits(e.memory_limit_bytes, e.time_limit_s, r.threads, &what)?,
         )));
     }
     for e in r.python {
@@ -163,7 +171,7 @@ pub fn kernels(r: &Routines<'_>) -> Result<Vec<Arc<dyn Kernel>>, String> {
                 function: e.function.clone(),
                 path: e.path.clone(),
             },
-            limits(e.memory_limit_bytes, e.time_limit_s, &what)?,
+            limits(e.memory_limit_bytes, e.time_limit_s, r.threads, &what)?,
         )));
     }
     for e in r.command {

@@ -64,6 +64,10 @@ pub struct Limits {
     pub memory_bytes: Option<u64>,
     /// A call running longer is stopped (its worker killed) and fails.
     pub time_s: Option<f64>,
+    /// The threads the routine's BLAS or OpenMP may start (`OPENBLAS_NUM_THREADS`,
+    /// `OMP_NUM_THREADS`, `MKL_NUM_THREADS`, `BLIS_NUM_THREADS`). Unset, a library worker
+    /// leaves its library to choose (OpenBLAS takes every core) and a Python one runs one.
+    pub threads: Option<u32>,
 }
 
 /// One live worker process.
@@ -171,6 +175,9 @@ impl WorkerKernel {
                     SPEC_ENV,
                     serde_json::to_string(spec).map_err(|e| e.to_string())?,
                 );
+                if let Some(t) = self.limits.threads {
+                    set_threads(&mut c, t);
+                }
                 c
             }
             Launch::Python {
@@ -182,11 +189,10 @@ impl WorkerKernel {
                 let spec =
                     serde_json::json!({ "desc": self.desc, "function": function, "path": path });
                 c.args(["-u", "-c", PYTHON_WORKER])
-                    .env(SPEC_ENV, spec.to_string())
-                    // One call at a time per worker: numpy's own thread pool would only
-                    // compete with the server's other slots.
-                    .env("OPENBLAS_NUM_THREADS", "1")
-                    .env("OMP_NUM_THREADS", "1");
+                    .env(SPEC_ENV, spec.to_string());
+                // Unless told, one thread: numpy's own pool would compete with the server's
+                // other slots.
+                set_threads(&mut c, self.limits.threads.unwrap_or(1));
                 c
             }
         };
@@ -385,9 +391,28 @@ impl WorkerKernel {
     }
 }
 
+/// Tells the numerical libraries a worker may load how many threads to start.
+fn set_threads(c: &mut Command, threads: u32) {
+    let t = threads.max(1).to_string();
+    for var in [
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "BLIS_NUM_THREADS",
+    ] {
+        c.env(var, &t);
+    }
+}
+
 impl Kernel for WorkerKernel {
     fn desc(&self) -> &ServiceDesc {
         &self.desc
+    }
+
+    /// A library left to choose its threads is counted as one: how many it starts is not
+    /// known here.
+    fn threads(&self) -> u32 {
+        self.limits.threads.unwrap_or(1).max(1)
     }
 
     fn run(&self, inputs: &[Value], ctx: &KernelCtx) -> Result<Vec<Value>, KernelError> {

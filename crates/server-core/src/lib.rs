@@ -3,6 +3,7 @@
 //! touches a socket, a thread or a clock, so every rule is tested on numbers.
 
 pub mod admission;
+pub mod cgroup;
 pub mod heartbeat;
 pub mod share;
 pub mod slots;

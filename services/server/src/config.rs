@@ -33,6 +33,10 @@ pub struct ServerConfig {
     pub metrics: Option<String>,
     /// Calls run at once; the rest queue (default: number of cores).
     pub slots: Option<u32>,
+    /// Threads each library or Python routine's BLAS or OpenMP may start (default: the
+    /// cores over the slots, at least 1, so that full slots do not oversubscribe the host).
+    /// The CPU share the server reports is what each thread of such a kernel would get.
+    pub threads: Option<u32>,
     /// Built-in services to offer: any of add, sleep, loop, fail, dgemm.
     pub builtins: Vec<String>,
     /// Emulated-speed services (DESIGN.md §4).
@@ -111,6 +115,7 @@ impl Default for ServerConfig {
             tls: None,
             metrics: None,
             slots: None,
+            threads: None,
             builtins: gridwise_kernels::BUILTIN_NAMES
                 .iter()
                 .map(|s| s.to_string())
@@ -158,6 +163,18 @@ fn check_host_port(key: &str, addr: &str) -> anyhow::Result<()> {
 }
 
 impl ServerConfig {
+    /// The calls run at once: `slots`, or one per core.
+    pub fn slot_count(&self) -> u32 {
+        self.slots.unwrap_or_else(crate::host::cores).max(1)
+    }
+
+    /// The threads each library or Python routine may start (see [`ServerConfig::threads`]).
+    pub fn kernel_threads(&self) -> u32 {
+        self.threads
+            .unwrap_or_else(|| crate::host::cores() / self.slot_count())
+            .max(1)
+    }
+
     /// Refuses settings no server could honour, saying which and what is allowed.
     pub fn check(&self) -> anyhow::Result<()> {
         check_host_port("agent", &self.agent)?;
@@ -197,6 +214,10 @@ impl ServerConfig {
         anyhow::ensure!(
             self.slots != Some(0),
             "slots = 0 would run nothing: give at least 1 (or leave it out for one per core)"
+        );
+        anyhow::ensure!(
+            self.threads != Some(0),
+            "threads = 0 would run nothing: give at least 1 (or leave it out for the cores over the slots)"
         );
         if let Some(b) = self.memory_budget_bytes {
             anyhow::ensure!(
@@ -294,6 +315,7 @@ mod tests {
         for (text, key) in [
             ("max_frame_bytes = 0", "max_frame_bytes = 0"),
             ("slots = 0", "slots = 0"),
+            ("threads = 0", "threads = 0"),
             ("memory_budget_bytes = 1", "memory_budget_bytes = 1"),
             ("client_token = \"c\"", "server_token"),
             ("idle_timeout_s = 0.0", "idle_timeout_s"),

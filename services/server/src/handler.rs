@@ -520,7 +520,7 @@ impl ServerHandler {
                 };
             }
             let ctx = KernelCtx::with_cancel(cancel);
-            let timed = sensors.timed(k.sleeps(), &ctx, || {
+            let timed = sensors.timed(k.sleeps(), k.threads(), &ctx, || {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| k.run(&inputs, &ctx)))
             });
             let (ran, started, ended) = (timed.value, timed.started, timed.ended);
@@ -1054,7 +1054,7 @@ mod tests {
             idle_ttl: Duration::ZERO,
             wire: DialConfig::new(Role::Server, None),
         };
-        let sensors = Sensors::start(None, Instant::now(), true);
+        let sensors = Sensors::start(None, Instant::now(), None);
         let server = ServerHandler::new(
             "s".into(),
             kernels,

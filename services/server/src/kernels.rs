@@ -25,6 +25,7 @@ pub fn build(
         python: &cfg.python,
         command: &cfg.command,
         worker_program: cfg.worker_program.as_deref(),
+        threads: Some(cfg.kernel_threads()),
     })
     .map_err(anyhow::Error::msg)?;
     for k in routines.into_iter().chain(extra.iter().cloned()) {

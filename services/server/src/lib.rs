@@ -7,6 +7,7 @@ pub mod build_policy;
 pub mod bulk;
 pub mod cli;
 pub mod config;
+pub mod cpu_groups;
 pub mod data;
 pub mod handler;
 pub mod host;
@@ -56,7 +57,14 @@ fn kernels_and_sensors(
         None => None,
     };
     let set = kernels::build(cfg, trace.clone(), origin, extra)?;
-    let sensors = sensors::Sensors::start(trace, origin, cfg.builtins.is_empty());
+    // The share is read for the most threads one of the server's CPU-bound kernels runs.
+    let cpu_kernels: Vec<u32> = set
+        .values()
+        .filter(|k| !k.sleeps())
+        .map(|k| k.threads())
+        .collect();
+    let threads = cpu_kernels.iter().copied().max();
+    let sensors = sensors::Sensors::start(trace, origin, threads);
     Ok((set, sensors))
 }
 
@@ -96,7 +104,7 @@ pub async fn run_with(
         (None, Some(t)) => t.identity.name.clone(),
         (None, None) => format!("server-{}", bound.port()),
     };
-    let slots = cfg.slots.unwrap_or_else(host::cores).max(1);
+    let slots = cfg.slot_count();
 
     let calibration = if cfg.calibrate {
         let s = set.clone();
@@ -189,6 +197,8 @@ pub async fn run_with(
             let encode = move || {
                 let (running, waiting) = h.occupancy();
                 m.occupancy(running, waiting);
+                let s = h.sensors();
+                m.cpu(s.availability_now(), s.cpu_pressure(), s.cpu_quota());
                 m.encode()
             };
             if let Err(e) = gridwise_metrics::serve(listener, std::sync::Arc::new(encode)).await {

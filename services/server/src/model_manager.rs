@@ -391,12 +391,12 @@ impl Bench for ServerBench<'_> {
             self.wait_until_allowed();
             let cancel = self.handler.gate().start();
             let ctx = KernelCtx::with_cancel(cancel.clone());
-            let timed = self
-                .handler
-                .sensors()
-                .timed(self.kernel.sleeps(), &ctx, || {
-                    self.kernel.run(&inputs, &ctx)
-                });
+            let timed = self.handler.sensors().timed(
+                self.kernel.sleeps(),
+                self.kernel.threads(),
+                &ctx,
+                || self.kernel.run(&inputs, &ctx),
+            );
             let (r, seconds) = (timed.value, (timed.ended - timed.started).as_secs_f64());
             // Models are of a quiet host: a run slowed by background load is measured at the
             // speed it would have had alone (the load enters the prediction once, later).

@@ -1,17 +1,20 @@
 //! What the server measures of its host for the agent's forecasts (seed 004's NWS sensors): the
-//! fraction of a core a new call would get, and the memory free for new work.
+//! fraction of a core each thread of a new call would get, and the memory free for new work.
 //!
 //! CPU availability starts from `/proc/stat` every 250 ms: the background load `b` is the
 //! cores busy over the last period, or the processes runnable at the sample (`procs_running`,
-//! less the sampler itself) when that is more, as it is once the cores are saturated; either
-//! way less what this process used itself (its own calls are the agent's queue, not
-//! background load). Fair sharing would give a new process `min(1, c / (b + 1))` of a core on
-//! `c` cores, but a daemon in a session or cgroup of its own is shared out by group: what
-//! calls obtain (their threads' CPU time over their wall time) and a 20 ms spin every few
-//! seconds while no call runs correct that reading (`gridwise_server_core::share`). A server
-//! whose services are all emulated reports its configured load trace instead (emulated
-//! kernels sleep: host load does not slow them), or full availability without one.
+//! less this process's runnable threads) when that is more, as it is once the cores are
+//! saturated; either way less what this process and its workers used (its own calls are the
+//! agent's queue, not background load). Fair sharing would give each of a new kernel's `k`
+//! threads `min(1, c / (b + k))` of a core on `c` cores, but a daemon in a session or cgroup
+//! of its own is shared out by group: what calls obtain (their threads' CPU time over their
+//! wall time) and a short spin of `k` threads every few seconds while no call runs correct
+//! that reading (`gridwise_server_core::share`), and a CPU quota on the server's control
+//! group caps it. The host's CPU pressure (PSI) is sampled too, for the metrics. A server
+//! whose kernels all sleep (emulated ones) reports its configured load trace instead (host
+//! load does not slow them), or full availability without one.
 
+use crate::cpu_groups::{self, PressureSampler};
 use gridwise_kernels::{KernelCtx, LoadTrace};
 use gridwise_server_core::share::{self, ShareSensor};
 use std::collections::VecDeque;
@@ -24,9 +27,24 @@ pub(crate) const PERIOD: Duration = Duration::from_millis(250);
 /// Samples kept for the calls' means (a minute).
 const KEPT: usize = 240;
 /// How often the share a new thread gets is probed while no call runs, and for how long: a
-/// duty cycle of 0.5%.
+/// duty cycle of 0.5%. A kernel of several threads is probed with as many, for longer and
+/// less often (1% of the cores for two threads): on a two-core VM two threads spinning
+/// together lost one 4 ms tick at their start, so a 20 ms spin read 0.80 of a core, 40 ms
+/// 0.90, 80 ms 0.95-1.00, on an idle host.
 const PROBE_EVERY: Duration = Duration::from_secs(4);
 const PROBE_SPIN: Duration = Duration::from_millis(20);
+const PROBE_EVERY_THREADS: Duration = Duration::from_secs(8);
+const PROBE_SPIN_THREADS: Duration = Duration::from_millis(80);
+
+/// How long a probe of `threads` threads spins, and how often one is made.
+fn probe_plan(threads: u32) -> (Duration, Duration) {
+    if threads > 1 {
+        (PROBE_SPIN_THREADS, PROBE_EVERY_THREADS)
+    } else {
+        (PROBE_SPIN, PROBE_EVERY)
+    }
+}
+
 /// Runs shorter than this teach the sensor nothing: a scheduler's time slice is a few ms, and
 /// a run of a few slices either got its core or did not.
 const LEARN_FROM: Duration = Duration::from_millis(10);
@@ -48,6 +66,8 @@ pub struct Sensors {
     /// start is thrown away.
     runs_started: AtomicU64,
     runs_ended: AtomicU64,
+    /// The host's CPU pressure over the last period (an `f64`'s bits; NaN until read).
+    pressure: AtomicU64,
 }
 
 /// What a probe's spin obtained of a core.
@@ -71,24 +91,29 @@ pub struct TimedRun<T> {
 
 impl Sensors {
     /// Sensors for a server whose emulated kernels run under `trace` (time 0 at `origin`), or
-    /// that has only emulated kernels (`emulated_only`), or else the host's.
+    /// else the host's for its CPU-bound kernels, the most threads one runs being
+    /// `cpu_threads` (`None`: every kernel sleeps, and nothing slows them).
     pub fn start(
         trace: Option<Arc<LoadTrace>>,
         origin: Instant,
-        emulated_only: bool,
+        cpu_threads: Option<u32>,
     ) -> Arc<Sensors> {
-        let source = match trace {
-            Some(t) => Source::Trace(t, origin),
-            None if emulated_only => Source::Idle,
-            None => Source::Host(
+        let source = match (trace, cpu_threads) {
+            (Some(t), _) => Source::Trace(t, origin),
+            (None, None) => Source::Idle,
+            (None, Some(k)) => Source::Host(
                 Mutex::new(VecDeque::with_capacity(KEPT)),
-                Box::new(Mutex::new(ShareSensor::new(crate::host::cores() as usize))),
+                Box::new(Mutex::new(ShareSensor::new(
+                    crate::host::cores() as usize,
+                    k as usize,
+                ))),
             ),
         };
         let sensors = Arc::new(Sensors {
             source,
             runs_started: AtomicU64::new(0),
             runs_ended: AtomicU64::new(0),
+            pressure: AtomicU64::new(f64::NAN.to_bits()),
         });
         if matches!(sensors.source, Source::Host(..)) {
             let weak = Arc::downgrade(&sensors);
@@ -96,10 +121,14 @@ impl Sensors {
                 .name("sensors".into())
                 .spawn(move || {
                     let mut cpu = CpuSampler::default();
-                    let mut next_probe = Instant::now() + PROBE_EVERY;
+                    let mut pressure = PressureSampler::default();
+                    let mut next_probe = Instant::now();
                     let mut probed: Option<Probed> = None;
                     // Ends with the server (when the last handle goes).
                     while let Some(s) = weak.upgrade() {
+                        if let Some(p) = pressure.sample() {
+                            s.pressure.store(p.to_bits(), Ordering::Relaxed);
+                        }
                         if let (Some(b), Source::Host(samples, _)) = (cpu.sample(), &s.source) {
                             let mut q = samples.lock().unwrap_or_else(|p| p.into_inner());
                             if q.len() == KEPT {
@@ -112,8 +141,14 @@ impl Sensors {
                             s.learn_probe(p);
                         }
                         if Instant::now() >= next_probe {
+                            // A quota can be set or changed while the server runs
+                            // (`systemctl set-property`, a pod resized).
+                            if let Some(mut sensor) = s.share_sensor() {
+                                sensor.set_quota(cpu_groups::quota_cores());
+                            }
                             probed = s.probe();
-                            next_probe = Instant::now() + PROBE_EVERY;
+                            let threads = s.share_sensor().map_or(1, |x| x.threads());
+                            next_probe = Instant::now() + probe_plan(threads).1;
                         }
                         drop(s);
                         std::thread::sleep(PERIOD);
@@ -131,27 +166,44 @@ impl Sensors {
         }
     }
 
-    /// Spins for [`PROBE_SPIN`] and measures what share of a core this thread got, unless a
-    /// kernel ran meanwhile (its own share is the better truth, and the spin would take from
-    /// it).
+    /// Spins as many threads as a kernel runs (for [`probe_plan`]'s time) and measures what
+    /// share of a core each got, unless a kernel ran meanwhile (its own share is the better
+    /// truth, and the spin would take from it).
     fn probe(&self) -> Option<Probed> {
         let busy = || {
             let started = self.runs_started.load(Ordering::SeqCst);
             (started, started != self.runs_ended.load(Ordering::SeqCst))
         };
+        let threads = self.share_sensor()?.threads();
+        let length = probe_plan(threads).0;
         let (before, running) = busy();
         if running {
             return None;
         }
-        let (from, c0) = (Instant::now(), thread_cpu_time());
-        while from.elapsed() < PROBE_SPIN {
-            std::hint::spin_loop();
-        }
-        let (to, cpu) = (Instant::now(), thread_cpu_time().saturating_sub(c0));
+        let from = Instant::now();
+        // Each thread times its own spin: a thread woken on an idle core of a virtual machine
+        // can start milliseconds late, which says nothing of the share it then gets.
+        let spin = || {
+            let (start, c0) = (Instant::now(), thread_cpu_time());
+            while start.elapsed() < length {
+                std::hint::spin_loop();
+            }
+            (thread_cpu_time().saturating_sub(c0), start.elapsed())
+        };
+        let spins: Vec<(Duration, Duration)> = std::thread::scope(|s| {
+            let others: Vec<_> = (1..threads).map(|_| s.spawn(spin)).collect();
+            let mine = spin();
+            std::iter::once(mine)
+                .chain(others.into_iter().filter_map(|h| h.join().ok()))
+                .collect()
+        });
+        let to = Instant::now();
         if busy() != (before, false) {
             return None;
         }
-        let obtained = share::obtained(cpu.as_secs_f64(), (to - from).as_secs_f64(), 1)?;
+        let cpu: Duration = spins.iter().map(|s| s.0).sum();
+        let wall: Duration = spins.iter().map(|s| s.1).sum();
+        let obtained = share::obtained(cpu.as_secs_f64(), wall.as_secs_f64(), 1)?;
         Some(Probed { from, to, obtained })
     }
 
@@ -162,10 +214,17 @@ impl Sensors {
         }
     }
 
-    /// Runs `run` (a kernel, on this thread, with `ctx`) and times it: for a kernel that does
-    /// not sleep, on a sampled host, the share of a core it obtained is its CPU time (this
-    /// thread's and what `ctx` counted elsewhere) over its wall time, and teaches the sensor.
-    pub fn timed<T>(&self, sleeps: bool, ctx: &KernelCtx, run: impl FnOnce() -> T) -> TimedRun<T> {
+    /// Runs `run` (a kernel of `threads` threads, started on this one, with `ctx`) and times
+    /// it: for a kernel that does not sleep, on a sampled host, the share of a core each of
+    /// its threads obtained is its CPU time (this thread's and what `ctx` counted elsewhere)
+    /// over its wall time and threads, and teaches the sensor.
+    pub fn timed<T>(
+        &self,
+        sleeps: bool,
+        threads: u32,
+        ctx: &KernelCtx,
+        run: impl FnOnce() -> T,
+    ) -> TimedRun<T> {
         self.runs_started.fetch_add(1, Ordering::SeqCst);
         let (started, cpu0) = (Instant::now(), thread_cpu_time());
         let value = run();
@@ -175,7 +234,7 @@ impl Sensors {
         let share = if sleeps {
             self.sleeping_over(started, ended)
         } else {
-            self.cpu_share(started, ended, cpu)
+            self.cpu_share(started, ended, cpu, threads)
         };
         TimedRun {
             value,
@@ -186,19 +245,22 @@ impl Sensors {
     }
 
     /// What a run from `from` to `to` that used `cpu` got of a core (see [`TimedRun::share`]).
-    fn cpu_share(&self, from: Instant, to: Instant, cpu: Duration) -> Option<f64> {
+    fn cpu_share(&self, from: Instant, to: Instant, cpu: Duration, threads: u32) -> Option<f64> {
         let Source::Host(..) = &self.source else {
             return self.availability_over(from, to);
         };
         let wall = to.saturating_duration_since(from);
-        let obtained = share::obtained(cpu.as_secs_f64(), wall.as_secs_f64(), 1)?;
+        let threads = threads.clamp(1, crate::host::cores());
+        let obtained = share::obtained(cpu.as_secs_f64(), wall.as_secs_f64(), threads)?;
         let background = self.background_over(from, to);
         let mut sensor = self.share_sensor()?;
         let offered = background.map_or(1.0, |b| sensor.estimate(b));
         if !share::cpu_bound(obtained, offered) {
             return None;
         }
-        if let Some(b) = background.filter(|_| wall >= LEARN_FROM) {
+        // The sensor is calibrated for its kernels' threads: a run of another count says
+        // what that count got, not what they would.
+        if let Some(b) = background.filter(|_| wall >= LEARN_FROM && threads == sensor.threads()) {
             sensor.learn(b, obtained);
         }
         Some(obtained)
@@ -274,6 +336,20 @@ impl Sensors {
         matches!(self.source, Source::Trace(..))
     }
 
+    /// The fraction of the last sampling period in which some task on the host waited for a
+    /// core (PSI's `some`), where the kernel counts it.
+    pub fn cpu_pressure(&self) -> Option<f64> {
+        Some(f64::from_bits(self.pressure.load(Ordering::Relaxed))).filter(|p| !p.is_nan())
+    }
+
+    /// The cores the server's control group may use, if its quota is known.
+    pub fn cpu_quota(&self) -> Option<f64> {
+        let Source::Host(..) = &self.source else {
+            return None;
+        };
+        cpu_groups::quota_cores()
+    }
+
     /// Memory free for new work, bytes (`MemAvailable`).
     pub fn free_memory_bytes(&self) -> Option<u64> {
         let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -328,21 +404,30 @@ fn background(busy_cores: f64, own_cores: f64, runnable: u64, own_runnable: u64)
     (busy_cores - own_cores).max(others_runnable).max(0.0)
 }
 
-/// This process's threads that are runnable now (`R` in `/proc/self/task/*/stat`), the
-/// calling one included.
+/// This process's threads that are runnable now (`R` in `/proc/PID/task/*/stat`), the
+/// calling one included, and its library workers' (child processes, whose kernels are this
+/// server's work: a BLAS worker's two threads once passed for two busy processes beside it).
 fn own_runnable_threads() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 1;
-    };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
-        .filter(|stat| {
-            // The state follows the command name, which may hold spaces and parentheses.
-            stat.rfind(')')
-                .and_then(|i| stat[i + 1..].split_whitespace().next())
-                == Some("R")
+    let own = std::process::id();
+    std::iter::once(own)
+        .chain(gridwise_kernels::child_pids(own))
+        .map(|pid| {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                return 0;
+            };
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+                .filter(|stat| {
+                    // The state follows the command name, which may hold spaces and
+                    // parentheses.
+                    stat.rfind(')')
+                        .and_then(|i| stat[i + 1..].split_whitespace().next())
+                        == Some("R")
+                })
+                .count() as u64
         })
-        .count() as u64
+        .sum::<u64>()
+        .max(1)
 }
 
 /// The CPU time the calling thread has used.
@@ -383,9 +468,22 @@ fn host_jiffies() -> Option<(u64, u64, u64)> {
     Some((total, idle, runnable))
 }
 
-/// This process's user and system jiffies, from `/proc/self/stat`.
+/// This process's user and system jiffies and its running children's (library workers,
+/// commands), from `/proc/PID/stat`.
 fn own_jiffies() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let own = std::process::id();
+    let mine = jiffies_of(own)?;
+    Some(
+        mine + gridwise_kernels::child_pids(own)
+            .into_iter()
+            .filter_map(jiffies_of)
+            .sum::<u64>(),
+    )
+}
+
+/// A process's user and system jiffies.
+fn jiffies_of(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces: fields are counted after its closing parenthesis.
     let rest = &text[text.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -401,7 +499,7 @@ mod tests {
     fn a_trace_is_reported_as_it_is_and_averaged_over_a_call() {
         let origin = Instant::now() - Duration::from_secs(10);
         let trace = Arc::new(LoadTrace::new(vec![(0.0, 0.5), (20.0, 1.0)]).unwrap());
-        let s = Sensors::start(Some(trace), origin, true);
+        let s = Sensors::start(Some(trace), origin, None);
         assert_eq!(s.availability_now(), Some(0.5));
         // From 18 s to 22 s after the origin: half the time at 0.5, half at 1.
         let mean = s
@@ -411,7 +509,7 @@ mod tests {
             )
             .unwrap();
         assert!((mean - 0.75).abs() < 1e-9, "{mean}");
-        let idle = Sensors::start(None, origin, true);
+        let idle = Sensors::start(None, origin, None);
         assert_eq!(idle.availability_now(), Some(1.0));
         // A sleeping kernel follows the trace, and on a host of real kernels is never slowed.
         let (from, to) = (
@@ -419,7 +517,7 @@ mod tests {
             origin + Duration::from_secs(22),
         );
         assert_eq!(s.sleeping_over(from, to), s.availability_over(from, to));
-        let host = Sensors::start(None, origin, false);
+        let host = Sensors::start(None, origin, Some(1));
         assert_eq!(host.sleeping_over(from, to), Some(1.0));
         // So the agent hears of the trace's load for sleeping kernels, and of no host's.
         assert!(s.slows_sleeping_kernels());
@@ -428,7 +526,7 @@ mod tests {
 
     #[test]
     fn a_run_is_normalised_by_what_it_obtained_and_only_when_the_cpu_held_it_back() {
-        let s = Sensors::start(None, Instant::now(), false);
+        let s = Sensors::start(None, Instant::now(), Some(1));
         let ctx = KernelCtx::new();
         let spin = |d: Duration| {
             let t = Instant::now();
@@ -436,20 +534,20 @@ mod tests {
                 std::hint::spin_loop();
             }
         };
-        let busy = s.timed(false, &ctx, || spin(Duration::from_millis(30)));
+        let busy = s.timed(false, 1, &ctx, || spin(Duration::from_millis(30)));
         assert!(
             busy.share.is_none_or(|a| a > 0.0 && a <= 1.0),
             "{:?}",
             busy.share
         );
         // A kernel that waits on something else used next to none of the core it was offered.
-        let waiting = s.timed(false, &ctx, || {
+        let waiting = s.timed(false, 1, &ctx, || {
             std::thread::sleep(Duration::from_millis(30))
         });
         assert_eq!(waiting.share, None);
         // CPU used in another process counts as the kernel's.
         let elsewhere = KernelCtx::new();
-        let worker = s.timed(false, &elsewhere, || {
+        let worker = s.timed(false, 1, &elsewhere, || {
             std::thread::sleep(Duration::from_millis(30));
             elsewhere.add_cpu_elsewhere(Duration::from_millis(29));
         });
@@ -460,7 +558,9 @@ mod tests {
             "{share} over {wall} s"
         );
         // A sleeping kernel on a host of real ones is never slowed by the host's load.
-        let sleeping = s.timed(true, &ctx, || std::thread::sleep(Duration::from_millis(5)));
+        let sleeping = s.timed(true, 1, &ctx, || {
+            std::thread::sleep(Duration::from_millis(5))
+        });
         assert_eq!(sleeping.share, Some(1.0));
     }
 
@@ -481,7 +581,7 @@ mod tests {
 
     #[test]
     fn the_host_is_sampled_into_a_fraction_of_a_core() {
-        let s = Sensors::start(None, Instant::now(), false);
+        let s = Sensors::start(None, Instant::now(), Some(1));
         let deadline = Instant::now() + Duration::from_secs(5);
         while s.availability_now().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
