@@ -167,15 +167,7 @@ impl Grid {
     /// Starts an agent with extra flags, it and every server it gets in a session of its own
     /// (`OwnSessions`), as a service manager starts daemons.
     pub fn agent_in_own_sessions(extra: &[&str]) -> Grid {
-        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let agent = Launcher::program(bin("gridwise-agent"));
-        let server = Launcher::program(bin("gridwise-server"));
-        let hosts = std::sync::Arc::new(gridwise_localgrid::OwnSessions);
-        Grid(
-            LocalGrid::start_on(hosts, &agent, server, &extra, false)
-                .unwrap_or_else(|e| panic!("{e:#}")),
-            None,
-        )
+        Grid::agent_placed(std::sync::Arc::new(gridwise_localgrid::OwnSessions), extra)
     }
 
     /// Starts an agent with extra flags, it and every server a daemon in a session of its own
@@ -184,10 +176,15 @@ impl Grid {
         group: std::sync::Arc<gridwise_localgrid::cpu_group::CpuGroup>,
         extra: &[&str],
     ) -> Grid {
+        let hosts = gridwise_localgrid::cpu_group::InCpuGroup(group);
+        Grid::agent_placed(std::sync::Arc::new(hosts), extra)
+    }
+
+    /// Starts an agent with extra flags, every daemon placed on 127.0.0.1 as `hosts` says.
+    fn agent_placed(hosts: std::sync::Arc<dyn gridwise_localgrid::Hosts>, extra: &[&str]) -> Grid {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let agent = Launcher::program(bin("gridwise-agent"));
         let server = Launcher::program(bin("gridwise-server"));
-        let hosts = std::sync::Arc::new(gridwise_localgrid::cpu_group::InCpuGroup(group));
         Grid(
             LocalGrid::start_on(hosts, &agent, server, &extra, false)
                 .unwrap_or_else(|e| panic!("{e:#}")),

@@ -110,6 +110,11 @@ impl ShareSensor {
         self.quota = quota.filter(|q| q.is_finite() && *q > 0.0);
     }
 
+    /// The cores the server's control group may use, as last set.
+    pub fn quota(&self) -> Option<f64> {
+        self.quota
+    }
+
     /// The most a kernel's thread can get under the group's quota.
     fn ceiling(&self) -> f64 {
         self.quota.map_or(1.0, |q| (q / self.threads).min(1.0))

@@ -58,12 +58,11 @@ fn kernels_and_sensors(
     };
     let set = kernels::build(cfg, trace.clone(), origin, extra)?;
     // The share is read for the most threads one of the server's CPU-bound kernels runs.
-    let cpu_kernels: Vec<u32> = set
+    let threads = set
         .values()
         .filter(|k| !k.sleeps())
         .map(|k| k.threads())
-        .collect();
-    let threads = cpu_kernels.iter().copied().max();
+        .max();
     let sensors = sensors::Sensors::start(trace, origin, threads);
     Ok((set, sensors))
 }

@@ -338,12 +338,9 @@ impl Sensors {
         Some(f64::from_bits(self.pressure.load(Ordering::Relaxed))).filter(|p| !p.is_nan())
     }
 
-    /// The cores the server's control group may use, if its quota is known.
+    /// The cores the server's control group may use, as the sampler last read them.
     pub fn cpu_quota(&self) -> Option<f64> {
-        let Source::Host(..) = &self.source else {
-            return None;
-        };
-        cpu_groups::quota_cores()
+        self.share_sensor()?.quota()
     }
 
     /// Memory free for new work, bytes (`MemAvailable`).
