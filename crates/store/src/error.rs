@@ -1,5 +1,6 @@
 //! What can go wrong with the store, and what to do about it.
 
+use crate::sql::DbError;
 use rusqlite::ErrorCode;
 use std::path::PathBuf;
 
@@ -71,6 +72,49 @@ pub enum StoreError {
         /// Advice chosen from the SQLite error code, ending the message.
         hint: &'static str,
     },
+    /// A PostgreSQL statement failed.
+    #[error(
+        "gridwise database {}: {action} failed: {source}; {hint}",
+        .path.display()
+    )]
+    Postgres {
+        path: PathBuf,
+        /// What the store was doing.
+        action: &'static str,
+        source: postgres::Error,
+        /// Advice chosen from the SQLSTATE, ending the message.
+        hint: &'static str,
+    },
+    /// A row held a value the store cannot read where it could not be skipped.
+    #[error(
+        "gridwise database {}: {action} failed: a row holds {detail}; fix or delete it with the database's shell",
+        .path.display()
+    )]
+    Unreadable {
+        path: PathBuf,
+        action: &'static str,
+        detail: String,
+    },
+    /// The `store` setting is not a URL the PostgreSQL client understands.
+    #[error(
+        "the store's PostgreSQL URL cannot be read ({detail}); write it as postgres://user:password@host:port/database"
+    )]
+    BadUrl { detail: String },
+    /// The PostgreSQL server could not be reached, or refused the agent.
+    #[error(
+        "cannot connect to the gridwise database {}: {source}; check that PostgreSQL runs there, that the user, password and database in the URL are right, and that its pg_hba.conf lets this host in",
+        .path.display()
+    )]
+    Connect {
+        path: PathBuf,
+        source: postgres::Error,
+    },
+    /// The PostgreSQL schema could not be brought to this build's version.
+    #[error(
+        "gridwise database {}: migrating the schema failed: {detail}; if another program changed gridwise's tables, restore them from a backup or point the agent at an empty database",
+        .path.display()
+    )]
+    Migrate { path: PathBuf, detail: String },
     /// A value could not be written as JSON.
     #[error(
         "gridwise database {}: cannot store {what}: {detail}",
@@ -85,6 +129,24 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Classifies a failure of either database met while doing `action` on the one at `path`.
+    pub(crate) fn db(path: PathBuf, action: &'static str, e: DbError) -> Self {
+        match e {
+            DbError::Sqlite(e) => StoreError::sqlite(path, action, e),
+            DbError::Postgres(source) => StoreError::Postgres {
+                path,
+                action,
+                hint: pg_hint(&source),
+                source,
+            },
+            DbError::Row(detail) => StoreError::Unreadable {
+                path,
+                action,
+                detail,
+            },
+        }
+    }
+
     /// Classifies an SQLite error met while doing `action` on the database at `path`.
     pub(crate) fn sqlite(path: PathBuf, action: &'static str, source: rusqlite::Error) -> Self {
         match source.sqlite_error_code() {
@@ -114,6 +176,27 @@ impl StoreError {
                 StoreError::Open { path, source, hint }
             }
         }
+    }
+}
+
+/// What a user can do about a PostgreSQL error.
+fn pg_hint(e: &postgres::Error) -> &'static str {
+    use postgres::error::SqlState;
+    match e.code() {
+        Some(c) if *c == SqlState::DISK_FULL => "free some disk space on the database server",
+        Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => {
+            "grant the agent's database role the rights on gridwise's tables"
+        }
+        Some(c)
+            if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::T_R_DEADLOCK_DETECTED =>
+        {
+            "another agent wrote the same rows at the same moment; the write is tried again"
+        }
+        None if e.is_closed() => {
+            "the connection to the database is gone; the agent reconnects and tries again"
+        }
+        _ => "if it persists, read the database server's log",
     }
 }
 

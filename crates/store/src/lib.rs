@@ -82,14 +82,18 @@
 //! [`Store::prune`], which the [`Writer`] runs periodically ([`WriterConfig`]).
 
 mod error;
+mod pg;
 mod schema;
+mod sql;
+mod sqlite;
 mod store;
 mod writer;
 
 pub use error::StoreError;
 pub use gridwise_proto::PointSource;
 pub use schema::SCHEMA_VERSION;
-pub use store::{DB_FILE, LoadRow, PointRow, Snapshot, Store, StoredTiming};
+pub use sqlite::DB_FILE;
+pub use store::{LoadRow, PointRow, Snapshot, Store, StoredTiming};
 pub use writer::{Op, Writer, WriterConfig, WriterHealth};
 
 #[cfg(test)]

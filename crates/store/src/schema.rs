@@ -63,3 +63,68 @@ pub(crate) const MIGRATIONS: &[&str] = &[
 
 /// The schema version this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The same schema for PostgreSQL, one migration for each of [`MIGRATIONS`] (so a schema
+/// version means the same on both), named for refinery. Never edit a released entry.
+pub(crate) const POSTGRES_MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "first_schema",
+        "
+    CREATE TABLE services (
+        name        TEXT PRIMARY KEY NOT NULL,
+        description TEXT NOT NULL
+    );
+    CREATE TABLE servers (
+        name             TEXT PRIMARY KEY NOT NULL,
+        id               TEXT NOT NULL,
+        addr             TEXT NOT NULL,
+        slots            BIGINT NOT NULL,
+        cores            BIGINT NOT NULL,
+        memory_bytes     BIGINT NOT NULL,
+        default_rate     DOUBLE PRECISION,
+        last_seen_unix_s DOUBLE PRECISION NOT NULL,
+        registration     TEXT NOT NULL
+    );
+    CREATE TABLE model_points (
+        server  TEXT NOT NULL,
+        service TEXT NOT NULL,
+        x       TEXT NOT NULL,
+        count   BIGINT NOT NULL,
+        min     DOUBLE PRECISION,
+        mean    DOUBLE PRECISION,
+        max     DOUBLE PRECISION,
+        source  TEXT NOT NULL,
+        PRIMARY KEY (server, service, x)
+    );
+    CREATE TABLE timings (
+        id               BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        server           TEXT NOT NULL,
+        service          TEXT NOT NULL,
+        at_unix_s        DOUBLE PRECISION NOT NULL,
+        sizes            TEXT NOT NULL,
+        queue_wait_s     DOUBLE PRECISION,
+        input_transfer_s DOUBLE PRECISION,
+        kernel_s         DOUBLE PRECISION,
+        server_s         DOUBLE PRECISION,
+        ok               BOOLEAN NOT NULL,
+        ticket           BIGINT
+    );
+    CREATE INDEX timings_by_pair ON timings (server, service, id);
+    CREATE TABLE load_history (
+        id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        server     TEXT NOT NULL,
+        at_unix_s  DOUBLE PRECISION NOT NULL,
+        loadavg_1m DOUBLE PRECISION
+    );
+    CREATE INDEX load_by_server ON load_history (server, id);
+    ",
+    ),
+    (
+        "spreads_and_cpu",
+        "
+    ALTER TABLE model_points ADD COLUMN sd DOUBLE PRECISION;
+    ALTER TABLE load_history ADD COLUMN cpu_available DOUBLE PRECISION,
+                             ADD COLUMN free_memory DOUBLE PRECISION;
+    ",
+    ),
+];

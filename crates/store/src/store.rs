@@ -1,20 +1,14 @@
 //! The database: opening, migrating, writing and reading back.
 
 use crate::error::StoreError;
-use crate::schema::{MIGRATIONS, SCHEMA_VERSION};
+use crate::sql::{Db, DbError, Value, is_row_decode_error, params};
 use gridwise_proto::{
     CallReport, PointSource, Registration, ServerId, ServiceDesc, Ticket, Timing,
 };
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// The database file's name inside the data directory.
-pub const DB_FILE: &str = "gridwise.db";
-
-/// How long a statement waits for a lock held by another connection before failing.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The aggregated statistics of one performance-model point: a service's measurements on one
 /// server at one vector of size-parameter values. The store does not interpret the values: they
@@ -27,7 +21,7 @@ pub struct PointRow {
     pub x: Vec<i64>,
     /// How many measurements the statistics are over.
     pub count: u64,
-    /// `min`, `mean` and `max` may be NaN: SQLite stores it as NULL, and reading turns NULL
+    /// `min`, `mean` and `max` may be NaN: the store keeps it as NULL, and reading turns NULL
     /// back into NaN.
     pub min: f64,
     pub mean: f64,
@@ -82,11 +76,23 @@ pub struct Snapshot {
     pub timings: usize,
 }
 
-/// The gridwise database: one SQLite connection. Not shared between threads; hand it to a
+/// Where the store is and how to reach it again: a PostgreSQL connection that broke is
+/// opened again from its URL before the next write.
+enum Reopen {
+    Never,
+    Postgres(String),
+}
+
+/// The gridwise database: one connection, to SQLite (the embedded default, one agent) or to
+/// PostgreSQL (shared by several agents). Not shared between threads; hand it to a
 /// [`crate::Writer`] to write from a thread of its own.
 pub struct Store {
-    conn: Connection,
+    db: RefCell<Db>,
+    /// The database file, or the PostgreSQL URL without its password.
     path: PathBuf,
+    /// Whether a transaction is open (the writer's batch, or an operation's own).
+    in_tx: Cell<bool>,
+    reopen: Reopen,
 }
 
 impl fmt::Debug for Store {
@@ -95,200 +101,212 @@ impl fmt::Debug for Store {
     }
 }
 
-/// Statement-level errors that mean "this row holds something we cannot read": skip it.
-fn is_row_decode_error(e: &rusqlite::Error) -> bool {
-    matches!(
-        e,
-        rusqlite::Error::InvalidColumnType(..)
-            | rusqlite::Error::FromSqlConversionFailure(..)
-            | rusqlite::Error::IntegralValueOutOfRange(..)
-    )
-}
-
-/// SQLite turns NaN into NULL; this turns it back.
+/// NULL (a NaN on the way in) reads back as NaN.
 fn real(v: Option<f64>) -> f64 {
     v.unwrap_or(f64::NAN)
 }
 
-/// A u64 as SQLite's signed integer, saturating.
+/// A u64 as the databases' signed integer, saturating.
 fn sat_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The next column of a row.
+fn col(row: &mut std::vec::IntoIter<Value>) -> Value {
+    row.next().unwrap_or(Value::Null)
 }
 
 impl Store {
     /// Opens (creating it and the directory if needed) `<dir>/gridwise.db` in WAL mode and
     /// migrates it to the current schema.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        let path = dir.join(DB_FILE);
-        let conn = Connection::open(&path).map_err(|e| StoreError::open(path.clone(), e))?;
-        Store::init(conn, path, true)
+        let (conn, path) = crate::sqlite::open(dir)?;
+        Ok(Store::new(Db::Sqlite(conn), path, Reopen::Never))
     }
 
     /// Opens a private in-memory database with the current schema (for tests and `--no-store`).
     pub fn open_in_memory() -> Result<Store, StoreError> {
-        let path = PathBuf::from(":memory:");
-        let conn = Connection::open_in_memory().map_err(|e| StoreError::open(path.clone(), e))?;
-        Store::init(conn, path, false)
+        let (conn, path) = crate::sqlite::open_in_memory()?;
+        Ok(Store::new(Db::Sqlite(conn), path, Reopen::Never))
     }
 
-    fn init(conn: Connection, path: PathBuf, on_disk: bool) -> Result<Store, StoreError> {
-        let store = Store { conn, path };
-        store
-            .conn
-            .busy_timeout(BUSY_TIMEOUT)
-            .map_err(|e| StoreError::open(store.path.clone(), e))?;
-        // The first read of the file: a file that is not a database fails here.
-        let version = store.user_version()?;
-        if version > SCHEMA_VERSION {
-            return Err(StoreError::NewerSchema {
-                path: store.path.clone(),
-                found: version,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        if version < 0 {
-            return Err(StoreError::Foreign {
-                path: store.path.clone(),
-                table: format!("(user_version {version})"),
-            });
-        }
-        if version == 0 {
-            let table: Option<String> = store
-                .conn
-                .query_row(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name LIMIT 1",
-                    [],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(|e| StoreError::open(store.path.clone(), e))?;
-            if let Some(table) = table {
-                return Err(StoreError::Foreign {
-                    path: store.path.clone(),
-                    table,
-                });
-            }
-        }
-        if on_disk {
-            let mode: String = store
-                .conn
-                .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-                .map_err(|e| StoreError::open(store.path.clone(), e))?;
-            if !mode.eq_ignore_ascii_case("wal") {
-                tracing::warn!(
-                    path = %store.path.display(),
-                    mode,
-                    "the database could not be switched to WAL mode; writes will be slower"
-                );
-            }
-            store
-                .conn
-                .pragma_update(None, "synchronous", "NORMAL")
-                .map_err(|e| StoreError::open(store.path.clone(), e))?;
-        }
-        store.migrate(version)?;
-        Ok(store)
+    /// Connects to the PostgreSQL database at `url` (`postgres://user[:password]@host[:port]/db`,
+    /// or the key-value form libpq takes) and migrates it to the current schema. Several
+    /// agents may share it: migrations take a lock, so agents started together do not race.
+    pub fn connect(url: &str) -> Result<Store, StoreError> {
+        let (client, path) = crate::pg::connect(url)?;
+        Ok(Store::new(
+            Db::postgres(client),
+            path,
+            Reopen::Postgres(url.to_string()),
+        ))
     }
 
-    fn user_version(&self) -> Result<i64, StoreError> {
-        self.conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|e| StoreError::open(self.path.clone(), e))
+    /// Opens the store `location` names: a `postgres://` or `postgresql://` URL, else the
+    /// data directory of an SQLite store.
+    pub fn open_location(location: &str) -> Result<Store, StoreError> {
+        if crate::pg::is_url(location) {
+            Store::connect(location)
+        } else {
+            Store::open(Path::new(location))
+        }
     }
 
-    fn migrate(&self, from: i64) -> Result<(), StoreError> {
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(from as usize) {
-            let to = i as i64 + 1;
-            self.atomic("migrating the schema", |s| {
-                s.conn.execute_batch(sql)?;
-                s.conn.pragma_update(None, "user_version", to)?;
-                Ok(())
-            })?;
-            tracing::info!(path = %self.path.display(), version = to, "database schema migrated");
+    fn new(db: Db, path: PathBuf, reopen: Reopen) -> Store {
+        Store {
+            db: RefCell::new(db),
+            path,
+            in_tx: Cell::new(false),
+            reopen,
         }
-        Ok(())
     }
 
     /// How long a statement waits for another connection's lock before failing (5 s unless
-    /// changed).
+    /// changed; SQLite only: PostgreSQL waits for row locks as long as they are held).
     pub fn set_busy_timeout(&self, wait: Duration) {
-        if let Err(e) = self.conn.busy_timeout(wait) {
-            tracing::warn!(error = %e, "cannot change the database's busy timeout");
+        if let Db::Sqlite(c) = &*self.db.borrow() {
+            if let Err(e) = c.busy_timeout(wait) {
+                tracing::warn!(error = %e, "cannot change the database's busy timeout");
+            }
         }
     }
 
-    /// The database file (`:memory:` for an in-memory store).
+    /// The database file (`:memory:` for an in-memory store), or the PostgreSQL URL without
+    /// its password.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// Whether the store is a PostgreSQL database (shared) rather than an SQLite file.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.reopen, Reopen::Postgres(_))
+    }
+
     /// The schema version of the open database (always [`SCHEMA_VERSION`] after open).
     pub fn schema_version(&self) -> Result<i64, StoreError> {
-        self.user_version()
+        self.with_db("reading the schema version", |db| match db {
+            Db::Sqlite(c) => Ok(crate::sqlite::user_version(c)?),
+            Db::Postgres { client, .. } => crate::pg::schema_version(client),
+        })
     }
 
-    /// The journal mode SQLite reports: `wal` for a store on disk, `memory` in memory.
+    /// The journal mode SQLite reports: `wal` for a store on disk, `memory` in memory
+    /// (`postgres` for a PostgreSQL store).
     pub fn journal_mode(&self) -> Result<String, StoreError> {
-        self.conn
-            .pragma_query_value(None, "journal_mode", |r| r.get(0))
-            .map_err(|e| self.err("reading the journal mode", e))
+        match &*self.db.borrow() {
+            Db::Sqlite(c) => c
+                .pragma_query_value(None, "journal_mode", |r| r.get(0))
+                .map_err(|e| self.err("reading the journal mode", e.into())),
+            Db::Postgres { .. } => Ok("postgres".into()),
+        }
     }
 
-    /// The connection, for tests that poke at the file directly.
+    /// The SQLite connection, for tests that poke at the file directly.
     #[cfg(test)]
-    pub(crate) fn conn_for_tests(&self) -> &Connection {
-        &self.conn
+    pub(crate) fn conn_for_tests(&self) -> std::cell::Ref<'_, rusqlite::Connection> {
+        std::cell::Ref::map(self.db.borrow(), |db| match db {
+            Db::Sqlite(c) => c,
+            Db::Postgres { .. } => panic!("not an SQLite store"),
+        })
     }
 
-    fn err(&self, action: &'static str, e: rusqlite::Error) -> StoreError {
-        StoreError::sqlite(self.path.clone(), action, e)
+    fn err(&self, action: &'static str, e: DbError) -> StoreError {
+        StoreError::db(self.path.clone(), action, e)
     }
 
-    /// Runs `f` in a savepoint: all of it or nothing. Nests inside an open transaction (the
-    /// writer's batch); outside one it is a transaction of its own.
+    /// Runs `f` on the connection (not in a transaction of its own).
+    fn with_db<T>(
+        &self,
+        action: &'static str,
+        f: impl FnOnce(&mut Db) -> Result<T, DbError>,
+    ) -> Result<T, StoreError> {
+        let mut db = self.db.borrow_mut();
+        f(&mut db).map_err(|e| self.err(action, e))
+    }
+
+    fn batch(&self, sql: &str) -> Result<(), DbError> {
+        self.db.borrow_mut().batch(sql)
+    }
+
+    fn execute(&self, sql: &str, params: &[Value]) -> Result<u64, DbError> {
+        self.db.borrow_mut().execute(sql, params)
+    }
+
+    /// Runs `f` all or nothing: in a savepoint inside an open transaction (the writer's
+    /// batch), else in a transaction of its own.
     fn atomic<T>(
         &self,
         action: &'static str,
-        f: impl FnOnce(&Store) -> rusqlite::Result<T>,
+        f: impl FnOnce(&Store) -> Result<T, DbError>,
     ) -> Result<T, StoreError> {
-        self.conn
-            .execute_batch("SAVEPOINT gridwise_op")
-            .map_err(|e| self.err(action, e))?;
-        let result =
-            f(self).and_then(|v| self.conn.execute_batch("RELEASE gridwise_op").map(|()| v));
-        match result {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                if let Err(e2) = self
-                    .conn
-                    .execute_batch("ROLLBACK TO gridwise_op; RELEASE gridwise_op")
-                {
-                    tracing::warn!(path = %self.path.display(), error = %e2, "rolling back failed");
-                }
-                Err(self.err(action, e))
+        let nested = self.in_tx.get();
+        let (begin, commit, rollback) = if nested {
+            (
+                "SAVEPOINT gridwise_op",
+                "RELEASE gridwise_op",
+                "ROLLBACK TO gridwise_op; RELEASE gridwise_op",
+            )
+        } else {
+            ("BEGIN", "COMMIT", "ROLLBACK")
+        };
+        self.reconnect_if_lost();
+        self.batch(begin).map_err(|e| self.err(action, e))?;
+        self.in_tx.set(true);
+        let result = f(self).and_then(|v| self.batch(commit).map(|()| v));
+        if result.is_err() {
+            if let Err(e2) = self.batch(rollback) {
+                tracing::warn!(path = %self.path.display(), error = ?e2, "rolling back failed");
             }
+        }
+        self.in_tx.set(nested);
+        result.map_err(|e| self.err(action, e))
+    }
+
+    /// A PostgreSQL connection the server closed (it restarted, or the network dropped it) is
+    /// opened again; until that succeeds, every write fails and the writer keeps it.
+    fn reconnect_if_lost(&self) {
+        let Reopen::Postgres(url) = &self.reopen else {
+            return;
+        };
+        if self.in_tx.get() || !self.db.borrow().is_closed() {
+            return;
+        }
+        match crate::pg::connect(url) {
+            Ok((client, _)) => {
+                tracing::info!(path = %self.path.display(), "reconnected to the database");
+                *self.db.borrow_mut() = Db::postgres(client);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot reconnect to the database yet"),
         }
     }
 
     /// Begins the writer's batch transaction.
     pub(crate) fn begin_batch(&self) -> Result<(), StoreError> {
-        self.conn
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| self.err("starting a write transaction", e))
+        self.reconnect_if_lost();
+        let begin = match &*self.db.borrow() {
+            Db::Sqlite(_) => "BEGIN IMMEDIATE",
+            Db::Postgres { .. } => "BEGIN",
+        };
+        self.batch(begin)
+            .map_err(|e| self.err("starting a write transaction", e))?;
+        self.in_tx.set(true);
+        Ok(())
     }
 
     /// Commits the writer's batch transaction; on failure rolls it back.
     pub(crate) fn commit_batch(&self) -> Result<(), StoreError> {
-        match self.conn.execute_batch("COMMIT") {
+        self.in_tx.set(false);
+        match self.batch("COMMIT") {
             Ok(()) => Ok(()),
             Err(e) => {
-                if !self.conn.is_autocommit() {
-                    if let Err(e2) = self.conn.execute_batch("ROLLBACK") {
-                        tracing::warn!(path = %self.path.display(), error = %e2, "rolling back failed");
+                let open = match &*self.db.borrow() {
+                    Db::Sqlite(c) => !c.is_autocommit(),
+                    // A failed COMMIT ends PostgreSQL's transaction; a ROLLBACK is harmless.
+                    Db::Postgres { client, .. } => !client.is_closed(),
+                };
+                if open {
+                    if let Err(e2) = self.batch("ROLLBACK") {
+                        tracing::warn!(path = %self.path.display(), error = ?e2, "rolling back failed");
                     }
                 }
                 Err(self.err("committing a write transaction", e))
@@ -312,12 +330,11 @@ impl Store {
     pub fn save_service(&self, desc: &ServiceDesc) -> Result<(), StoreError> {
         let json = self.encode(|| format!("service `{}`", desc.name), desc)?;
         self.atomic("saving a service", |s| {
-            s.conn
-                .prepare_cached(
-                    "INSERT INTO services (name, description) VALUES (?1, ?2)
-                     ON CONFLICT (name) DO UPDATE SET description = excluded.description",
-                )?
-                .execute(params![desc.name, json])?;
+            s.execute(
+                "INSERT INTO services (name, description) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET description = excluded.description",
+                &params([(&desc.name).into(), json.into()]),
+            )?;
             Ok(())
         })
     }
@@ -344,29 +361,28 @@ impl Store {
             });
         }
         self.atomic("saving a server", |s| {
-            s.conn
-                .prepare_cached(
-                    "INSERT INTO servers (name, id, addr, slots, cores, memory_bytes, default_rate,
-                                          last_seen_unix_s, registration)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                     ON CONFLICT (name) DO UPDATE SET
-                        id = excluded.id, addr = excluded.addr, slots = excluded.slots,
-                        cores = excluded.cores, memory_bytes = excluded.memory_bytes,
-                        default_rate = excluded.default_rate,
-                        last_seen_unix_s = excluded.last_seen_unix_s,
-                        registration = excluded.registration",
-                )?
-                .execute(params![
-                    reg.name,
-                    id.0.to_string(),
-                    reg.addr,
-                    reg.slots,
-                    reg.cores,
-                    sat_i64(reg.memory_bytes),
-                    reg.default_rate,
-                    at_unix_s,
-                    json
-                ])?;
+            s.execute(
+                "INSERT INTO servers (name, id, addr, slots, cores, memory_bytes, default_rate,
+                                      last_seen_unix_s, registration)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (name) DO UPDATE SET
+                    id = excluded.id, addr = excluded.addr, slots = excluded.slots,
+                    cores = excluded.cores, memory_bytes = excluded.memory_bytes,
+                    default_rate = excluded.default_rate,
+                    last_seen_unix_s = excluded.last_seen_unix_s,
+                    registration = excluded.registration",
+                &params([
+                    (&reg.name).into(),
+                    id.0.to_string().into(),
+                    (&reg.addr).into(),
+                    reg.slots.into(),
+                    reg.cores.into(),
+                    sat_i64(reg.memory_bytes).into(),
+                    reg.default_rate.into(),
+                    at_unix_s.into(),
+                    json.into(),
+                ]),
+            )?;
             Ok(())
         })
     }
@@ -381,9 +397,7 @@ impl Store {
                 "timings WHERE server",
                 "load_history WHERE server",
             ] {
-                s.conn
-                    .prepare_cached(&format!("DELETE FROM {table} = ?1"))?
-                    .execute(params![name])?;
+                s.execute(&format!("DELETE FROM {table} = $1"), &params([name.into()]))?;
             }
             Ok(())
         })
@@ -392,9 +406,10 @@ impl Store {
     /// Updates a stored server's last-seen time (a heartbeat); unknown names are ignored.
     pub fn touch_server(&self, name: &str, at_unix_s: f64) -> Result<(), StoreError> {
         self.atomic("updating a server's last-seen time", |s| {
-            s.conn
-                .prepare_cached("UPDATE servers SET last_seen_unix_s = ?2 WHERE name = ?1")?
-                .execute(params![name, at_unix_s])?;
+            s.execute(
+                "UPDATE servers SET last_seen_unix_s = $2 WHERE name = $1",
+                &params([name.into(), at_unix_s.into()]),
+            )?;
             Ok(())
         })
     }
@@ -412,25 +427,25 @@ impl Store {
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.atomic("saving model points", |s| {
-            let mut stmt = s.conn.prepare_cached(
-                "INSERT INTO model_points (server, service, x, count, min, mean, max, source, sd)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                 ON CONFLICT (server, service, x) DO UPDATE SET
-                    count = excluded.count, min = excluded.min, mean = excluded.mean,
-                    max = excluded.max, source = excluded.source, sd = excluded.sd",
-            )?;
-            for (r, x) in rows.iter().zip(&xs) {
-                stmt.execute(params![
-                    r.server,
-                    r.service,
-                    x,
-                    sat_i64(r.count),
-                    r.min,
-                    r.mean,
-                    r.max,
-                    r.source.as_str(),
-                    r.sd
-                ])?;
+            for (r, x) in rows.iter().zip(xs) {
+                s.execute(
+                    "INSERT INTO model_points (server, service, x, count, min, mean, max, source, sd)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                     ON CONFLICT (server, service, x) DO UPDATE SET
+                        count = excluded.count, min = excluded.min, mean = excluded.mean,
+                        max = excluded.max, source = excluded.source, sd = excluded.sd",
+                    &params([
+                        (&r.server).into(),
+                        (&r.service).into(),
+                        x.into(),
+                        sat_i64(r.count).into(),
+                        r.min.into(),
+                        r.mean.into(),
+                        r.max.into(),
+                        r.source.as_str().into(),
+                        r.sd.into(),
+                    ]),
+                )?;
             }
             Ok(())
         })
@@ -453,25 +468,25 @@ impl Store {
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.atomic("saving timings", |s| {
-            let mut stmt = s.conn.prepare_cached(
-                "INSERT INTO timings (server, service, at_unix_s, sizes, queue_wait_s,
-                                      input_transfer_s, kernel_s, server_s, ok, ticket)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?;
-            for (r, sizes) in reports.iter().zip(&sizes) {
-                stmt.execute(params![
-                    server,
-                    r.service,
-                    at_unix_s,
-                    sizes,
-                    r.timing.queue_wait_s,
-                    r.timing.input_transfer_s,
-                    r.timing.kernel_s,
-                    r.timing.server_s,
-                    r.ok,
-                    // Tickets are counters: the bit pattern round-trips through i64.
-                    r.ticket.map(|t| t.0 as i64),
-                ])?;
+            for (r, sizes) in reports.iter().zip(sizes) {
+                s.execute(
+                    "INSERT INTO timings (server, service, at_unix_s, sizes, queue_wait_s,
+                                          input_transfer_s, kernel_s, server_s, ok, ticket)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                    &params([
+                        server.into(),
+                        (&r.service).into(),
+                        at_unix_s.into(),
+                        sizes.into(),
+                        r.timing.queue_wait_s.into(),
+                        r.timing.input_transfer_s.into(),
+                        r.timing.kernel_s.into(),
+                        r.timing.server_s.into(),
+                        r.ok.into(),
+                        // Tickets are counters: the bit pattern round-trips through i64.
+                        r.ticket.map(|t| t.0 as i64).into(),
+                    ]),
+                )?;
             }
             Ok(())
         })
@@ -480,18 +495,17 @@ impl Store {
     /// Appends one load sample to its server's load history.
     pub fn add_load(&self, row: &LoadRow) -> Result<(), StoreError> {
         self.atomic("saving a load sample", |s| {
-            s.conn
-                .prepare_cached(
-                    "INSERT INTO load_history (server, at_unix_s, loadavg_1m, cpu_available,
-                                               free_memory) VALUES (?1, ?2, ?3, ?4, ?5)",
-                )?
-                .execute(params![
-                    row.server,
-                    row.at_unix_s,
-                    row.loadavg_1m,
-                    row.cpu_available,
-                    row.free_memory_bytes
-                ])?;
+            s.execute(
+                "INSERT INTO load_history (server, at_unix_s, loadavg_1m, cpu_available,
+                                           free_memory) VALUES ($1, $2, $3, $4, $5)",
+                &params([
+                    (&row.server).into(),
+                    row.at_unix_s.into(),
+                    row.loadavg_1m.into(),
+                    row.cpu_available.into(),
+                    row.free_memory_bytes.into(),
+                ]),
+            )?;
             Ok(())
         })
     }
@@ -506,31 +520,33 @@ impl Store {
         let keep_t = sat_i64(keep_timings_per_pair as u64);
         let keep_l = sat_i64(keep_load_per_server as u64);
         self.atomic("pruning the history", |s| {
-            let pairs = s
-                .conn
-                .prepare("SELECT DISTINCT server, service FROM timings")?
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let mut del = s.conn.prepare(
-                "DELETE FROM timings WHERE server = ?1 AND service = ?2 AND id <=
-                    (SELECT id FROM timings WHERE server = ?1 AND service = ?2
-                     ORDER BY id DESC LIMIT 1 OFFSET ?3)",
+            let pairs = s.read_rows(
+                "timings",
+                "SELECT DISTINCT server, service FROM timings",
+                &[],
+                |mut r| Ok((col(&mut r).text()?, col(&mut r).text()?)),
             )?;
-            for (server, service) in &pairs {
-                del.execute(params![server, service, keep_t])?;
+            for (server, service) in pairs {
+                s.execute(
+                    "DELETE FROM timings WHERE server = $1 AND service = $2 AND id <=
+                        (SELECT id FROM timings WHERE server = $1 AND service = $2
+                         ORDER BY id DESC LIMIT 1 OFFSET $3)",
+                    &params([server.into(), service.into(), keep_t.into()]),
+                )?;
             }
-            let servers = s
-                .conn
-                .prepare("SELECT DISTINCT server FROM load_history")?
-                .query_map([], |r| r.get::<_, String>(0))?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let mut del = s.conn.prepare(
-                "DELETE FROM load_history WHERE server = ?1 AND id <=
-                    (SELECT id FROM load_history WHERE server = ?1
-                     ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+            let servers = s.read_rows(
+                "load_history",
+                "SELECT DISTINCT server FROM load_history",
+                &[],
+                |mut r| col(&mut r).text(),
             )?;
-            for server in &servers {
-                del.execute(params![server, keep_l])?;
+            for server in servers {
+                s.execute(
+                    "DELETE FROM load_history WHERE server = $1 AND id <=
+                        (SELECT id FROM load_history WHERE server = $1
+                         ORDER BY id DESC LIMIT 1 OFFSET $2)",
+                    &params([server.into(), keep_l.into()]),
+                )?;
             }
             Ok(())
         })
@@ -538,20 +554,20 @@ impl Store {
 
     /// Runs a query and decodes its rows; rows that do not decode (written by another program,
     /// or damaged) are skipped with a warning so that one bad row cannot cost every model.
-    fn read_rows<R, T>(
+    fn read_rows<T>(
         &self,
         table: &'static str,
         sql: &str,
-        params: impl rusqlite::Params,
-        read: impl FnMut(&Row<'_>) -> rusqlite::Result<R>,
-        mut decode: impl FnMut(R) -> Result<T, String>,
-    ) -> rusqlite::Result<Vec<T>> {
-        let mut stmt = self.conn.prepare_cached(sql)?;
+        params: &[Value],
+        mut decode: impl FnMut(std::vec::IntoIter<Value>) -> Result<T, String>,
+    ) -> Result<Vec<T>, DbError> {
+        let rows = self.db.borrow_mut().query(sql, params)?;
         let mut out = Vec::new();
-        for row in stmt.query_map(params, read)? {
+        for row in rows {
             let decoded = match row {
-                Ok(raw) => decode(raw),
-                Err(e) if is_row_decode_error(&e) => Err(e.to_string()),
+                Ok(values) => decode(values.into_iter()),
+                Err(DbError::Row(e)) => Err(e),
+                Err(e) if is_row_decode_error(&e) => Err(format!("{e:?}")),
                 Err(e) => return Err(e),
             };
             match decoded {
@@ -560,7 +576,7 @@ impl Store {
                     path = %self.path.display(),
                     table,
                     %detail,
-                    "skipping an unreadable row; fix or delete it with the sqlite3 shell"
+                    "skipping an unreadable row; fix or delete it with the database's shell"
                 ),
             }
         }
@@ -570,29 +586,27 @@ impl Store {
     /// Reads everything back: what a restarted agent starts from.
     pub fn snapshot(&self) -> Result<Snapshot, StoreError> {
         self.atomic("reading the database", |s| {
-            let services = s.read_rows(
+            let mut services = s.read_rows(
                 "services",
-                "SELECT name, description FROM services ORDER BY name",
-                [],
-                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
-                |(name, json)| {
+                "SELECT name, description FROM services",
+                &[],
+                |mut r| {
+                    let (name, json) = (col(&mut r).text()?, col(&mut r).text()?);
                     serde_json::from_str::<ServiceDesc>(&json)
                         .map_err(|e| format!("service `{name}`: {e}"))
                 },
             )?;
-            let servers = s.read_rows(
+            // Sorted here, not by the databases: their collations of text differ.
+            services.sort_by(|a, b| a.name.cmp(&b.name));
+            let mut servers = s.read_rows(
                 "servers",
-                "SELECT name, id, registration, last_seen_unix_s FROM servers ORDER BY name",
-                [],
-                |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, Option<f64>>(3)?,
-                    ))
-                },
-                |(name, id, json, seen)| {
+                "SELECT name, id, registration, last_seen_unix_s FROM servers",
+                &[],
+                |mut r| {
+                    let name = col(&mut r).text()?;
+                    let id = col(&mut r).text()?;
+                    let json = col(&mut r).text()?;
+                    let seen = col(&mut r).real_opt()?;
                     let id: ServerId = serde_json::from_value(serde_json::Value::String(id))
                         .map_err(|e| format!("server `{name}`: bad id: {e}"))?;
                     let reg: Registration =
@@ -600,25 +614,24 @@ impl Store {
                     Ok((id, reg, real(seen)))
                 },
             )?;
+            servers.sort_by(|a, b| a.1.name.cmp(&b.1.name));
             let mut points = s.read_rows(
                 "model_points",
                 "SELECT server, service, x, count, min, mean, max, source, sd FROM model_points",
-                [],
-                |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, i64>(3)?,
-                        r.get::<_, Option<f64>>(4)?,
-                        r.get::<_, Option<f64>>(5)?,
-                        r.get::<_, Option<f64>>(6)?,
-                        r.get::<_, String>(7)?,
-                        r.get::<_, Option<f64>>(8)?,
-                    ))
-                },
-                |(server, service, x, count, min, mean, max, source, sd)| {
+                &[],
+                |mut r| {
+                    let server = col(&mut r).text()?;
+                    let service = col(&mut r).text()?;
+                    let x = col(&mut r).text()?;
                     let at = || format!("point `{service}` on `{server}` at {x}");
+                    let count = col(&mut r).int().map_err(|e| format!("{}: {e}", at()))?;
+                    let mut real_col =
+                        || col(&mut r).real_opt().map_err(|e| format!("{}: {e}", at()));
+                    let (min, mean, max) = (real_col()?, real_col()?, real_col()?);
+                    let source = col(&mut r).text().map_err(|e| format!("{}: {e}", at()))?;
+                    let sd = col(&mut r)
+                        .real_opt()
+                        .map_err(|e| format!("{}: {e}", at()))?;
                     Ok(PointRow {
                         x: serde_json::from_str(&x).map_err(|e| format!("{}: {e}", at()))?,
                         count: u64::try_from(count)
@@ -639,27 +652,30 @@ impl Store {
                 "load_history",
                 "SELECT server, at_unix_s, loadavg_1m, cpu_available, free_memory
                  FROM load_history ORDER BY id",
-                [],
-                |r| {
+                &[],
+                |mut r| {
                     Ok(LoadRow {
-                        server: r.get(0)?,
-                        at_unix_s: real(r.get(1)?),
-                        loadavg_1m: r.get(2)?,
-                        cpu_available: r.get(3)?,
-                        free_memory_bytes: r.get(4)?,
+                        server: col(&mut r).text()?,
+                        at_unix_s: real(col(&mut r).real_opt()?),
+                        loadavg_1m: col(&mut r).real_opt()?,
+                        cpu_available: col(&mut r).real_opt()?,
+                        free_memory_bytes: col(&mut r).real_opt()?,
                     })
                 },
-                Ok,
             )?;
-            let timings: i64 = s
-                .conn
-                .query_row("SELECT count(*) FROM timings", [], |r| r.get(0))?;
+            let timings =
+                s.read_rows("timings", "SELECT count(*) FROM timings", &[], |mut r| {
+                    col(&mut r).int()
+                })?;
             Ok(Snapshot {
                 services,
                 servers,
                 points,
                 load,
-                timings: usize::try_from(timings).unwrap_or(0),
+                timings: timings
+                    .first()
+                    .and_then(|n| usize::try_from(*n).ok())
+                    .unwrap_or(0),
             })
         })
     }
@@ -677,35 +693,27 @@ impl Store {
                 "timings",
                 "SELECT at_unix_s, sizes, queue_wait_s, input_transfer_s, kernel_s, server_s, ok,
                         ticket
-                 FROM timings WHERE server = ?1 AND service = ?2 ORDER BY id DESC LIMIT ?3",
-                params![server, service, limit],
-                |r| {
-                    Ok((
-                        r.get::<_, Option<f64>>(0)?,
-                        r.get::<_, String>(1)?,
-                        [
-                            r.get::<_, Option<f64>>(2)?,
-                            r.get::<_, Option<f64>>(3)?,
-                            r.get::<_, Option<f64>>(4)?,
-                            r.get::<_, Option<f64>>(5)?,
-                        ],
-                        r.get::<_, bool>(6)?,
-                        r.get::<_, Option<i64>>(7)?,
-                    ))
-                },
-                |(at, sizes, [q, i, k, sv], ok, ticket)| {
+                 FROM timings WHERE server = $1 AND service = $2 ORDER BY id DESC LIMIT $3",
+                &params([server.into(), service.into(), limit.into()]),
+                |mut r| {
+                    let at = col(&mut r).real_opt()?;
+                    let sizes = col(&mut r).text()?;
+                    let mut t = || col(&mut r).real_opt().map(real);
+                    let timing = Timing {
+                        queue_wait_s: t()?,
+                        input_transfer_s: t()?,
+                        kernel_s: t()?,
+                        server_s: t()?,
+                    };
+                    let ok = col(&mut r).boolean()?;
+                    let ticket = col(&mut r).int_opt()?;
                     Ok(StoredTiming {
                         server: server.to_string(),
                         service: service.to_string(),
                         at_unix_s: real(at),
                         sizes: serde_json::from_str(&sizes)
                             .map_err(|e| format!("timing sizes {sizes}: {e}"))?,
-                        timing: Timing {
-                            queue_wait_s: real(q),
-                            input_transfer_s: real(i),
-                            kernel_s: real(k),
-                            server_s: real(sv),
-                        },
+                        timing,
                         ok,
                         ticket: ticket.map(|t| Ticket(t as u64)),
                     })

@@ -82,6 +82,70 @@ fn report(service: &str, n: i64, kernel_s: f64, ticket: Option<u64>) -> CallRepo
     }
 }
 
+/// Which database a test's store is on.
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Where a test's store lives: a fresh SQLite data directory, or a fresh database on the test
+/// binary's own PostgreSQL server (a real one, started from the system's packages).
+struct Place {
+    location: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Place {
+    fn new(backend: Backend) -> Place {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                Place {
+                    location: dir.path().join("data").display().to_string(),
+                    _dir: Some(dir),
+                }
+            }
+            Backend::Postgres => {
+                static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let name = format!("store_test_{}_{n}", std::process::id());
+                let server = gridwise_pgtemp::TempPostgres::shared()
+                    .unwrap_or_else(|e| panic!("no PostgreSQL for the store's tests: {e}"));
+                let location = server.lock().unwrap().create_database(&name).unwrap();
+                Place {
+                    location,
+                    _dir: None,
+                }
+            }
+        }
+    }
+
+    fn open(&self) -> Store {
+        Store::open_location(&self.location)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.location))
+    }
+}
+
+/// A test run once on each database: `name::sqlite` and `name::postgres`.
+macro_rules! on_both {
+    ($($(#[$meta:meta])* fn $name:ident($place:ident: Place) $body:block)*) => {$(
+        $(#[$meta])*
+        mod $name {
+            use super::*;
+            fn run($place: Place) $body
+            #[test]
+            fn sqlite() {
+                run(Place::new(Backend::Sqlite))
+            }
+            #[test]
+            fn postgres() {
+                run(Place::new(Backend::Postgres))
+            }
+        }
+    )*};
+}
+
 /// A store holding one of everything.
 fn fill(store: &Store) -> ServerId {
     let id = ServerId::new_random();
@@ -121,195 +185,13 @@ fn fill(store: &Store) -> ServerId {
 }
 
 #[test]
-fn every_kind_round_trips() {
-    let store = Store::open_in_memory().unwrap();
-    let id = fill(&store);
-    let snap = store.snapshot().unwrap();
-    assert_eq!(
-        snap.services,
-        vec![service("dgemm", "2*n^3"), service("scale", "n")]
-    );
-    assert_eq!(
-        snap.servers,
-        vec![(id, registration("alpha", 7001), 1_700_000_000.5)]
-    );
-    assert_eq!(
-        snap.points,
-        vec![
-            point("alpha", "dgemm", &[10, 20, 30], 2.0, PointSource::Online),
-            point("alpha", "scale", &[100], 0.5, PointSource::Benchmark),
-            point("alpha", "scale", &[200], 1.0, PointSource::Online),
-        ]
-    );
-    assert_eq!(
-        snap.load,
-        vec![
-            load("alpha", 1_700_000_002.0, 0.25),
-            LoadRow {
-                loadavg_1m: None,
-                free_memory_bytes: Some(3e9),
-                ..load("alpha", 1_700_000_003.0, 0.75)
-            }
-        ]
-    );
-    assert_eq!(snap.timings, 2);
-    let t = store.timings("alpha", "scale", 10).unwrap();
-    assert_eq!(t.len(), 2);
-    // Newest first.
-    assert_eq!(t[0].sizes, vec![("n".to_string(), 200)]);
-    assert_eq!(t[0].ticket, None);
-    assert!(!t[0].ok);
-    assert_eq!(
-        t[1],
-        StoredTiming {
-            server: "alpha".into(),
-            service: "scale".into(),
-            at_unix_s: 1_700_000_001.0,
-            sizes: vec![("n".into(), 100)],
-            timing: report("scale", 100, 0.5, None).timing,
-            ok: true,
-            ticket: Some(Ticket(7)),
-        }
-    );
-    assert_eq!(store.timings("alpha", "scale", 1).unwrap().len(), 1);
-    assert!(store.timings("alpha", "dgemm", 10).unwrap().is_empty());
-    assert!(store.timings("beta", "scale", 10).unwrap().is_empty());
-}
-
-#[test]
-fn empty_store_has_an_empty_snapshot() {
-    let store = Store::open_in_memory().unwrap();
-    assert_eq!(store.snapshot().unwrap(), Snapshot::default());
-    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
-}
-
-#[test]
-fn upserts_replace() {
-    let store = Store::open_in_memory().unwrap();
-    fill(&store);
-    // Service by name.
-    let mut d = service("scale", "n");
-    d.doc = "changed".into();
-    store.save_service(&d).unwrap();
-    // Server by name, with a new id and address.
-    let id2 = ServerId::new_random();
-    store
-        .save_server(id2, &registration("alpha", 9999), 1_800_000_000.0)
-        .unwrap();
-    // Point by (server, service, x).
-    let mut p = point("alpha", "scale", &[100], 0.7, PointSource::Online);
-    p.count = 42;
-    store.upsert_points(std::slice::from_ref(&p)).unwrap();
-    store.touch_server("alpha", 1_800_000_010.0).unwrap();
-    store.touch_server("nobody", 1.0).unwrap();
-
-    let snap = store.snapshot().unwrap();
-    assert_eq!(snap.services.len(), 2);
-    assert_eq!(snap.services[1], d);
-    assert_eq!(
-        snap.servers,
-        vec![(id2, registration("alpha", 9999), 1_800_000_010.0)]
-    );
-    assert_eq!(snap.points.len(), 3);
-    assert_eq!(snap.points[1], p);
-}
-
-#[test]
-fn nan_statistics_survive() {
-    let store = Store::open_in_memory().unwrap();
-    let mut p = point("a", "s", &[1], 1.0, PointSource::Online);
-    p.min = f64::NAN;
-    p.max = f64::INFINITY;
-    store.upsert_points(&[p]).unwrap();
-    let got = &store.snapshot().unwrap().points[0];
-    assert!(got.min.is_nan());
-    assert_eq!(got.max, f64::INFINITY);
-    assert_eq!(got.mean, 1.0);
-}
-
-#[test]
-fn a_registration_that_cannot_be_read_back_is_refused() {
-    let store = Store::open_in_memory().unwrap();
-    let mut reg = registration("alpha", 1);
-    reg.default_rate = f64::NAN;
-    let e = store
-        .save_server(ServerId::new_random(), &reg, 0.0)
-        .unwrap_err();
-    assert!(matches!(e, StoreError::Encode { .. }), "{e}");
-    assert!(e.to_string().contains("alpha"), "{e}");
-    assert!(store.snapshot().unwrap().servers.is_empty());
-}
-
-#[test]
-fn prune_keeps_the_newest() {
-    let store = Store::open_in_memory().unwrap();
-    for i in 0..50 {
-        let at = 1000.0 + i as f64;
-        store
-            .add_timings("a", at, &[report("s", i, 0.1, Some(i as u64))])
-            .unwrap();
-        store
-            .add_timings("a", at, &[report("t", i, 0.1, None)])
-            .unwrap();
-        store
-            .add_timings("b", at, &[report("s", i, 0.1, None)])
-            .unwrap();
-        store.add_load(&load("a", at, i as f64)).unwrap();
-        store.add_load(&load("b", at, i as f64)).unwrap();
-    }
-    assert_eq!(store.snapshot().unwrap().timings, 150);
-    store.prune(10, 5).unwrap();
-    let snap = store.snapshot().unwrap();
-    assert_eq!(snap.timings, 30);
-    for (server, svc) in [("a", "s"), ("a", "t"), ("b", "s")] {
-        let t = store.timings(server, svc, 100).unwrap();
-        let ns: Vec<i64> = t.iter().map(|t| t.sizes[0].1).collect();
-        assert_eq!(ns, (40..50).rev().collect::<Vec<_>>(), "{server}/{svc}");
-    }
-    let loads: Vec<(&str, f64)> = snap
-        .load
-        .iter()
-        .map(|l| (l.server.as_str(), l.loadavg_1m.unwrap()))
-        .collect();
-    let mut want = Vec::new();
-    for i in 45..50 {
-        want.push(("a", i as f64));
-        want.push(("b", i as f64));
-    }
-    assert_eq!(loads, want);
-    // Pruning within the bounds changes nothing; zero empties.
-    store.prune(10, 5).unwrap();
-    assert_eq!(store.snapshot().unwrap().timings, 30);
-    store.prune(0, 0).unwrap();
-    let snap = store.snapshot().unwrap();
-    assert_eq!((snap.timings, snap.load.len()), (0, 0));
-    // New rows after an empty prune still come out newest first.
-    store
-        .add_timings(
-            "a",
-            1.0,
-            &[report("s", 1, 0.1, None), report("s", 2, 0.1, None)],
-        )
-        .unwrap();
-    let t = store.timings("a", "s", 10).unwrap();
-    assert_eq!(t[0].sizes[0].1, 2);
-}
-
-#[test]
-fn reopened_store_returns_the_same_snapshot() {
+fn the_data_directory_is_made_and_holds_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("nested/data");
-    let before = {
-        let store = Store::open(&data).unwrap();
-        assert_eq!(store.path(), data.join(DB_FILE));
-        fill(&store);
-        store.snapshot().unwrap()
-    };
-    assert!(data.join(DB_FILE).exists());
     let store = Store::open(&data).unwrap();
-    assert_eq!(store.snapshot().unwrap(), before);
-    assert_eq!(store.timings("alpha", "scale", 10).unwrap().len(), 2);
-    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(store.path(), data.join(DB_FILE));
+    assert!(data.join(DB_FILE).exists());
+    assert!(!store.is_shared());
 }
 
 #[test]
@@ -495,101 +377,6 @@ fn expected_snapshot(id: ServerId) -> Snapshot {
 }
 
 #[test]
-fn writer_persists_everything_after_flush() {
-    let dir = tempfile::tempdir().unwrap();
-    let w = Writer::spawn_with(Store::open(dir.path()).unwrap(), small_config());
-    let id = ServerId::new_random();
-    send_everything(&w, id);
-    w.flush();
-    // A second connection sees it while the writer still runs (WAL: readers do not block).
-    let reader = Store::open(dir.path()).unwrap();
-    assert_eq!(reader.snapshot().unwrap(), expected_snapshot(id));
-    assert_eq!(w.dropped(), 0);
-    w.flush();
-    drop(w);
-}
-
-#[test]
-fn writer_persists_everything_after_drop() {
-    let dir = tempfile::tempdir().unwrap();
-    let id = ServerId::new_random();
-    {
-        let w = Writer::spawn(Store::open(dir.path()).unwrap());
-        send_everything(&w, id);
-        for i in 0..5000 {
-            w.send(Op::Timings(
-                "beta".into(),
-                i as f64,
-                vec![report("scale", i, 0.1, None)],
-            ));
-        }
-    }
-    let store = Store::open(dir.path()).unwrap();
-    let snap = store.snapshot().unwrap();
-    assert_eq!(snap.timings, 5001);
-    let mut want = expected_snapshot(id);
-    want.timings = 5001;
-    assert_eq!(snap, want);
-    let newest = store.timings("beta", "scale", 1).unwrap();
-    assert_eq!(newest[0].sizes[0].1, 4999);
-}
-
-#[test]
-fn writer_survives_a_failing_operation() {
-    let dir = tempfile::tempdir().unwrap();
-    let w = Writer::spawn_with(Store::open(dir.path()).unwrap(), small_config());
-    let mut bad = registration("bad", 1);
-    bad.rates[0].1 = f64::INFINITY;
-    w.send(Op::Service(service("before", "n")));
-    w.send(Op::Server(ServerId::new_random(), bad, 1.0));
-    w.send(Op::Service(service("after", "n")));
-    w.flush();
-    let snap = Store::open(dir.path()).unwrap().snapshot().unwrap();
-    let names: Vec<&str> = snap.services.iter().map(|d| d.name.as_str()).collect();
-    assert_eq!(names, ["after", "before"]);
-    assert!(snap.servers.is_empty());
-}
-
-#[test]
-fn writer_prunes() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let store = Store::open(dir.path()).unwrap();
-        for i in 0..100 {
-            store
-                .add_timings("a", i as f64, &[report("s", i, 0.1, None)])
-                .unwrap();
-            store.add_load(&load("a", i as f64, 0.0)).unwrap();
-        }
-    }
-    let config = WriterConfig {
-        keep_timings_per_pair: 10,
-        keep_load_per_server: 20,
-        prune_every: Duration::ZERO,
-        ..small_config()
-    };
-    let w = Writer::spawn_with(Store::open(dir.path()).unwrap(), config);
-    // At start-up.
-    w.flush();
-    let reader = Store::open(dir.path()).unwrap();
-    let snap = reader.snapshot().unwrap();
-    assert_eq!((snap.timings, snap.load.len()), (10, 20));
-    // And after writes (the prune follows the batch; the second flush waits for it).
-    for i in 100..150 {
-        w.send(Op::Timings(
-            "a".into(),
-            i as f64,
-            vec![report("s", i, 0.1, None)],
-        ));
-    }
-    w.flush();
-    w.flush();
-    assert_eq!(reader.snapshot().unwrap().timings, 10);
-    let newest = reader.timings("a", "s", 1).unwrap();
-    assert_eq!(newest[0].sizes[0].1, 149);
-}
-
-#[test]
 fn error_messages_render() {
     let e = StoreError::NewerSchema {
         path: "/var/lib/gridwise/gridwise.db".into(),
@@ -671,26 +458,6 @@ proptest! {
 }
 
 #[test]
-fn a_forgotten_server_leaves_nothing_behind() {
-    let store = Store::open_in_memory().unwrap();
-    let id = fill(&store);
-    let before = store.snapshot().unwrap();
-    assert!(!before.servers.is_empty());
-    let name = before.servers[0].1.name.clone();
-    store.forget_server(&name).unwrap();
-    let after = store.snapshot().unwrap();
-    assert!(
-        after
-            .servers
-            .iter()
-            .all(|(i, r, _)| *i != id && r.name != name)
-    );
-    assert!(after.points.iter().all(|p| p.server != name));
-    assert!(after.load.iter().all(|l| l.server != name));
-    assert!(store.timings(&name, "scale", 100).unwrap().is_empty());
-}
-
-#[test]
 fn writes_that_fail_while_the_database_is_held_are_retried_not_lost() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
@@ -754,4 +521,445 @@ fn a_first_version_database_is_migrated_keeping_its_rows() {
             free_memory_bytes: None,
         }]
     );
+}
+
+on_both! {
+fn every_kind_round_trips(place: Place) {
+    let store = place.open();
+    let id = fill(&store);
+    let snap = store.snapshot().unwrap();
+    assert_eq!(
+        snap.services,
+        vec![service("dgemm", "2*n^3"), service("scale", "n")]
+    );
+    assert_eq!(
+        snap.servers,
+        vec![(id, registration("alpha", 7001), 1_700_000_000.5)]
+    );
+    assert_eq!(
+        snap.points,
+        vec![
+            point("alpha", "dgemm", &[10, 20, 30], 2.0, PointSource::Online),
+            point("alpha", "scale", &[100], 0.5, PointSource::Benchmark),
+            point("alpha", "scale", &[200], 1.0, PointSource::Online),
+        ]
+    );
+    assert_eq!(
+        snap.load,
+        vec![
+            load("alpha", 1_700_000_002.0, 0.25),
+            LoadRow {
+                loadavg_1m: None,
+                free_memory_bytes: Some(3e9),
+                ..load("alpha", 1_700_000_003.0, 0.75)
+            }
+        ]
+    );
+    assert_eq!(snap.timings, 2);
+    let t = store.timings("alpha", "scale", 10).unwrap();
+    assert_eq!(t.len(), 2);
+    // Newest first.
+    assert_eq!(t[0].sizes, vec![("n".to_string(), 200)]);
+    assert_eq!(t[0].ticket, None);
+    assert!(!t[0].ok);
+    assert_eq!(
+        t[1],
+        StoredTiming {
+            server: "alpha".into(),
+            service: "scale".into(),
+            at_unix_s: 1_700_000_001.0,
+            sizes: vec![("n".into(), 100)],
+            timing: report("scale", 100, 0.5, None).timing,
+            ok: true,
+            ticket: Some(Ticket(7)),
+        }
+    );
+    assert_eq!(store.timings("alpha", "scale", 1).unwrap().len(), 1);
+    assert!(store.timings("alpha", "dgemm", 10).unwrap().is_empty());
+    assert!(store.timings("beta", "scale", 10).unwrap().is_empty());
+}
+
+fn empty_store_has_an_empty_snapshot(place: Place) {
+    let store = place.open();
+    assert_eq!(store.snapshot().unwrap(), Snapshot::default());
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+}
+
+fn upserts_replace(place: Place) {
+    let store = place.open();
+    fill(&store);
+    // Service by name.
+    let mut d = service("scale", "n");
+    d.doc = "changed".into();
+    store.save_service(&d).unwrap();
+    // Server by name, with a new id and address.
+    let id2 = ServerId::new_random();
+    store
+        .save_server(id2, &registration("alpha", 9999), 1_800_000_000.0)
+        .unwrap();
+    // Point by (server, service, x).
+    let mut p = point("alpha", "scale", &[100], 0.7, PointSource::Online);
+    p.count = 42;
+    store.upsert_points(std::slice::from_ref(&p)).unwrap();
+    store.touch_server("alpha", 1_800_000_010.0).unwrap();
+    store.touch_server("nobody", 1.0).unwrap();
+
+    let snap = store.snapshot().unwrap();
+    assert_eq!(snap.services.len(), 2);
+    assert_eq!(snap.services[1], d);
+    assert_eq!(
+        snap.servers,
+        vec![(id2, registration("alpha", 9999), 1_800_000_010.0)]
+    );
+    assert_eq!(snap.points.len(), 3);
+    assert_eq!(snap.points[1], p);
+}
+
+fn nan_statistics_survive(place: Place) {
+    let store = place.open();
+    let mut p = point("a", "s", &[1], 1.0, PointSource::Online);
+    p.min = f64::NAN;
+    p.max = f64::INFINITY;
+    store.upsert_points(&[p]).unwrap();
+    let got = &store.snapshot().unwrap().points[0];
+    assert!(got.min.is_nan());
+    assert_eq!(got.max, f64::INFINITY);
+    assert_eq!(got.mean, 1.0);
+}
+
+fn a_registration_that_cannot_be_read_back_is_refused(place: Place) {
+    let store = place.open();
+    let mut reg = registration("alpha", 1);
+    reg.default_rate = f64::NAN;
+    let e = store
+        .save_server(ServerId::new_random(), &reg, 0.0)
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Encode { .. }), "{e}");
+    assert!(e.to_string().contains("alpha"), "{e}");
+    assert!(store.snapshot().unwrap().servers.is_empty());
+}
+
+fn prune_keeps_the_newest(place: Place) {
+    let store = place.open();
+    for i in 0..50 {
+        let at = 1000.0 + i as f64;
+        store
+            .add_timings("a", at, &[report("s", i, 0.1, Some(i as u64))])
+            .unwrap();
+        store
+            .add_timings("a", at, &[report("t", i, 0.1, None)])
+            .unwrap();
+        store
+            .add_timings("b", at, &[report("s", i, 0.1, None)])
+            .unwrap();
+        store.add_load(&load("a", at, i as f64)).unwrap();
+        store.add_load(&load("b", at, i as f64)).unwrap();
+    }
+    assert_eq!(store.snapshot().unwrap().timings, 150);
+    store.prune(10, 5).unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(snap.timings, 30);
+    for (server, svc) in [("a", "s"), ("a", "t"), ("b", "s")] {
+        let t = store.timings(server, svc, 100).unwrap();
+        let ns: Vec<i64> = t.iter().map(|t| t.sizes[0].1).collect();
+        assert_eq!(ns, (40..50).rev().collect::<Vec<_>>(), "{server}/{svc}");
+    }
+    let loads: Vec<(&str, f64)> = snap
+        .load
+        .iter()
+        .map(|l| (l.server.as_str(), l.loadavg_1m.unwrap()))
+        .collect();
+    let mut want = Vec::new();
+    for i in 45..50 {
+        want.push(("a", i as f64));
+        want.push(("b", i as f64));
+    }
+    assert_eq!(loads, want);
+    // Pruning within the bounds changes nothing; zero empties.
+    store.prune(10, 5).unwrap();
+    assert_eq!(store.snapshot().unwrap().timings, 30);
+    store.prune(0, 0).unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!((snap.timings, snap.load.len()), (0, 0));
+    // New rows after an empty prune still come out newest first.
+    store
+        .add_timings(
+            "a",
+            1.0,
+            &[report("s", 1, 0.1, None), report("s", 2, 0.1, None)],
+        )
+        .unwrap();
+    let t = store.timings("a", "s", 10).unwrap();
+    assert_eq!(t[0].sizes[0].1, 2);
+}
+
+fn a_forgotten_server_leaves_nothing_behind(place: Place) {
+    let store = place.open();
+    let id = fill(&store);
+    let before = store.snapshot().unwrap();
+    assert!(!before.servers.is_empty());
+    let name = before.servers[0].1.name.clone();
+    store.forget_server(&name).unwrap();
+    let after = store.snapshot().unwrap();
+    assert!(
+        after
+            .servers
+            .iter()
+            .all(|(i, r, _)| *i != id && r.name != name)
+    );
+    assert!(after.points.iter().all(|p| p.server != name));
+    assert!(after.load.iter().all(|l| l.server != name));
+    assert!(store.timings(&name, "scale", 100).unwrap().is_empty());
+}
+
+fn reopened_store_returns_the_same_snapshot(place: Place) {
+    let before = {
+        let store = place.open();
+        fill(&store);
+        store.snapshot().unwrap()
+    };
+    let store = place.open();
+    assert_eq!(store.snapshot().unwrap(), before);
+    assert_eq!(store.timings("alpha", "scale", 10).unwrap().len(), 2);
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+}
+
+fn writer_persists_everything_after_flush(place: Place) {
+    let w = Writer::spawn_with(place.open(), small_config());
+    let id = ServerId::new_random();
+    send_everything(&w, id);
+    w.flush();
+    // A second connection sees it while the writer still runs (WAL: readers do not block).
+    let reader = place.open();
+    assert_eq!(reader.snapshot().unwrap(), expected_snapshot(id));
+    assert_eq!(w.dropped(), 0);
+    w.flush();
+    drop(w);
+}
+
+fn writer_persists_everything_after_drop(place: Place) {
+    let id = ServerId::new_random();
+    {
+        let w = Writer::spawn(place.open());
+        send_everything(&w, id);
+        for i in 0..5000 {
+            w.send(Op::Timings(
+                "beta".into(),
+                i as f64,
+                vec![report("scale", i, 0.1, None)],
+            ));
+        }
+    }
+    let store = place.open();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(snap.timings, 5001);
+    let mut want = expected_snapshot(id);
+    want.timings = 5001;
+    assert_eq!(snap, want);
+    let newest = store.timings("beta", "scale", 1).unwrap();
+    assert_eq!(newest[0].sizes[0].1, 4999);
+}
+
+fn writer_survives_a_failing_operation(place: Place) {
+    let w = Writer::spawn_with(place.open(), small_config());
+    let mut bad = registration("bad", 1);
+    bad.rates[0].1 = f64::INFINITY;
+    w.send(Op::Service(service("before", "n")));
+    w.send(Op::Server(ServerId::new_random(), bad, 1.0));
+    w.send(Op::Service(service("after", "n")));
+    w.flush();
+    let snap = place.open().snapshot().unwrap();
+    let names: Vec<&str> = snap.services.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["after", "before"]);
+    assert!(snap.servers.is_empty());
+}
+
+fn writer_prunes(place: Place) {
+    {
+        let store = place.open();
+        for i in 0..100 {
+            store
+                .add_timings("a", i as f64, &[report("s", i, 0.1, None)])
+                .unwrap();
+            store.add_load(&load("a", i as f64, 0.0)).unwrap();
+        }
+    }
+    let config = WriterConfig {
+        keep_timings_per_pair: 10,
+        keep_load_per_server: 20,
+        prune_every: Duration::ZERO,
+        ..small_config()
+    };
+    let w = Writer::spawn_with(place.open(), config);
+    // At start-up.
+    w.flush();
+    let reader = place.open();
+    let snap = reader.snapshot().unwrap();
+    assert_eq!((snap.timings, snap.load.len()), (10, 20));
+    // And after writes (the prune follows the batch; the second flush waits for it).
+    for i in 100..150 {
+        w.send(Op::Timings(
+            "a".into(),
+            i as f64,
+            vec![report("s", i, 0.1, None)],
+        ));
+    }
+    w.flush();
+    w.flush();
+    assert_eq!(reader.snapshot().unwrap().timings, 10);
+    let newest = reader.timings("a", "s", 1).unwrap();
+    assert_eq!(newest[0].sizes[0].1, 149);
+}
+}
+
+/// A fresh database on the shared test server, and a plain client to poke at it.
+fn postgres_place() -> (Place, postgres::Client) {
+    let place = Place::new(Backend::Postgres);
+    let client = postgres::Client::connect(&place.location, postgres::NoTls).unwrap();
+    (place, client)
+}
+
+#[test]
+fn a_newer_schema_is_refused_by_postgres_too() {
+    let (place, mut c) = postgres_place();
+    drop(place.open());
+    c.execute(
+        "INSERT INTO gridwise_schema_history (version, name, applied_on, checksum)
+         VALUES ($1, 'from_the_future', '', '0')",
+        &[&(SCHEMA_VERSION as i32 + 1)],
+    )
+    .unwrap();
+    let e = Store::open_location(&place.location).unwrap_err();
+    assert!(matches!(e, StoreError::NewerSchema { .. }), "{e}");
+    assert!(e.to_string().contains("upgrade gridwise"), "{e}");
+}
+
+#[test]
+fn a_foreign_postgres_database_is_refused() {
+    let (place, mut c) = postgres_place();
+    c.batch_execute("CREATE TABLE recipes (name TEXT)").unwrap();
+    let e = Store::open_location(&place.location).unwrap_err();
+    assert!(matches!(e, StoreError::Foreign { .. }), "{e}");
+    assert!(e.to_string().contains("recipes"), "{e}");
+}
+
+#[test]
+fn an_unreachable_postgres_is_a_clear_error_without_the_password() {
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://agent:s3cret@127.0.0.1:{port}/grid");
+    let e = Store::open_location(&url).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, StoreError::Connect { .. }), "{msg}");
+    assert!(
+        msg.contains(&format!("postgres://agent@127.0.0.1:{port}/grid")),
+        "{msg}"
+    );
+    assert!(!msg.contains("s3cret"), "{msg}");
+    let e = Store::open_location("postgres://a@127.0.0.1:notaport/x").unwrap_err();
+    assert!(matches!(e, StoreError::BadUrl { .. }), "{e}");
+}
+
+#[test]
+fn agents_on_one_database_see_each_others_writes_and_migrate_once() {
+    let (place, _c) = postgres_place();
+    // Four agents start together on an empty database: one migrates, none fails.
+    let stores: Vec<Store> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4).map(|_| s.spawn(|| place.open())).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(stores.iter().all(Store::is_shared));
+    let id = fill(&stores[0]);
+    let seen = stores[3].snapshot().unwrap();
+    assert_eq!(seen, stores[0].snapshot().unwrap());
+    assert_eq!(seen.servers[0].0, id);
+    // Two writers at once on the same rows: both land, the last write of each key wins.
+    let a = Writer::spawn_with(stores.into_iter().next().unwrap(), small_config());
+    let b = Writer::spawn_with(place.open(), small_config());
+    for i in 0..200 {
+        let w = if i % 2 == 0 { &a } else { &b };
+        w.send(Op::Points(vec![point(
+            "alpha",
+            "scale",
+            &[i % 7],
+            i as f64,
+            PointSource::Online,
+        )]));
+        w.send(Op::Timings(
+            "alpha".into(),
+            i as f64,
+            vec![report("scale", i, 0.1, None)],
+        ));
+    }
+    a.flush();
+    b.flush();
+    assert_eq!((a.dropped(), b.dropped()), (0, 0));
+    let snap = place.open().snapshot().unwrap();
+    assert_eq!(snap.timings, 202);
+    assert_eq!(
+        snap.points.iter().filter(|p| p.service == "scale").count(),
+        2 + 7
+    );
+}
+
+#[test]
+fn writes_made_while_postgres_is_down_land_when_it_is_back() {
+    let mut server = gridwise_pgtemp::TempPostgres::start().unwrap();
+    let url = server.create_database("grid").unwrap();
+    let w = Writer::spawn_with(
+        Store::open_location(&url).unwrap(),
+        WriterConfig {
+            retry_every: Duration::from_millis(50),
+            ..small_config()
+        },
+    );
+    w.send(Op::Service(service("before", "n")));
+    w.flush();
+    // The database server dies (as a crash would: no shutdown) and the agent goes on.
+    server.kill();
+    let id = ServerId::new_random();
+    send_everything(&w, id);
+    w.flush();
+    let h = w.health();
+    assert!(!h.ok && h.pending > 0, "{h:?}");
+    // Back on the same port: the writer reconnects and the kept writes land, in order.
+    server.run_server().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !w.health().ok && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let h = w.health();
+    assert!(h.ok && h.pending == 0 && h.dropped == 0, "{h:?}");
+    drop(w);
+    let mut want = expected_snapshot(id);
+    want.services.insert(0, service("before", "n"));
+    assert_eq!(
+        Store::open_location(&url).unwrap().snapshot().unwrap(),
+        want
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// As `points_round_trip`, on PostgreSQL: its types (BIGINT, DOUBLE PRECISION) keep every
+    /// value SQLite keeps.
+    #[test]
+    fn points_round_trip_on_postgres(rows in proptest::collection::vec(arb_point(), 0..20)) {
+        let store = Place::new(Backend::Postgres).open();
+        store.upsert_points(&rows).unwrap();
+        let mut want: Vec<PointRow> = Vec::new();
+        for r in &rows {
+            match want.iter_mut().find(|w| (&w.server, &w.service, &w.x) == (&r.server, &r.service, &r.x)) {
+                Some(w) => *w = r.clone(),
+                None => want.push(r.clone()),
+            }
+        }
+        want.sort_by(|a, b| (&a.server, &a.service, &a.x).cmp(&(&b.server, &b.service, &b.x)));
+        prop_assert_eq!(store.snapshot().unwrap().points, want);
+    }
 }

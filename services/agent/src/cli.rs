@@ -40,6 +40,11 @@ pub struct AgentArgs {
     /// Where the agent keeps what it learns (default ./gridwise-data).
     #[arg(long)]
     pub data_dir: Option<std::path::PathBuf>,
+    /// Keep it in this PostgreSQL database, shared with other agents
+    /// (postgres://user:password@host:port/db; a password is better in GRIDWISE_AGENT_STORE
+    /// or the config file than on a command line others can read).
+    #[arg(long)]
+    pub store: Option<String>,
 }
 
 impl AgentArgs {
@@ -56,6 +61,7 @@ impl AgentArgs {
                 "data_dir",
                 self.data_dir.as_ref().map(|p| p.display().to_string()),
             ),
+            ("store", self.store.clone()),
             (
                 "heartbeat_interval_ms",
                 self.heartbeat_interval_ms.map(|v| v.to_string()),

@@ -50,6 +50,10 @@ pub struct AgentConfig {
     /// Where the agent keeps what it learns (SQLite): servers, services, model points, timing
     /// and load history. A restarted agent resumes from it.
     pub data_dir: PathBuf,
+    /// A PostgreSQL database to keep it in instead (`postgres://user:password@host:port/db`):
+    /// the store several agents share (README, "More than one agent"). Unset: SQLite in
+    /// `data_dir`, for one agent.
+    pub store: Option<String>,
     /// Period of each server's load history for the band model, s (the thesis's Δ = 60 s).
     pub load_sample_s: f64,
     /// Band-model window in samples (the history keeps 2w − 1).
@@ -122,6 +126,7 @@ impl Default for AgentConfig {
             max_candidates: core.max_candidates,
             max_frame_bytes: 16 * 1024 * 1024,
             data_dir: PathBuf::from("gridwise-data"),
+            store: None,
             load_sample_s: core.load_sample.as_secs_f64(),
             load_window: core.load_window,
             sensor_sample_s: core.sensor_sample.as_secs_f64(),
@@ -181,6 +186,17 @@ impl AgentConfig {
         };
         core.validate()?;
         Ok(core)
+    }
+
+    /// Opens the store the settings name: PostgreSQL at `store`, else SQLite in `data_dir`.
+    /// Blocking: call it off the async runtime (the PostgreSQL client runs one of its own).
+    pub fn open_store(&self) -> anyhow::Result<gridwise_store::Store> {
+        match &self.store {
+            Some(url) => gridwise_store::Store::connect(url)
+                .map_err(|e| anyhow::anyhow!("cannot open the agents' shared store: {e}")),
+            None => gridwise_store::Store::open(&self.data_dir)
+                .map_err(|e| anyhow::anyhow!("cannot open the agent's data directory: {e}")),
+        }
     }
 
     /// The TLS settings `[tls]` names, read and checked (`None` without `[tls]`).

@@ -26,9 +26,18 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let mut accept = cfg.accept()?;
     accept.tls = tls.clone();
     let mut core = AgentCore::new(core_cfg.clone());
-    let store = gridwise_store::Store::open(&cfg.data_dir)
-        .map_err(|e| anyhow::anyhow!("cannot open the agent's data directory: {e}"))?;
-    let stale = persist::restore(&mut core, &store, core_cfg.server_retention)?;
+    // Opening and reading the store blocks (a PostgreSQL client runs a runtime of its own,
+    // which cannot start inside this one): on a thread of its own, before anything is served.
+    let (store, stale) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let store = cfg.open_store()?;
+            let stale = persist::restore(&mut core, &store, core_cfg.server_retention)?;
+            anyhow::Ok((store, stale))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("opening the store panicked"))?
+    })?;
+    let store_path = store.path().to_path_buf();
     let writer = gridwise_store::Writer::spawn(store);
     for name in stale {
         writer.send(gridwise_store::Op::Forget(name));
@@ -100,7 +109,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     tokio::select! {
         _ = gridwise_runtime::serve_forever!(listener, accept, cfg.name.clone(), move |peer: &wire::Peer| handler.for_peer(peer)) => {}
         _ = shutdown_signal() => {
-            tracing::info!("shutting down: writing what was learned to {}", cfg.data_dir.display());
+            tracing::info!("shutting down: writing what was learned to {}", store_path.display());
             flusher.flush();
         }
     }

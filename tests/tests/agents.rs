@@ -1,0 +1,84 @@
+//! More than one agent: agents keep what they learn in one PostgreSQL database (a real server
+//! from the system's packages, started by the test on a free loopback port and removed after).
+
+use gridwise_e2e::{FAST_HEARTBEATS, Grid, eventually};
+use gridwise_pgtemp::TempPostgres;
+use gridwise_proto::{CallProfile, ComputeSource, RankOptions, Value};
+use std::time::Duration;
+
+const EMULATED_SOLVE: &str = "builtins = []\ncalibrate = false\n[[emulated]]\nname = \"solve\"\nparam = \"n\"\ncomplexity = \"n^3\"\nspeed = [[1, 1e10], [2000, 1e10]]\n";
+
+fn profile(n: i64) -> CallProfile {
+    CallProfile {
+        service: "solve".into(),
+        sizes: vec![("n".into(), n)],
+        in_bytes: 8,
+        out_bytes: 8,
+        remote_in: Vec::new(),
+        inline_bytes: 0,
+    }
+}
+
+/// An agent on `url` with fast heartbeats.
+fn agent_on(url: &str) -> Grid {
+    let mut args: Vec<&str> = FAST_HEARTBEATS.to_vec();
+    args.extend(["--store", url]);
+    Grid::agent(&args)
+}
+
+#[test]
+fn what_an_agent_learns_in_postgres_survives_it_and_reaches_a_second_agent() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    // Trust authentication takes any password: this one must never reach a log.
+    let url = pg
+        .create_database("grid")
+        .unwrap()
+        .replace("postgres@", "postgres:hunter2@");
+    let mut a = agent_on(&url);
+    a.server("plain", EMULATED_SOLVE);
+    a.wait_up(1);
+    let c = a.client();
+    let solve = c.function_handle_default("solve").unwrap();
+    for n in [200, 400] {
+        c.call(&solve, vec![Value::Int(n)]).unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || c
+            .model("plain", "solve")
+            .map(|m| m.points.len() == 2)
+            .unwrap_or(false)),
+        "{}",
+        a.logs()
+    );
+    // The store's writer commits within milliseconds; give it a heartbeat's worth.
+    std::thread::sleep(Duration::from_millis(300));
+
+    // A second agent on the same database starts with the first one's server and model.
+    let b = agent_on(&url);
+    let cb = b.client();
+    let m = cb
+        .model("plain", "solve")
+        .unwrap_or_else(|e| panic!("{e}\n{}", b.logs()));
+    assert_eq!(m.points.len(), 2, "{m:?}");
+
+    // The first agent killed and started again: the same, from the database alone.
+    a.restart_agent().unwrap();
+    let c = a.client();
+    assert_eq!(c.model("plain", "solve").unwrap().points.len(), 2);
+    a.wait_up(1);
+    let cands = c.explain(profile(300), RankOptions::default()).unwrap();
+    assert!(
+        matches!(
+            cands[0].etc.compute_source,
+            ComputeSource::Fpm { points: 2, .. }
+        ),
+        "{:?}",
+        cands[0].etc.compute_source
+    );
+    assert!(
+        a.logs().contains("postgres://postgres@127.0.0.1"),
+        "the agent says where its store is:\n{}",
+        a.logs()
+    );
+    assert!(!a.logs().contains("hunter2") && !b.logs().contains("hunter2"));
+}
