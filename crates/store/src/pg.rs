@@ -16,6 +16,9 @@ const HISTORY_TABLE: &str = "gridwise_schema_history";
 /// is likely to take: "gridwise" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6772_6964_7769_7365;
 
+/// Begins a transaction holding the lock all agents' writes take (until it ends).
+pub(crate) const BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(7450035551110062963)";
+
 /// How long a connection attempt may take before the store reports the database unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 

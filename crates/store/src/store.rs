@@ -232,11 +232,29 @@ impl Store {
         self.db.borrow_mut().execute(sql, params)
     }
 
-    /// Runs `f` all or nothing: in a savepoint inside an open transaction (the writer's
-    /// batch), else in a transaction of its own.
+    /// Runs the writes of `f` all or nothing: in a savepoint inside an open transaction (the
+    /// writer's batch), else in a write transaction of its own.
     fn atomic<T>(
         &self,
         action: &'static str,
+        f: impl FnOnce(&Store) -> Result<T, DbError>,
+    ) -> Result<T, StoreError> {
+        self.transaction(action, self.begin_sql(), f)
+    }
+
+    /// Runs the reads of `f` on one consistent view, waiting for no writer.
+    fn reading<T>(
+        &self,
+        action: &'static str,
+        f: impl FnOnce(&Store) -> Result<T, DbError>,
+    ) -> Result<T, StoreError> {
+        self.transaction(action, "BEGIN", f)
+    }
+
+    fn transaction<T>(
+        &self,
+        action: &'static str,
+        begin: &'static str,
         f: impl FnOnce(&Store) -> Result<T, DbError>,
     ) -> Result<T, StoreError> {
         let nested = self.in_tx.get();
@@ -247,7 +265,7 @@ impl Store {
                 "ROLLBACK TO gridwise_op; RELEASE gridwise_op",
             )
         } else {
-            ("BEGIN", "COMMIT", "ROLLBACK")
+            (begin, "COMMIT", "ROLLBACK")
         };
         self.reconnect_if_lost();
         self.batch(begin).map_err(|e| self.err(action, e))?;
@@ -280,14 +298,21 @@ impl Store {
         }
     }
 
+    /// How a transaction begins: at once the only writer. SQLite locks the file; PostgreSQL
+    /// takes a lock every agent's writes share, so that two agents' batches upserting the same
+    /// points in different orders wait for each other rather than deadlock (which PostgreSQL
+    /// breaks only after a second, once per conflict: a minute for a few hundred of them).
+    fn begin_sql(&self) -> &'static str {
+        match &*self.db.borrow() {
+            Db::Sqlite(_) => "BEGIN IMMEDIATE",
+            Db::Postgres { .. } => crate::pg::BEGIN_WRITE,
+        }
+    }
+
     /// Begins the writer's batch transaction.
     pub(crate) fn begin_batch(&self) -> Result<(), StoreError> {
         self.reconnect_if_lost();
-        let begin = match &*self.db.borrow() {
-            Db::Sqlite(_) => "BEGIN IMMEDIATE",
-            Db::Postgres { .. } => "BEGIN",
-        };
-        self.batch(begin)
+        self.batch(self.begin_sql())
             .map_err(|e| self.err("starting a write transaction", e))?;
         self.in_tx.set(true);
         Ok(())
@@ -585,7 +610,7 @@ impl Store {
 
     /// Reads everything back: what a restarted agent starts from.
     pub fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        self.atomic("reading the database", |s| {
+        self.reading("reading the database", |s| {
             let mut services = s.read_rows(
                 "services",
                 "SELECT name, description FROM services",
@@ -688,7 +713,7 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<StoredTiming>, StoreError> {
         let limit = sat_i64(limit as u64);
-        self.atomic("reading timings", |s| {
+        self.reading("reading timings", |s| {
             s.read_rows(
                 "timings",
                 "SELECT at_unix_s, sizes, queue_wait_s, input_transfer_s, kernel_s, server_s, ok,

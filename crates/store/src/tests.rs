@@ -866,7 +866,7 @@ fn an_unreachable_postgres_is_a_clear_error_without_the_password() {
 
 #[test]
 fn agents_on_one_database_see_each_others_writes_and_migrate_once() {
-    let (place, _c) = postgres_place();
+    let (place, mut c) = postgres_place();
     // Four agents start together on an empty database: one migrates, none fails.
     let stores: Vec<Store> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..4).map(|_| s.spawn(|| place.open())).collect();
@@ -877,23 +877,20 @@ fn agents_on_one_database_see_each_others_writes_and_migrate_once() {
     let seen = stores[3].snapshot().unwrap();
     assert_eq!(seen, stores[0].snapshot().unwrap());
     assert_eq!(seen.servers[0].0, id);
-    // Two writers at once on the same rows: both land, the last write of each key wins.
+    // Two writers at once on the same rows, in opposite orders: both land.
     let a = Writer::spawn_with(stores.into_iter().next().unwrap(), small_config());
     let b = Writer::spawn_with(place.open(), small_config());
-    for i in 0..200 {
-        let w = if i % 2 == 0 { &a } else { &b };
-        w.send(Op::Points(vec![point(
-            "alpha",
-            "scale",
-            &[i % 7],
-            i as f64,
-            PointSource::Online,
-        )]));
-        w.send(Op::Timings(
-            "alpha".into(),
-            i as f64,
-            vec![report("scale", i, 0.1, None)],
-        ));
+    let row = |k: i64, i: i64| point("alpha", "scale", &[k], i as f64, PointSource::Online);
+    for i in 0..100 {
+        a.send(Op::Points((0..50).map(|k| row(k, i)).collect()));
+        b.send(Op::Points((0..50).rev().map(|k| row(k, i)).collect()));
+        for w in [&a, &b] {
+            w.send(Op::Timings(
+                "alpha".into(),
+                i as f64,
+                vec![report("scale", i, 0.1, None)],
+            ));
+        }
     }
     a.flush();
     b.flush();
@@ -902,8 +899,20 @@ fn agents_on_one_database_see_each_others_writes_and_migrate_once() {
     assert_eq!(snap.timings, 202);
     assert_eq!(
         snap.points.iter().filter(|p| p.service == "scale").count(),
-        2 + 7
+        2 + 50
     );
+    // The two writers waited for each other; they never deadlocked (PostgreSQL breaks a
+    // deadlock after a second, once per conflict: a minute for a few dozen).
+    drop((a, b));
+    std::thread::sleep(Duration::from_millis(1200)); // backends report their statistics
+    let deadlocks: i64 = c
+        .query_one(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(deadlocks, 0);
 }
 
 #[test]
