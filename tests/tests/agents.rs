@@ -82,3 +82,52 @@ fn what_an_agent_learns_in_postgres_survives_it_and_reaches_a_second_agent() {
     );
     assert!(!a.logs().contains("hunter2") && !b.logs().contains("hunter2"));
 }
+
+/// Two servers on both agents `a` and `b`.
+fn servers_on_both(a: &mut Grid, b: &Grid) {
+    let agents = format!("agents = [\"{}\", \"{}\"]\n", a.agent.addr, b.agent.addr);
+    for name in ["s1", "s2"] {
+        a.server(name, &format!("{agents}slots = 4\ncalibrate = false\n"));
+    }
+    a.wait_up(2);
+    b.wait_up(2);
+}
+
+#[test]
+fn an_agent_killed_mid_batch_costs_no_call() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = pg.create_database("grid").unwrap();
+    let mut a = agent_on(&url);
+    let mut b = agent_on(&url);
+    servers_on_both(&mut a, &b);
+    let mut cfg = a.client_config();
+    cfg.agents = vec![a.agent.addr.clone(), b.agent.addr.clone()];
+    let c = gridwise_client::Client::connect(cfg).unwrap();
+    let add = c.function_handle_default("add").unwrap();
+    let first = c.agent_addr();
+    // Calls in flight and calls still to be ranked when the client's agent dies.
+    let mut ids = Vec::new();
+    for i in 0..120 {
+        if i == 40 {
+            let victim = if first == a.agent.addr {
+                &mut a
+            } else {
+                &mut b
+            };
+            victim.agent.kill();
+        }
+        ids.push(c.call_async(&add, vec![Value::Int(i)]).unwrap());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut ran_on = std::collections::BTreeSet::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        let r = c
+            .wait(id)
+            .unwrap_or_else(|e| panic!("call {i} failed: {e}\n{}\n{}", a.logs(), b.logs()));
+        assert_eq!(r.outputs, vec![Value::Int(i as i64 + 1)], "call {i}");
+        ran_on.insert(r.server);
+    }
+    let now = c.agent_addr();
+    assert_ne!(now, first, "the client moved to the agent that lives");
+    assert_eq!(ran_on.len(), 2, "both servers kept working: {ran_on:?}");
+}

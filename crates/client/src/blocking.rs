@@ -178,6 +178,11 @@ pub fn start_runtime() -> Result<(Handle, oneshot::Sender<()>, JoinHandle<()>), 
 }
 
 impl Client {
+    /// The agent in use: of several configured, the one that last answered.
+    pub fn agent_addr(&self) -> String {
+        self.inner.agent_addr()
+    }
+
     /// Connects to the agent named in `cfg`.
     pub fn connect(cfg: ClientConfig) -> Result<Client, GrpcError> {
         if Handle::try_current().is_ok() {

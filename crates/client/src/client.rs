@@ -612,7 +612,7 @@ impl GridClient {
                 "GridClient::connect needs a tokio runtime (use the blocking Client otherwise)",
             )
         })?;
-        if cfg.agent.trim().is_empty() {
+        if cfg.agent_addrs().is_empty() {
             return Err(GrpcError::new(
                 ErrorCode::ConfigfileError,
                 "no agent address: set agent = \"host:port\"",
@@ -1015,8 +1015,8 @@ impl GridClient {
         self.inner.conn.explain(&profile, &opts).await
     }
 
-    /// As given in the [`ClientConfig`]; every reconnection dials it again.
-    pub fn agent_addr(&self) -> &str {
+    /// The agent in use: of several in the [`ClientConfig`], the one that last answered.
+    pub fn agent_addr(&self) -> String {
         self.inner.conn.agent_addr()
     }
 

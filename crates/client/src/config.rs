@@ -16,8 +16,14 @@ pub const ENV_PREFIX: &str = "GRIDWISE_CLIENT";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClientConfig {
-    /// The agent's address, `host:port`.
+    /// The agent's address, `host:port`; several agents sharing one store may be given
+    /// comma-separated (`a:7000,b:7000`), or as `agents`.
     pub agent: String,
+    /// Several agents sharing one store (README, "More than one agent"): the client starts at
+    /// one of them, picked at random so that clients spread over them, and moves to the next
+    /// when it stops answering. Overrides `agent`.
+    #[serde(default)]
+    pub agents: Vec<String>,
     /// The grid's client token, when the daemons require one.
     pub token: Option<String>,
     /// How long opening a connection (TCP + hello) may take, ms.
@@ -50,6 +56,7 @@ impl Default for ClientConfig {
     fn default() -> Self {
         Self {
             agent: String::new(),
+            agents: Vec::new(),
             token: None,
             connect_timeout_ms: 5000,
             agent_timeout_ms: 30_000,
@@ -124,7 +131,7 @@ impl ClientConfig {
             .build()
             .and_then(|c| c.try_deserialize())
             .map_err(bad)?;
-        if cfg.agent.trim().is_empty() {
+        if cfg.agent_addrs().is_empty() {
             return Err(GrpcError::new(
                 ErrorCode::ConfigfileError,
                 format!(
@@ -139,6 +146,19 @@ impl ClientConfig {
             )
         })?;
         Ok(cfg)
+    }
+
+    /// The agents to use, in order: `agents`, else the comma-separated `agent`.
+    pub fn agent_addrs(&self) -> Vec<String> {
+        let listed = match self.agents.is_empty() {
+            true => self.agent.split(',').map(str::to_string).collect(),
+            false => self.agents.clone(),
+        };
+        listed
+            .into_iter()
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+            .collect()
     }
 
     /// Refuses values no client could work with, naming the setting.
@@ -242,6 +262,19 @@ mod tests {
         assert_eq!(c.agent, "h:9");
         assert_eq!(c.agent_timeout_ms, 77);
         assert_eq!(c.token.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn several_agents_are_a_list_or_comma_separated() {
+        let f = file("agent = \"a:1, b:2,\"\n");
+        let c = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap();
+        assert_eq!(c.agent_addrs(), ["a:1", "b:2"]);
+        let f = file("agent = \"a:1\"\nagents = [\"c:3\", \"d:4\"]\n");
+        let c = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap();
+        assert_eq!(c.agent_addrs(), ["c:3", "d:4"]);
+        let f = file("agent = \" , \"\n");
+        let e = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap_err();
+        assert!(e.message.contains("names no agent"), "{e}");
     }
 
     #[test]

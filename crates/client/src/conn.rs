@@ -82,6 +82,47 @@ async fn open_agent(
     .await
 }
 
+/// How long a dial to one agent of several may take before the next is tried: a client
+/// moves to a live agent within about this long when its agent's host is cut off.
+const FAILOVER_DIAL: Duration = Duration::from_millis(500);
+
+/// Connects to the first of `addrs` that answers, from `first` on round the list; which one,
+/// and the connection. With several agents each dial is bounded by [`FAILOVER_DIAL`] (a
+/// silent host costs that, not the whole connect timeout); refusals (credentials) end it.
+async fn open_any_agent(
+    rt: &Handle,
+    addrs: &[String],
+    first: usize,
+    wire_cfg: &DialConfig,
+) -> Result<(usize, Live<AgentApiClient>), GrpcError> {
+    let mut dial = wire_cfg.clone();
+    if addrs.len() > 1 {
+        dial.connect_timeout = dial.connect_timeout.min(FAILOVER_DIAL);
+        dial.hello_timeout = dial.hello_timeout.min(FAILOVER_DIAL);
+    }
+    let mut failures = Vec::new();
+    for i in 0..addrs.len() {
+        let at = (first + i) % addrs.len();
+        match open_agent(rt.clone(), addrs[at].clone(), dial.clone()).await {
+            Ok(live) => return Ok((at, live)),
+            Err(e) if e.code != gridwise_proto::ErrorCode::CommunicationFailed => return Err(e),
+            Err(e) => failures.push(e),
+        }
+    }
+    match failures.len() {
+        0 => Err(GrpcError::communication("no agent configured")),
+        1 => Err(failures.pop().expect("one")),
+        _ => Err(GrpcError::communication(format!(
+            "no agent answers: {}",
+            failures
+                .iter()
+                .map(|e| e.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))),
+    }
+}
+
 /// A server connection: the client, whether it is up, and the task that carries it (aborting
 /// it closes the connection and fails every call waiting on it).
 type LiveServer = (Arc<ServerApiClient>, Arc<AtomicBool>, AbortHandle);
@@ -151,6 +192,8 @@ impl ServerConn {
 /// The agent connection in use.
 struct AgentConn {
     epoch: u64,
+    /// Which of the configured agents it is.
+    at: usize,
     client: Arc<AgentApiClient>,
     alive: Arc<AtomicBool>,
 }
@@ -187,7 +230,8 @@ fn close_server(servers: &Servers, addr: &str) {
 /// Everything the client keeps open or cached.
 pub(crate) struct Conn {
     rt: Handle,
-    agent_addr: String,
+    /// The agents, in the order they are tried (from the one in use on).
+    agent_addrs: Vec<String>,
     wire_cfg: DialConfig,
     agent_timeout: Duration,
     agent_retry: Duration,
@@ -207,7 +251,10 @@ impl Conn {
         // This client's own key: the daemons record it as the owner of what it makes.
         let principal = uuid::Uuid::new_v4().simple().to_string();
         let wire_cfg = cfg.wire(&principal)?;
-        let (client, alive) = open_agent(rt.clone(), cfg.agent.clone(), wire_cfg.clone()).await?;
+        let agent_addrs = cfg.agent_addrs();
+        // Clients start at a random agent of the list, so that they spread over the agents.
+        let first = rand::random_range(0..agent_addrs.len().max(1));
+        let (at, (client, alive)) = open_any_agent(&rt, &agent_addrs, first, &wire_cfg).await?;
         let servers: Servers = Arc::default();
         let to_close = servers.clone();
         let liveness = Arc::new(Liveness::new(
@@ -218,7 +265,7 @@ impl Conn {
         ));
         Ok(Conn {
             rt,
-            agent_addr: cfg.agent.clone(),
+            agent_addrs,
             bulk: wire::bulk::BulkPool::new(wire_cfg.clone(), "client"),
             wire_cfg,
             agent_timeout: cfg.agent_timeout(),
@@ -226,6 +273,7 @@ impl Conn {
             liveness,
             agent: Mutex::new(AgentConn {
                 epoch: 0,
+                at,
                 client,
                 alive,
             }),
@@ -235,9 +283,9 @@ impl Conn {
         })
     }
 
-    /// As configured; every reconnection dials it again.
-    pub(crate) fn agent_addr(&self) -> &str {
-        &self.agent_addr
+    /// The agent in use (reconnections dial it first, then the others configured).
+    pub(crate) fn agent_addr(&self) -> String {
+        self.agent_addrs[lock(&self.agent).at].clone()
     }
 
     /// The largest frame this client accepts (and may send).
@@ -253,32 +301,38 @@ impl Conn {
         match e {
             TransportError::DeadlineExceeded => GrpcError::communication(format!(
                 "agent {}: no answer within {} ms (agent_timeout_ms)",
-                self.agent_addr,
+                self.agent_addr(),
                 self.agent_timeout.as_millis()
             )),
-            e => GrpcError::transport(&format!("agent {}", self.agent_addr), e),
+            e => GrpcError::transport(&format!("agent {}", self.agent_addr()), e),
         }
     }
 
-    /// Replaces the agent connection numbered `epoch` (unless someone already did).
+    /// Replaces the agent connection numbered `epoch` (unless someone already did): the same
+    /// agent if it answers (a restart), else the next of the list that does.
     async fn reconnect_agent(&self, epoch: u64) -> Result<Arc<AgentApiClient>, GrpcError> {
         let _one_at_a_time = self.agent_reconnect.lock().await;
-        {
+        let from = {
             let cur = lock(&self.agent);
             if cur.epoch != epoch {
                 return Ok(cur.client.clone());
             }
+            cur.at
+        };
+        tracing::debug!(agent = %self.agent_addrs[from], "reconnecting to the agent");
+        let (at, (client, alive)) =
+            open_any_agent(&self.rt, &self.agent_addrs, from, &self.wire_cfg).await?;
+        if at != from {
+            tracing::info!(
+                from = %self.agent_addrs[from],
+                to = %self.agent_addrs[at],
+                "the agent stopped answering: moved to another"
+            );
         }
-        tracing::debug!(agent = %self.agent_addr, "reconnecting to the agent");
-        let (client, alive) = open_agent(
-            self.rt.clone(),
-            self.agent_addr.clone(),
-            self.wire_cfg.clone(),
-        )
-        .await?;
         let mut cur = lock(&self.agent);
         *cur = AgentConn {
             epoch: epoch + 1,
+            at,
             client: client.clone(),
             alive,
         };
@@ -340,7 +394,7 @@ impl Conn {
                     self.agent_retry.as_secs()
                 )));
             }
-            tracing::debug!(agent = %self.agent_addr, "agent unreachable, retrying: {}", outcome.message);
+            tracing::debug!(agent = %self.agent_addr(), "agent unreachable, retrying: {}", outcome.message);
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(AGENT_BACKOFF.1);
         }

@@ -94,7 +94,6 @@ const STATUS_WAIT: Duration = Duration::from_millis(500);
 struct ProbeRound {
     handler: ServerHandler,
     client: AgentApiClient,
-    id: ServerId,
     agent_addr: String,
     /// Started although the grid was at work (it waited as long as
     /// [`crate::link_probe::wait_for_quiet`] lets a round wait): the servers at work are left
@@ -138,11 +137,9 @@ impl ProbeRound {
                 Err(e) => tracing::debug!("cannot probe the link to the agent: {e}"),
             }
         }
-        if !samples.is_empty() {
-            let _ = self
-                .client
-                .links(wire::context(RPC_TIMEOUT), self.id, samples)
-                .await;
+        // Through the outbox, not straight to this agent: every agent of the server hears them.
+        for s in samples {
+            self.handler.tell_agents(ToAgent::Link(s));
         }
     }
 
@@ -156,6 +153,33 @@ impl ProbeRound {
             Err(_) => false,
         }
     }
+}
+
+/// One inbox per agent from the handler's one: every agent hears every report, point and link
+/// sample (each keeps its own registration, outbox and retries, so a dead agent holds up no
+/// other). With one agent the inbox is its own.
+pub fn fan_out(
+    agents: Vec<String>,
+    mut inbox: mpsc::UnboundedReceiver<ToAgent>,
+) -> Vec<(String, mpsc::UnboundedReceiver<ToAgent>)> {
+    if let [one] = agents.as_slice() {
+        return vec![(one.clone(), inbox)];
+    }
+    let (senders, inboxes): (Vec<_>, Vec<_>) = agents
+        .into_iter()
+        .map(|a| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            (tx, (a, rx))
+        })
+        .unzip();
+    tokio::spawn(async move {
+        while let Some(m) = inbox.recv().await {
+            for tx in &senders {
+                let _ = tx.send(m.clone());
+            }
+        }
+    });
+    inboxes
 }
 
 /// The wait before registering again after the agent refused a registration.
@@ -308,7 +332,6 @@ pub async fn run(
                 let round = ProbeRound {
                     handler: handler.clone(),
                     client: link.client.clone(),
-                    id: link.id,
                     agent_addr: agent.clone(),
                     forced,
                 };

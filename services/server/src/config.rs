@@ -21,6 +21,9 @@ pub struct ServerConfig {
     pub advertise: Option<String>,
     /// The agent's `host:port` (default 127.0.0.1:7000): the server registers there.
     pub agent: String,
+    /// Several agents sharing one store (README, "More than one agent"): the server registers
+    /// with each and tells each its load, calls and model points. Overrides `agent`.
+    pub agents: Vec<String>,
     /// The secret clients must present (none: any client may call). Needs `server_token`.
     pub client_token: Option<String>,
     /// The secret this server presents to the agent and to its peers, and requires from them.
@@ -110,6 +113,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:0".into(),
             advertise: None,
             agent: "127.0.0.1:7000".into(),
+            agents: Vec::new(),
             client_token: None,
             server_token: None,
             tls: None,
@@ -175,9 +179,24 @@ impl ServerConfig {
             .max(1)
     }
 
+    /// The agents this server registers with: `agents`, else the one `agent`.
+    pub fn agent_addrs(&self) -> Vec<String> {
+        match self.agents.is_empty() {
+            true => vec![self.agent.clone()],
+            false => self.agents.clone(),
+        }
+    }
+
     /// Refuses settings no server could honour, saying which and what is allowed.
     pub fn check(&self) -> anyhow::Result<()> {
         check_host_port("agent", &self.agent)?;
+        for (i, a) in self.agents.iter().enumerate() {
+            check_host_port("agents", a)?;
+            anyhow::ensure!(
+                !self.agents[..i].contains(a),
+                "agents lists {a} twice: a server registers once with each agent"
+            );
+        }
         if let Some(load) = &self.load {
             load.trace().map_err(|e| anyhow::anyhow!("load: {e}"))?;
             anyhow::ensure!(
@@ -335,6 +354,11 @@ mod tests {
             ),
             ("agent = \"host:0\"", "is not host:port"),
             ("agent = \":7000\"", "is not host:port"),
+            (
+                "agents = [\"a:1\", \"nohostport\"]",
+                "agents = \"nohostport\"",
+            ),
+            ("agents = [\"a:1\", \"a:1\"]", "lists a:1 twice"),
         ] {
             let c: ServerConfig = toml::from_str(text).unwrap();
             let e = c.check().unwrap_err().to_string();

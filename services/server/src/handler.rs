@@ -113,7 +113,7 @@ pub struct RemoteData {
 }
 
 /// What a server tells the agent besides heartbeats.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum ToAgent {
     /// A finished call, failed ones included (the agent clears their assignments too).
     Report(CallReport),
@@ -128,6 +128,11 @@ pub enum ToAgent {
 const BENCH_LOAD_MEMORY: Duration = Duration::from_secs(60);
 
 impl ServerHandler {
+    /// Queues `m` for every agent this server reports to.
+    pub fn tell_agents(&self, m: ToAgent) {
+        let _ = self.inner.to_agent.send(m);
+    }
+
     /// A handler for these kernels; finished calls and model points go to `to_agent`. It acts
     /// for the server itself; connections get theirs from [`ServerHandler::for_peer`]. Fails
     /// only if the slots' threads cannot be started.
@@ -240,7 +245,7 @@ impl ServerHandler {
 
     /// Sends a model point on to the agent.
     pub fn send_point(&self, p: ModelPoint) {
-        let _ = self.inner.to_agent.send(ToAgent::Point(p));
+        self.tell_agents(ToAgent::Point(p));
     }
 
     /// Records a model build's progress (replacing that service's previous record).
@@ -295,7 +300,7 @@ impl ServerHandler {
                 } else {
                     let (value, sample) = self.inner.peers.pull(r, owner).await?;
                     if let Some(s) = sample {
-                        let _ = self.inner.to_agent.send(ToAgent::Link(s));
+                        self.tell_agents(ToAgent::Link(s));
                     }
                     value
                 };
@@ -705,7 +710,7 @@ impl Drop for CallGuard {
         // Harmless after a normal finish; stops a kernel whose client went away.
         self.cancel.cancel();
         if let Some(r) = self.unreported.take() {
-            let _ = self.handler.inner.to_agent.send(ToAgent::Report(r));
+            self.handler.tell_agents(ToAgent::Report(r));
         }
     }
 }
@@ -843,7 +848,7 @@ impl ServerHandler {
             );
         }
         // A closed channel only means the server is shutting down.
-        let _ = self.inner.to_agent.send(ToAgent::Report(CallReport {
+        self.tell_agents(ToAgent::Report(CallReport {
             cpu_available,
             client_in_bytes: facts.client_in_bytes,
             ticket,

@@ -174,17 +174,22 @@ pub async fn run_with(
             })?;
     }
     gridwise_runtime::settings::announce(&addr);
-    tracing::info!(%name, %addr, slots, agent = %cfg.agent, memory_budget_bytes = budget, "server listening");
+    let agents = cfg.agent_addrs();
+    tracing::info!(%name, %addr, slots, agents = %agents.join(","), memory_budget_bytes = budget, "server listening");
 
-    tokio::spawn(agent_link::run(
-        cfg.agent.clone(),
-        dial,
-        reg,
-        handler.clone(),
-        inbox,
-        cfg.report_batch_max,
-        (cfg.link_probe_s > 0.0).then(|| std::time::Duration::from_secs_f64(cfg.link_probe_s)),
-    ));
+    let probe = (cfg.link_probe_s > 0.0).then(|| Duration::from_secs_f64(cfg.link_probe_s));
+    for (i, (agent, inbox)) in agent_link::fan_out(agents, inbox).into_iter().enumerate() {
+        tokio::spawn(agent_link::run(
+            agent,
+            dial.clone(),
+            reg.clone(),
+            handler.clone(),
+            inbox,
+            cfg.report_batch_max,
+            // One agent's link runs the probe rounds; what they measure goes to every agent.
+            probe.filter(|_| i == 0),
+        ));
+    }
     tokio::spawn(expire_idle_data(handler.clone(), idle_ttl));
     if let Some(at) = &cfg.metrics {
         let listener = gridwise_metrics::bind(at).await?;
