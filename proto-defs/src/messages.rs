@@ -488,6 +488,23 @@ pub struct Heartbeat {
     pub load: LoadSample,
     /// Progress of its model builds.
     pub models: Vec<ModelProgress>,
+    /// The calls on the server now that an agent ranked (those with a ticket): where several
+    /// agents share the servers, each learns from it what the others placed there.
+    pub in_flight: Vec<InFlight>,
+}
+
+/// A call on a server as its heartbeat saw it: enough for an agent that did not place it to
+/// predict when it frees its slot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InFlight {
+    /// The ticket of the agent that placed it (tickets are unique across agents: keyed
+    /// hashes with a key of each agent's own).
+    pub ticket: Ticket,
+    pub service: String,
+    /// Size-parameter values, as the call's report will give them.
+    pub sizes: Vec<(String, i64)>,
+    /// How long its kernel has run, s; `None` while it waits for a slot.
+    pub ran_s: Option<f64>,
 }
 
 /// Summary statistics of the speeds measured at one size (operations/s).

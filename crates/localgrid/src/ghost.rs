@@ -178,6 +178,7 @@ async fn raise_one(
                 server_id: reply.server_id,
                 load: LoadSample::default(),
                 models: Vec::new(),
+                in_flight: Vec::new(),
             };
             if agent.heartbeat(wire::context(timeout), hb).await.is_err() {
                 return;

@@ -123,6 +123,7 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
                     server_id: ServerId::new_random(),
                     load: LoadSample::default(),
                     models: vec![],
+                    in_flight: Vec::new(),
                 },
             })),
         ),

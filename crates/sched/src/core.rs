@@ -18,6 +18,7 @@ use std::time::Duration;
 
 mod admission;
 mod divide;
+mod foreign;
 mod graph_map;
 mod learned;
 mod models;
@@ -51,6 +52,8 @@ pub struct AgentCore {
     links: Links,
     // Per service, rate bounds by size class for exact MCT pruning (see `prune`).
     rate_orders: prune::RateOrders,
+    // Per server slot, the calls other agents placed there as its last heartbeat showed them.
+    foreign: foreign::Foreign,
 }
 
 /// The servers a call may go to: a service's providers (name-sorted) or the one pinned server.
@@ -108,6 +111,7 @@ impl AgentCore {
             scratch: Vec::new(),
             links: Links::default(),
             rate_orders: prune::RateOrders::default(),
+            foreign: foreign::Foreign::default(),
         }
     }
 
@@ -184,6 +188,11 @@ impl AgentCore {
         let (ack, first, load) = self
             .registry
             .heartbeat(hb, now, &self.config.load_sampling());
+        if ack == Ack::Ok
+            && let Some(slot) = self.registry.slot_of(hb.server_id)
+        {
+            self.track_foreign(slot, &hb.in_flight, now);
+        }
         let mut learned = Vec::new();
         if first {
             learned.push(Learned::Joined(hb.server_id));
@@ -889,6 +898,8 @@ fn list_or_none(names: &[String]) -> String {
 
 #[cfg(test)]
 mod divide_tests;
+#[cfg(test)]
+mod foreign_tests;
 #[cfg(test)]
 mod graph_map_tests;
 #[cfg(test)]

@@ -724,6 +724,7 @@ mod tests {
                 benchmarking: false,
             },
             models: Vec::new(),
+            in_flight: Vec::new(),
         };
         let sampling = crate::CoreConfig::default().load_sampling();
         let kept = LoadRecord {
@@ -744,6 +745,7 @@ mod tests {
             server_id: ServerId::new_random(),
             load: LoadSample::default(),
             models: Vec::new(),
+            in_flight: Vec::new(),
         };
         assert_eq!(
             r.heartbeat(&stranger, secs(15), &sampling).0,

@@ -5,7 +5,9 @@
 //! get work). The slot's thread starting the kernel and the client's withdrawal race: exactly
 //! one wins, so a withdrawn call never runs here and a started one is never sent twice.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 const WAITING: u8 = 0;
 const STARTED: u8 = 1;
@@ -13,7 +15,7 @@ const WITHDRAWN: u8 = 2;
 
 /// One call's gate: waiting until it is started or withdrawn, and then for good.
 #[derive(Debug, Default)]
-pub struct StartGate(AtomicU8);
+pub struct StartGate(AtomicU8, OnceLock<Instant>);
 
 impl StartGate {
     pub fn new() -> Self {
@@ -22,7 +24,16 @@ impl StartGate {
 
     /// The kernel is about to start: true unless the call was withdrawn first.
     pub fn start(&self) -> bool {
-        self.pass(STARTED) || self.0.load(Ordering::Acquire) == STARTED
+        let started = self.pass(STARTED) || self.0.load(Ordering::Acquire) == STARTED;
+        if started {
+            self.1.get_or_init(Instant::now);
+        }
+        started
+    }
+
+    /// How long ago the kernel started; `None` while the call waits (or was withdrawn).
+    pub fn ran_for(&self) -> Option<Duration> {
+        self.1.get().map(Instant::elapsed)
     }
 
     /// The client takes the call back: true if it had not started (it never will here),
@@ -54,7 +65,9 @@ mod tests {
     #[test]
     fn a_started_call_cannot_be_withdrawn() {
         let g = StartGate::new();
+        assert_eq!(g.ran_for(), None);
         assert!(g.start());
+        assert!(g.ran_for().is_some());
         assert!(!g.withdraw());
         assert!(g.start());
     }

@@ -466,6 +466,7 @@ fn agent(
                 server_id: id,
                 load: LoadSample::default(),
                 models: Vec::new(),
+                in_flight: Vec::new(),
             },
             Duration::ZERO,
         );

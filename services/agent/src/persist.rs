@@ -198,6 +198,7 @@ mod tests {
                     ..LoadSample::default()
                 },
                 models: Vec::new(),
+                in_flight: Vec::new(),
             };
             let out = core.heartbeat(&hb, Duration::from_secs(s));
             save(&store, out.learned, &reg);

@@ -242,6 +242,7 @@ pub async fn run(
                         server_id: l.id,
                         load: handler.load(),
                         models: handler.progress(),
+                        in_flight: handler.in_flight(),
                     };
                     if let Err(e) = l.client.heartbeat(wire::context(RPC_TIMEOUT), hb).await {
                         tracing::warn!(
@@ -348,7 +349,7 @@ pub async fn run(
                 let hb = Heartbeat {
                     server_id: link.id,
                     load: handler.load(),
-                    models: handler.progress(),
+                    models: handler.progress(), in_flight: handler.in_flight(),
                 };
                 outbox.take_all(&mut inbox);
                 if !flush(link, &mut outbox, batch_max, &reg.name, heartbeat::answer_deadline(interval)).await {

@@ -222,6 +222,22 @@ impl ServerHandler {
         })
     }
 
+    /// The calls here that an agent placed, for every agent's queue view (see
+    /// [`gridwise_proto::InFlight`]).
+    pub fn in_flight(&self) -> Vec<gridwise_proto::InFlight> {
+        self.calls()
+            .values()
+            .filter_map(|s| {
+                Some(gridwise_proto::InFlight {
+                    ticket: s.ticket?,
+                    service: s.service.clone(),
+                    sizes: s.sizes.clone(),
+                    ran_s: s.gate.ran_for().map(|d| d.as_secs_f64()),
+                })
+            })
+            .collect()
+    }
+
     /// What the server measures of its host.
     pub fn sensors(&self) -> &Sensors {
         &self.inner.sensors
@@ -692,6 +708,11 @@ struct Serving {
     cancel: CancelFlag,
     owner: Arc<Peer>,
     gate: Arc<StartGate>,
+    /// What other agents than the one that placed it need to know of it (heartbeats).
+    ticket: Option<gridwise_proto::Ticket>,
+    service: String,
+    /// Known once its inputs are checked.
+    sizes: Vec<(String, i64)>,
 }
 
 /// Removes a call from the cancel table and stops its kernel if it is still going.
@@ -773,6 +794,9 @@ impl ServerHandler {
             .check_inputs(&req.inputs)
             .map_err(|e| CallError::new(CallErrorKind::BadArguments, e.to_string()))?;
         facts.sizes = kernel.desc().sizes(&req.inputs);
+        if let Some(s) = self.calls().get_mut(&req.call_id) {
+            s.sizes = facts.sizes.clone();
+        }
         // Pulled values are judged at their real size (a reference only declares one).
         let footprint = if remote {
             self.check_limits(kernel.as_ref(), &req, keep)?
@@ -920,6 +944,9 @@ impl ServerApi for ServerHandler {
             cancel: cancel.clone(),
             owner: self.peer.clone(),
             gate: gate.clone(),
+            ticket,
+            service: service.clone(),
+            sizes: Vec::new(),
         };
         self.calls().insert(req.call_id, serving);
         let result = self

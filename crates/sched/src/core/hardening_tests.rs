@@ -18,6 +18,7 @@ fn beat(c: &mut AgentCore, id: ServerId, at: f64) -> Ack {
             server_id: id,
             load: LoadSample::default(),
             models: Vec::new(),
+            in_flight: Vec::new(),
         },
         secs(at),
     )

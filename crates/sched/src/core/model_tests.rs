@@ -246,6 +246,7 @@ fn points_from_a_down_server_are_refused_until_it_registers() {
         server_id: a,
         load: Default::default(),
         models: Vec::new(),
+        in_flight: Vec::new(),
     };
     assert_eq!(c.heartbeat(&beat, Duration::ZERO), Ack::Ok);
     c.sweep(Duration::from_secs(3600));
@@ -273,6 +274,7 @@ fn the_band_model_adjusts_the_estimate_by_the_load_history() {
                 ..LoadSample::default()
             },
             models: Vec::new(),
+            in_flight: Vec::new(),
         };
         c.heartbeat(&hb, Duration::from_secs(s));
     }
@@ -330,6 +332,7 @@ fn a_sleeping_kernel_is_not_stretched_by_the_hosts_load() {
                     ..LoadSample::default()
                 },
                 models: Vec::new(),
+                in_flight: Vec::new(),
             };
             c.heartbeat(&hb, Duration::from_secs(t + s as u64));
         }
@@ -394,6 +397,7 @@ fn forecast_availability_stretches_the_quiet_estimate_once() {
                 ..LoadSample::default()
             },
             models: Vec::new(),
+            in_flight: Vec::new(),
         };
         c.heartbeat(&hb, Duration::from_secs(s as u64));
     }
@@ -522,6 +526,7 @@ fn conservative_prefers_a_steady_server_to_a_faster_noisy_one() {
                     ..LoadSample::default()
                 },
                 models: Vec::new(),
+                in_flight: Vec::new(),
             };
             c.heartbeat(&hb, Duration::from_secs(s));
         }
@@ -675,6 +680,7 @@ fn a_call_bigger_than_forecast_free_memory_is_not_offered_there() {
                 ..LoadSample::default()
             },
             models: Vec::new(),
+            in_flight: Vec::new(),
         };
         c.heartbeat(&hb, Duration::from_secs(1));
     }

@@ -237,6 +237,7 @@ fn run_with(
                         ..LoadSample::default()
                     },
                     models: Vec::new(),
+                    in_flight: Vec::new(),
                 };
                 c.heartbeat(&hb, secs(t));
             }

@@ -70,6 +70,7 @@ fn hb(id: ServerId) -> Heartbeat {
         server_id: id,
         load: LoadSample::default(),
         models: Vec::new(),
+        in_flight: Vec::new(),
     }
 }
 
@@ -785,6 +786,7 @@ fn a_heartbeat_teaches_joining_once_and_background_load_once_per_period() {
             ..LoadSample::default()
         },
         models: Vec::new(),
+        in_flight: Vec::new(),
     };
     let first = c.heartbeat(&beat(0.5, false), secs(1.0));
     assert_eq!(first.reply, Ack::Ok);

@@ -1,0 +1,81 @@
+//! Calls other agents placed. Where several agents share the servers, each sees only its own
+//! reservations; a server's heartbeat lists the calls it holds that an agent ranked
+//! ([`InFlight`]), and those this agent did not place become reservations of its queue view
+//! until the next heartbeat replaces them. The view of the others' calls is as old as the
+//! server's last heartbeat: a call another agent placed since is not in it.
+
+use super::{AgentCore, Call};
+use crate::queue::Assignment;
+use gridwise_proto::{CallProfile, InFlight, Ticket};
+use std::time::Duration;
+
+/// The least of its predicted time a running call is still counted to need: one that overran
+/// its prediction holds its slot until it ends, and a slot counted free would draw calls.
+const OVERRUN_LEFT: f64 = 0.05;
+
+/// Per server slot, the tickets of other agents' calls this agent holds as reservations.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Foreign(Vec<Vec<Ticket>>);
+
+impl AgentCore {
+    /// Replaces what this agent holds of other agents' calls on the server in `slot` by what
+    /// its heartbeat at `now` lists: each predicted with this agent's models (the store
+    /// gives every agent the same ones), less what its kernel has run.
+    pub(super) fn track_foreign(&mut self, slot: usize, in_flight: &[InFlight], now: Duration) {
+        if self.foreign.0.len() <= slot {
+            self.foreign.0.resize_with(slot + 1, Vec::new);
+        }
+        // Gone ones ended (their reports may still be on the way); the rest are predicted
+        // again from what they have run by now.
+        for t in std::mem::take(&mut self.foreign.0[slot]) {
+            self.reservations.release(t);
+        }
+        let mut held = Vec::new();
+        for f in in_flight {
+            if self.reservations.contains(f.ticket) {
+                continue; // This agent's own.
+            }
+            let Some(a) = self.foreign_assignment(slot, f, now) else {
+                continue;
+            };
+            self.reservations.add(slot, a, None);
+            held.push(f.ticket);
+        }
+        self.foreign.0[slot] = held;
+    }
+
+    /// What `f` is expected to hold of the server in `slot`, as a reservation; `None` for a
+    /// service this agent does not know.
+    fn foreign_assignment(&self, slot: usize, f: &InFlight, now: Duration) -> Option<Assignment> {
+        let svc = self.catalog.get(&f.service)?;
+        let profile = CallProfile {
+            service: f.service.clone(),
+            sizes: f.sizes.clone(),
+            in_bytes: 0,
+            out_bytes: 0,
+            remote_in: Vec::new(),
+            inline_bytes: 0,
+        };
+        let call = Call {
+            svc,
+            work: svc.facts.work(&profile),
+            footprint: 0,
+            profile: &profile,
+            now,
+            predictor: None,
+        };
+        let etc = self.estimate(slot, &call);
+        let compute = etc.compute_s;
+        let left = match f.ran_s {
+            Some(ran) => (compute - ran).max(OVERRUN_LEFT * compute),
+            None => compute,
+        };
+        Some(Assignment {
+            ticket: f.ticket,
+            assigned_at: now,
+            compute_s: compute,
+            finish_s: now.as_secs_f64() + left,
+            finish_sd_s: etc.compute_sd_s,
+        })
+    }
+}

@@ -1,0 +1,114 @@
+use super::*;
+use crate::testutil::{dgemm, dgemm_profile, echo, registration};
+use gridwise_proto::{InFlight, LoadSample};
+
+fn beat(id: ServerId, in_flight: Vec<InFlight>) -> Heartbeat {
+    Heartbeat {
+        server_id: id,
+        load: LoadSample::default(),
+        models: Vec::new(),
+        in_flight,
+    }
+}
+
+/// Two agents over the same one-slot servers `a` and `b` (equal rates), as several agents
+/// sharing a store see them.
+fn two_agents() -> [(AgentCore, [ServerId; 2]); 2] {
+    std::array::from_fn(|_| {
+        let mut c = AgentCore::new(CoreConfig::default());
+        let ids = ["a", "b"].map(|name| {
+            let mut reg = registration(name, &[dgemm(), echo()]);
+            reg.default_rate = 1e9;
+            let id = c.register(reg, Duration::ZERO).unwrap().server_id;
+            assert_eq!(c.heartbeat(&beat(id, vec![]), Duration::ZERO), Ack::Ok);
+            id
+        });
+        (c, ids)
+    })
+}
+
+fn wait_on(c: &AgentCore, server: &str, now: Duration) -> f64 {
+    let p = dgemm_profile(1000, 1000, 1000);
+    c.explain(&p, &RankOptions::default(), now)
+        .unwrap()
+        .into_iter()
+        .find(|x| x.name == server)
+        .unwrap()
+        .etc
+        .queue_wait_s
+}
+
+#[test]
+fn a_call_another_agent_placed_fills_the_queue_from_the_servers_next_heartbeat() {
+    let [(mut one, one_ids), (mut two, two_ids)] = two_agents();
+    let p = dgemm_profile(1000, 1000, 1000);
+    // Agent one places a 2 s call (2e9 operations at 1e9/s) on a server; agent two does not
+    // know yet, and would send the next call to the same, busy server half the time.
+    let ranked = one
+        .rank(&p, &RankOptions::default(), Duration::ZERO)
+        .unwrap();
+    let server = ranked.candidates[0].name.clone();
+    let i = usize::from(server == "b");
+    assert!(wait_on(&one, &server, Duration::ZERO) > 1.9);
+    assert_eq!(wait_on(&two, &server, Duration::ZERO), 0.0);
+    // The server's heartbeat to agent two lists the call, whose kernel has run 0.5 s.
+    let running = InFlight {
+        ticket: ranked.ticket,
+        service: "dgemm".into(),
+        sizes: p.sizes.clone(),
+        ran_s: Some(0.5),
+    };
+    let now = Duration::from_millis(500);
+    two.heartbeat(&beat(two_ids[i], vec![running.clone()]), now);
+    let w = wait_on(&two, &server, now);
+    assert!((w - 1.5).abs() < 0.05, "{w}");
+    // The next ranking by agent two goes to the other server.
+    let next = two.rank(&p, &RankOptions::default(), now).unwrap();
+    assert_ne!(next.candidates[0].name, server);
+    // Agent one's own call is not counted twice when the heartbeat lists it to agent one.
+    one.heartbeat(&beat(one_ids[i], vec![running]), now);
+    let w = wait_on(&one, &server, now);
+    assert!((w - 1.5).abs() < 0.05, "{w}");
+    // Ended (the next heartbeat no longer lists it): the queue is free again.
+    let later = Duration::from_secs(1);
+    two.heartbeat(&beat(two_ids[i], vec![]), later);
+    assert_eq!(wait_on(&two, &server, later), 0.0);
+}
+
+#[test]
+fn a_call_of_another_agent_that_waits_counts_whole_and_one_that_overran_still_holds_its_slot() {
+    let [_, (mut two, ids)] = two_agents();
+    let p = dgemm_profile(1000, 1000, 1000);
+    let call = |ticket: u64, ran_s: Option<f64>| InFlight {
+        ticket: Ticket(ticket),
+        service: "dgemm".into(),
+        sizes: p.sizes.clone(),
+        ran_s,
+    };
+    two.heartbeat(&beat(ids[0], vec![call(7, None)]), Duration::ZERO);
+    let w = wait_on(&two, "a", Duration::ZERO);
+    assert!((w - 2.0).abs() < 0.05, "{w}");
+    two.heartbeat(&beat(ids[0], vec![call(7, Some(5.0))]), Duration::ZERO);
+    let w = wait_on(&two, "a", Duration::ZERO);
+    assert!(w > 0.0 && w < 0.2, "{w}");
+    // Its report (the server tells every agent) clears it at once.
+    two.report(
+        ids[0],
+        &[CallReport {
+            client_in_bytes: None,
+            cpu_available: None,
+            ticket: Some(Ticket(7)),
+            service: "dgemm".into(),
+            sizes: p.sizes.clone(),
+            timing: Default::default(),
+            ok: true,
+        }],
+        Duration::ZERO,
+    );
+    assert_eq!(wait_on(&two, "a", Duration::ZERO), 0.0);
+    // A service the agent does not know is left out, not an error.
+    let mut odd = call(8, None);
+    odd.service = "unknown".into();
+    two.heartbeat(&beat(ids[0], vec![odd]), Duration::ZERO);
+    assert_eq!(wait_on(&two, "a", Duration::ZERO), 0.0);
+}
