@@ -1,6 +1,8 @@
 //! Persistence for the gridwise agent (DESIGN.md §7): what it learns — services, servers,
 //! performance-model points, timing history and load history — lives in an SQLite database
-//! (WAL mode) in the agent's data directory, so that a restarted agent resumes with every model.
+//! (WAL mode) in the agent's data directory, so that a restarted agent resumes with every model;
+//! or, for several agents sharing what they learn, in one PostgreSQL database
+//! ([`Store::connect`]), with the same tables.
 //!
 //! * [`Store`] is the database: open it with [`Store::open`], read everything back at start-up
 //!   with [`Store::snapshot`].
@@ -10,6 +12,11 @@
 //!   everything sent so far is on disk.
 //!
 //! # The database
+//!
+//! Both databases run the same statements (`sql.rs`); their schemas differ only in types
+//! (PostgreSQL's `BIGINT`, `DOUBLE PRECISION`, `BOOLEAN` and identity columns), and a schema
+//! version means the same on both (PostgreSQL's migrations are refinery's, recorded in
+//! `gridwise_schema_history`). What follows is SQLite's.
 //!
 //! The file is `<data dir>/gridwise.db` (see [`DB_FILE`]), with `gridwise.db-wal` and
 //! `gridwise.db-shm` beside it while it is open. `PRAGMA user_version` holds the schema version
@@ -63,6 +70,8 @@
 //!     ticket           INTEGER               -- the agent's assignment, if any
 //! );
 //! CREATE INDEX timings_by_pair ON timings (server, service, id);
+//! -- Every agent sharing a store hears every report: one row per ticket.
+//! CREATE UNIQUE INDEX timings_by_ticket ON timings (ticket) WHERE ticket IS NOT NULL;
 //! -- Host load from heartbeats; the newest rows per server are kept.
 //! CREATE TABLE load_history (
 //!     id            INTEGER PRIMARY KEY,     -- recording order

@@ -59,6 +59,12 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE load_history ADD COLUMN cpu_available REAL;
     ALTER TABLE load_history ADD COLUMN free_memory REAL;
     ",
+    // 3: one row per ticket: where several agents share a store, each hears every report.
+    "
+    DELETE FROM timings WHERE ticket IS NOT NULL AND id NOT IN
+        (SELECT min(id) FROM timings WHERE ticket IS NOT NULL GROUP BY ticket);
+    CREATE UNIQUE INDEX timings_by_ticket ON timings (ticket) WHERE ticket IS NOT NULL;
+    ",
 ];
 
 /// The schema version this build writes (`PRAGMA user_version`).
@@ -125,6 +131,14 @@ pub(crate) const POSTGRES_MIGRATIONS: &[(&str, &str)] = &[
     ALTER TABLE model_points ADD COLUMN sd DOUBLE PRECISION;
     ALTER TABLE load_history ADD COLUMN cpu_available DOUBLE PRECISION,
                              ADD COLUMN free_memory DOUBLE PRECISION;
+    ",
+    ),
+    (
+        "one_row_per_ticket",
+        "
+    DELETE FROM timings WHERE ticket IS NOT NULL AND id NOT IN
+        (SELECT min(id) FROM timings WHERE ticket IS NOT NULL GROUP BY ticket);
+    CREATE UNIQUE INDEX timings_by_ticket ON timings (ticket) WHERE ticket IS NOT NULL;
     ",
     ),
 ];

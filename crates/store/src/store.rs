@@ -476,7 +476,9 @@ impl Store {
         })
     }
 
-    /// Appends finished calls reported by `server` to the timing history.
+    /// Appends finished calls reported by `server` to the timing history; a call whose ticket
+    /// is there already (another agent of a shared store heard the same report) is not added
+    /// again.
     pub fn add_timings(
         &self,
         server: &str,
@@ -497,7 +499,8 @@ impl Store {
                 s.execute(
                     "INSERT INTO timings (server, service, at_unix_s, sizes, queue_wait_s,
                                           input_transfer_s, kernel_s, server_s, ok, ticket)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                     ON CONFLICT (ticket) WHERE ticket IS NOT NULL DO NOTHING",
                     &params([
                         server.into(),
                         (&r.service).into(),

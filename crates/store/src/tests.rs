@@ -524,6 +524,18 @@ fn a_first_version_database_is_migrated_keeping_its_rows() {
 }
 
 on_both! {
+fn a_report_heard_by_two_agents_is_kept_once(place: Place) {
+    let (one, two) = (place.open(), place.open());
+    let reports = [report("scale", 1, 0.5, Some(11)), report("scale", 2, 0.5, None)];
+    one.add_timings("alpha", 1.0, &reports).unwrap();
+    two.add_timings("alpha", 1.5, &reports).unwrap();
+    let kept = one.timings("alpha", "scale", 10).unwrap();
+    let tickets: Vec<_> = kept.iter().map(|t| t.ticket).collect();
+    // The ticketed call once (as the first agent heard it); calls without one each time.
+    assert_eq!(tickets, [None, None, Some(Ticket(11))]);
+    assert_eq!(kept[2].at_unix_s, 1.0);
+}
+
 fn every_kind_round_trips(place: Place) {
     let store = place.open();
     let id = fill(&store);
@@ -971,4 +983,30 @@ proptest! {
         want.sort_by(|a, b| (&a.server, &a.service, &a.x).cmp(&(&b.server, &b.service, &b.x)));
         prop_assert_eq!(store.snapshot().unwrap().points, want);
     }
+}
+
+#[test]
+fn a_history_with_a_ticket_twice_is_migrated_keeping_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let c = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        for sql in &crate::schema::MIGRATIONS[..2] {
+            c.execute_batch(sql).unwrap();
+        }
+        c.execute_batch(
+            "INSERT INTO timings (server, service, at_unix_s, sizes, ok, ticket)
+                 VALUES ('a', 's', 1.0, '[]', 1, 5), ('a', 's', 2.0, '[]', 1, 5),
+                        ('a', 's', 3.0, '[]', 1, NULL), ('a', 's', 4.0, '[]', 1, NULL);",
+        )
+        .unwrap();
+        c.pragma_update(None, "user_version", 2).unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let at: Vec<f64> = store
+        .timings("a", "s", 10)
+        .unwrap()
+        .iter()
+        .map(|t| t.at_unix_s)
+        .collect();
+    assert_eq!(at, [4.0, 3.0, 1.0]);
 }
