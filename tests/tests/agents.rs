@@ -131,3 +131,61 @@ fn an_agent_killed_mid_batch_costs_no_call() {
     assert_ne!(now, first, "the client moved to the agent that lives");
     assert_eq!(ran_on.len(), 2, "both servers kept working: {ran_on:?}");
 }
+
+#[test]
+fn a_graph_whose_agent_dies_mid_run_is_finished() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = pg.create_database("grid").unwrap();
+    let mut a = agent_on(&url);
+    let b = agent_on(&url);
+    servers_on_both(&mut a, &b);
+    let mut cfg = a.client_config();
+    cfg.agents = vec![a.agent.addr.clone(), b.agent.addr.clone()];
+    let c = gridwise_client::Client::connect(cfg).unwrap();
+    // The agent that dies is the one that plans the graph.
+    let victim_pid = if c.agent_addr() == a.agent.addr {
+        a.agent.pid()
+    } else {
+        b.agent.pid()
+    };
+    let m = |v: &[f64]| Value::matrix_f64(2, 2, v);
+    let mut graph = c.graph();
+    // A chain of products, kept on the servers from one call to the next, beside calls that
+    // last a second: the agent dies while the chain's values are held and calls still run.
+    let mut prev = graph.call(
+        "dgemm",
+        vec![
+            2.into(),
+            2.into(),
+            2.into(),
+            m(&[1., 1., 0., 1.]).into(),
+            m(&[1., 1., 0., 1.]).into(),
+        ],
+    );
+    for _ in 0..3 {
+        prev = graph.call(
+            "dgemm",
+            vec![
+                2.into(),
+                2.into(),
+                2.into(),
+                prev.output(0),
+                m(&[1., 1., 0., 1.]).into(),
+            ],
+        );
+    }
+    for _ in 0..6 {
+        graph.call("sleep", vec![1i64.into()]);
+    }
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        gridwise_e2e::signal(victim_pid, libc::SIGKILL);
+    });
+    let run = graph
+        .run()
+        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", a.logs(), b.logs()));
+    killer.join().unwrap();
+    // [[1,1],[0,1]]⁵ = [[1,5],[0,1]].
+    assert_eq!(run.outputs(prev).unwrap()[0], m(&[1., 5., 0., 1.]));
+    assert_eq!(run.calls.len(), 10);
+}
