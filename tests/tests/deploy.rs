@@ -298,3 +298,60 @@ fn the_slurm_launcher_starts_a_grid_runs_the_program_and_stops_it() {
         "the agent at {addr} still answers after the job ended"
     );
 }
+
+#[test]
+fn the_two_agent_examples_agree_with_each_other_and_the_daemons() {
+    // The plain files: every server and client lists the same agents, and each file passes
+    // its daemon's checks.
+    let agent: gridwise_agent::AgentConfig =
+        toml::from_str(&read("two-agents/agent.toml")).expect("agent.toml");
+    agent.accept().expect("the agent's settings pass its checks");
+    let server: gridwise_server::ServerConfig =
+        toml::from_str(&read("two-agents/server.toml")).expect("server.toml");
+    server.check().expect("the server's settings pass its checks");
+    let client: gridwise_client::ClientConfig =
+        toml::from_str(&read("two-agents/client.toml")).expect("client.toml");
+    client.check().expect("the client's settings pass its checks");
+    assert_eq!(server.agent_addrs().len(), 2);
+    assert_eq!(server.agent_addrs(), client.agent_addrs());
+    let dropin = read("two-agents/systemd/store.conf");
+    assert!(dropin.contains("[Service]") && dropin.contains("EnvironmentFile="));
+    assert!(read("two-agents/agent.toml").contains("GRIDWISE_AGENT_STORE"));
+
+    // Kubernetes: the servers list each pod of the agents' StatefulSet by its stable name.
+    let docs =
+        YamlLoader::load_from_str(&read("k8s/gridwise-two-agents.yaml")).expect("valid YAML");
+    let by_kind = |k: &str| {
+        docs.iter()
+            .find(|d| str_at(d, &["kind"]) == Some(k))
+            .unwrap_or_else(|| panic!("no {k}"))
+    };
+    let sts = by_kind("StatefulSet");
+    let service = str_at(sts, &["spec", "serviceName"]).unwrap();
+    let replicas = sts["spec"]["replicas"].as_i64().unwrap();
+    let cm = by_kind("ConfigMap");
+    let server: gridwise_server::ServerConfig =
+        toml::from_str(str_at(cm, &["data", "server.toml"]).unwrap()).expect("server.toml");
+    server.check().unwrap();
+    let want: Vec<String> = (0..replicas)
+        .map(|i| format!("gridwise-agent-{i}.{service}.gridwise.svc.cluster.local:7000"))
+        .collect();
+    assert_eq!(server.agent_addrs(), want);
+    let agent: gridwise_agent::AgentConfig =
+        toml::from_str(str_at(cm, &["data", "agent.toml"]).unwrap()).expect("agent.toml");
+    agent.accept().unwrap();
+    // The headless Service that makes those names, and the store's URL from a Secret.
+    let headless = docs
+        .iter()
+        .find(|d| {
+            str_at(d, &["kind"]) == Some("Service")
+                && str_at(d, &["metadata", "name"]) == Some(service)
+        })
+        .expect("the StatefulSet's Service");
+    assert_eq!(str_at(headless, &["spec", "clusterIP"]), Some("None"));
+    let env = sts["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_vec()
+        .unwrap();
+    assert!(env.iter().any(|e| str_at(e, &["name"]) == Some("GRIDWISE_AGENT_STORE")
+        && str_at(e, &["valueFrom", "secretKeyRef", "name"]).is_some()));
+}
