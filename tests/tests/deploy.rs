@@ -305,13 +305,19 @@ fn the_two_agent_examples_agree_with_each_other_and_the_daemons() {
     // its daemon's checks.
     let agent: gridwise_agent::AgentConfig =
         toml::from_str(&read("two-agents/agent.toml")).expect("agent.toml");
-    agent.accept().expect("the agent's settings pass its checks");
+    agent
+        .accept()
+        .expect("the agent's settings pass its checks");
     let server: gridwise_server::ServerConfig =
         toml::from_str(&read("two-agents/server.toml")).expect("server.toml");
-    server.check().expect("the server's settings pass its checks");
+    server
+        .check()
+        .expect("the server's settings pass its checks");
     let client: gridwise_client::ClientConfig =
         toml::from_str(&read("two-agents/client.toml")).expect("client.toml");
-    client.check().expect("the client's settings pass its checks");
+    client
+        .check()
+        .expect("the client's settings pass its checks");
     assert_eq!(server.agent_addrs().len(), 2);
     assert_eq!(server.agent_addrs(), client.agent_addrs());
     let dropin = read("two-agents/systemd/store.conf");
@@ -352,6 +358,9 @@ fn the_two_agent_examples_agree_with_each_other_and_the_daemons() {
     let env = sts["spec"]["template"]["spec"]["containers"][0]["env"]
         .as_vec()
         .unwrap();
-    assert!(env.iter().any(|e| str_at(e, &["name"]) == Some("GRIDWISE_AGENT_STORE")
-        && str_at(e, &["valueFrom", "secretKeyRef", "name"]).is_some()));
+    assert!(
+        env.iter()
+            .any(|e| str_at(e, &["name"]) == Some("GRIDWISE_AGENT_STORE")
+                && str_at(e, &["valueFrom", "secretKeyRef", "name"]).is_some())
+    );
 }

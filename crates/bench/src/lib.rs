@@ -10,6 +10,7 @@
 //! against a raw loopback copy, with both ends' peak memory; `testbed` measures what depends on
 //! links over a test bed of network namespaces with shaped links.
 
+pub mod agents;
 pub mod divide;
 pub mod faults;
 pub mod kernels;

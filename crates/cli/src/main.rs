@@ -423,6 +423,24 @@ enum BenchCmd {
         #[arg(long)]
         repeat: Option<usize>,
     },
+    /// More than one agent: bags of calls from clients spread over 1, 2 and 3 agents sharing a
+    /// PostgreSQL store (started by the bench from the system's packages), the agents' CPU per
+    /// call on SQLite and PostgreSQL, and an agent SIGKILLed mid-batch with 2 and 3 agents
+    /// (a few minutes).
+    Agents {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Clients running at once.
+        #[arg(long, default_value_t = 6)]
+        clients: usize,
+        /// Calls per client in each bag.
+        #[arg(long, default_value_t = 200)]
+        calls: usize,
+        /// Calls per client in each kill run.
+        #[arg(long, default_value_t = 500)]
+        kill_calls: usize,
+    },
     /// Fault tolerance: 10,000 mixed calls on 3 servers while one server is killed and
     /// restarted, one is stopped for 20 s and the agent is killed and restarted; then an
     /// adversarial phase on a fresh grid: 100 ghost servers claiming 10¹⁵ op/s and a second
@@ -808,6 +826,19 @@ fn run_bench(which: &BenchCmd) -> anyhow::Result<()> {
                 runs: *runs,
                 csv: csv.clone(),
                 only: only.clone(),
+            },
+            &mut |line| print_line(*json, &line),
+        ),
+        BenchCmd::Agents {
+            json,
+            clients,
+            calls,
+            kill_calls,
+        } => bench::agents::run(
+            &bench::agents::AgentsBench {
+                clients: *clients,
+                calls: *calls,
+                kill_calls: *kill_calls,
             },
             &mut |line| print_line(*json, &line),
         ),

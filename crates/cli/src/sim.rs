@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use gridwise_proto::Policy;
-use gridwise_sim::{GraphPolicy, Scenario, SimReport, Simulation, simulate_online};
+use gridwise_sim::{GraphPolicy, Scenario, SimReport, Simulation, simulate_online_agents};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -29,6 +29,13 @@ pub struct SimArgs {
     /// Print one JSON object per policy per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// An online workload ranked by this many agents sharing the servers (call i by agent
+    /// i mod N), each seeing the others' calls only as the servers' heartbeats list them.
+    #[arg(long, default_value_t = 1)]
+    pub agents: usize,
+    /// The servers' heartbeat interval with several agents, s.
+    #[arg(long, default_value_t = 1.0)]
+    pub heartbeat_s: f64,
 }
 
 /// Runs `gridwise sim`.
@@ -174,7 +181,7 @@ fn run_online(scenario: &Scenario, args: &SimArgs) -> Result<()> {
     };
     let mut rows = Vec::new();
     for policy in policies {
-        let run = match simulate_online(scenario, policy) {
+        let run = match simulate_online_agents(scenario, policy, args.agents, args.heartbeat_s) {
             Ok(run) => run,
             Err(e) if args.all => {
                 eprintln!("sim: {policy}: {e}");
@@ -187,6 +194,8 @@ fn run_online(scenario: &Scenario, args: &SimArgs) -> Result<()> {
             let mut j = serde_json::to_value(&r)?;
             j["bench"] = json!("sim");
             j["scenario"] = json!(name);
+            j["agents"] = json!(args.agents);
+            j["heartbeat_s"] = json!(args.heartbeat_s);
             println!("{j}");
         } else {
             rows.push(r);

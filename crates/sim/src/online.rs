@@ -92,6 +92,8 @@ pub const POLICIES: [Policy; 4] = Policy::ALL;
 enum Event {
     /// A call's kernel ends on a server.
     End { server: usize, call: usize },
+    /// A server's heartbeat reaches every agent (with several agents only).
+    Beat(usize),
     /// A call's inputs reach its server.
     Ready { server: usize, call: usize },
     /// A call arrives.
@@ -114,7 +116,8 @@ impl Ord for Due {
         let rank = |e: &Event| match e {
             Event::End { .. } => 0u8,
             Event::Ready { .. } => 1,
-            Event::Arrive(_) => 2,
+            Event::Beat(_) => 2,
+            Event::Arrive(_) => 3,
         };
         other
             .at
@@ -135,6 +138,8 @@ impl PartialOrd for Due {
 struct Station {
     busy: usize,
     waiting: VecDeque<usize>,
+    /// The calls here, waiting or running (what its heartbeat lists to the agents).
+    here: Vec<usize>,
 }
 
 /// The description an emulated server publishes for `service` of `scenario` (the speed does
@@ -164,23 +169,52 @@ pub fn service_desc(scenario: &Scenario, service: &str) -> Result<ServiceDesc, S
 /// checked, the calls' arrivals drawn, then every event in time order (a call arrives and is
 /// ranked, its inputs reach its server, its kernel ends and is reported).
 pub fn simulate_online(scenario: &Scenario, policy: Policy) -> Result<OnlineRun, ScenarioError> {
+    simulate_online_agents(scenario, policy, 1, 1.0)
+}
+
+/// [`simulate_online`] with `agents` agents sharing the servers, as several agents sharing a
+/// store do: call `i` is ranked by agent `i mod agents`; every server reports every call to
+/// every agent, and every `heartbeat_s` (phases spread over the servers) tells every agent
+/// the calls it holds ([`gridwise_proto::InFlight`]), which is all an agent knows of the
+/// calls the others placed. One agent is the omniscient one: it placed every call.
+pub fn simulate_online_agents(
+    scenario: &Scenario,
+    policy: Policy,
+    agents: usize,
+    heartbeat_s: f64,
+) -> Result<OnlineRun, ScenarioError> {
     let agent_knows = check_online(scenario, policy)?;
+    if agents == 0 || heartbeat_s.is_nan() || heartbeat_s <= 0.0 {
+        return Err(ScenarioError::invalid(
+            "agents",
+            "at least one agent, and a positive heartbeat interval",
+        ));
+    }
     let platform = scenario.platform()?;
     let mut descs = HashMap::new();
     for name in scenario.services.keys() {
         descs.insert(name.clone(), service_desc(scenario, name)?);
     }
-    let (core, ids) = agent(&platform, &descs, agent_knows)?;
+    let mut cores = Vec::with_capacity(agents);
+    let mut ids = Vec::with_capacity(agents);
+    for _ in 0..agents {
+        let (core, id) = agent(&platform, &descs, agent_knows)?;
+        cores.push(core);
+        ids.push(id);
+    }
     let arrivals = arrivals(&scenario.workload);
     let mut sim = OnlineSim {
         scenario,
-        server_of: ids.iter().enumerate().map(|(i, id)| (*id, i)).collect(),
+        server_of: ids
+            .iter()
+            .map(|ids| ids.iter().enumerate().map(|(i, id)| (*id, i)).collect())
+            .collect(),
         stations: (0..platform.servers())
             .map(|_| Station::default())
             .collect(),
         platform,
         descs,
-        core,
+        cores,
         ids,
         opts: RankOptions {
             policy: Some(policy),
@@ -191,16 +225,30 @@ pub fn simulate_online(scenario: &Scenario, policy: Policy) -> Result<OnlineRun,
         decisions: vec![None; arrivals.len()],
         tickets: vec![None; arrivals.len()],
         ranking: Duration::ZERO,
+        heartbeat_s,
         arrivals,
     };
     for i in 0..sim.arrivals.len() {
         sim.push(sim.arrivals[i].0, Event::Arrive(i));
     }
+    if agents > 1 {
+        let servers = sim.stations.len();
+        for s in 0..servers {
+            sim.push(heartbeat_s * s as f64 / servers as f64, Event::Beat(s));
+        }
+    }
+    let mut left = sim.arrivals.len();
     while let Some(Due { at: now, event, .. }) = sim.due.pop() {
         match event {
             Event::Arrive(i) => sim.arrive(i, now)?,
             Event::Ready { server, call } => sim.ready(server, call, now),
-            Event::End { server, call } => sim.end(server, call, now)?,
+            Event::End { server, call } => {
+                sim.end(server, call, now)?;
+                left -= 1;
+            }
+            // Heartbeats go on while calls are out.
+            Event::Beat(s) if left > 0 => sim.beat(s, now),
+            Event::Beat(_) => {}
         }
     }
     let decisions: Vec<Decision> = sim.decisions.into_iter().flatten().collect();
@@ -262,9 +310,11 @@ struct OnlineSim<'a> {
     scenario: &'a Scenario,
     platform: Platform,
     descs: HashMap<String, ServiceDesc>,
-    core: AgentCore,
-    ids: Vec<ServerId>,
-    server_of: HashMap<ServerId, usize>,
+    /// The agents; call `i` is ranked by agent `i mod cores.len()`.
+    cores: Vec<AgentCore>,
+    /// Per agent, the id it gave each server.
+    ids: Vec<Vec<ServerId>>,
+    server_of: Vec<HashMap<ServerId, usize>>,
     opts: RankOptions,
     arrivals: Vec<(f64, String, u64)>,
     due: BinaryHeap<Due>,
@@ -274,6 +324,7 @@ struct OnlineSim<'a> {
     tickets: Vec<Option<Ticket>>,
     /// Wall-clock time spent in the agent's ranking.
     ranking: Duration,
+    heartbeat_s: f64,
 }
 
 impl OnlineSim<'_> {
@@ -291,8 +342,9 @@ impl OnlineSim<'_> {
     fn arrive(&mut self, i: usize, now: f64) -> Result<(), ScenarioError> {
         let (arrival_s, service, size) = self.arrivals[i].clone();
         let profile = profile_of(&self.descs[&service], size)?;
+        let a = i % self.cores.len();
         let t0 = Instant::now();
-        let ranked = self.core.rank(&profile, &self.opts, at(now));
+        let ranked = self.cores[a].rank(&profile, &self.opts, at(now));
         self.ranking += t0.elapsed();
         let ranked = ranked.map_err(|e| {
             ScenarioError::invalid(
@@ -301,7 +353,7 @@ impl OnlineSim<'_> {
             )
         })?;
         let first = &ranked.candidates[0];
-        let s = self.server_of[&first.server_id];
+        let s = self.server_of[a][&first.server_id];
         if self
             .platform
             .class_of(s)
@@ -338,6 +390,7 @@ impl OnlineSim<'_> {
 
     /// A call's inputs are on `server` at `now`: it starts if a slot is free, else waits.
     fn ready(&mut self, server: usize, call: usize, now: f64) {
+        self.stations[server].here.push(call);
         if self.stations[server].busy < self.platform.class_of(server).slots {
             self.stations[server].busy += 1;
             self.start(call, server, now);
@@ -390,12 +443,49 @@ impl OnlineSim<'_> {
             },
             ok: true,
         };
-        let _ = self.core.report(self.ids[server], &[report], at(now));
+        for (core, ids) in self.cores.iter_mut().zip(&self.ids) {
+            let _ = core.report(ids[server], std::slice::from_ref(&report), at(now));
+        }
+        self.stations[server].here.retain(|c| *c != call);
         match self.stations[server].waiting.pop_front() {
             Some(next) => self.start(next, server, now),
             None => self.stations[server].busy -= 1,
         }
         Ok(())
+    }
+}
+
+impl OnlineSim<'_> {
+    /// Server `s`'s heartbeat at `now`: every agent hears the calls it holds; the next one
+    /// is due a heartbeat later.
+    fn beat(&mut self, s: usize, now: f64) {
+        let in_flight: Vec<gridwise_proto::InFlight> = self.stations[s]
+            .here
+            .iter()
+            .filter_map(|&c| {
+                let d = self.decisions[c].as_ref()?;
+                Some(gridwise_proto::InFlight {
+                    ticket: self.tickets[c]?,
+                    service: d.service.clone(),
+                    sizes: self.descs[&d.service]
+                        .size_params
+                        .iter()
+                        .map(|p| (p.clone(), d.size as i64))
+                        .collect(),
+                    ran_s: (d.start_s <= now).then_some(now - d.start_s),
+                })
+            })
+            .collect();
+        for (core, ids) in self.cores.iter_mut().zip(&self.ids) {
+            let hb = Heartbeat {
+                server_id: ids[s],
+                load: LoadSample::default(),
+                models: Vec::new(),
+                in_flight: in_flight.clone(),
+            };
+            let _ = core.heartbeat(&hb, at(now));
+        }
+        self.push(now + self.heartbeat_s, Event::Beat(s));
     }
 }
 

@@ -121,3 +121,49 @@ fn policies_and_knowledge_must_fit() {
     .unwrap_err();
     assert!(bad.to_string().contains("mean_gap_s"), "{bad}");
 }
+
+/// Four identical one-slot servers; calls of 10 ms every 2.6 ms (load 0.96).
+fn even(calls: usize) -> Scenario {
+    Scenario::parse(
+        &json!({
+            "services": { "s": { "complexity": "n^2" } },
+            "servers": [ { "name": "e", "count": 4, "speeds": { "s": [[10, 1e6], [200, 1e6]] } } ],
+            "workload": { "kind": "online", "calls": calls, "services": ["s"], "sizes": 100,
+                          "mean_gap_s": 0.0026, "gaps": "fixed", "agent_knows": "models", "seed": 5 }
+        })
+        .to_string(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn agents_that_hear_each_others_calls_in_time_place_as_well_as_one() {
+    let s = even(400);
+    let one = simulate_online_agents(&s, Policy::Mct, 1, 1.0)
+        .unwrap()
+        .report;
+    // Heartbeats far more often than calls end: each agent knows the others' calls as they
+    // reach the servers.
+    let told = simulate_online_agents(&s, Policy::Mct, 2, 0.0005)
+        .unwrap()
+        .report;
+    // Heartbeats never within the run: each agent sees only its own calls, and the two
+    // pile calls onto the servers the other just filled.
+    let blind = simulate_online_agents(&s, Policy::Mct, 2, 1e6)
+        .unwrap()
+        .report;
+    assert!(
+        told.mean_response_s <= one.mean_response_s * 1.1,
+        "{told:?} against {one:?}"
+    );
+    assert!(
+        blind.mean_response_s > told.mean_response_s * 1.2,
+        "{blind:?} against {told:?}"
+    );
+    // Deterministic, as one agent is.
+    let again = simulate_online_agents(&s, Policy::Mct, 2, 0.0005)
+        .unwrap()
+        .report;
+    assert_eq!(again.makespan_s, told.makespan_s);
+    assert!(simulate_online_agents(&s, Policy::Mct, 0, 1.0).is_err());
+}

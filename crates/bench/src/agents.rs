@@ -1,0 +1,386 @@
+//! `gridwise bench agents`: several agents sharing one PostgreSQL store, as deployed (each
+//! agent and server a daemon of its own on loopback; PostgreSQL a real server from the
+//! system's packages, started by the bench in a temporary directory and removed after).
+//!
+//! - `bag` rows: `clients` clients, each of its own agent (client `i` on agent `i mod N`),
+//!   each keeping two calls in flight until it has made `calls`, on six emulated one-slot
+//!   servers of speeds 1–4 Gop/s (calls of 8–90 ms); the makespan with N = 1, 2, 3 agents, and
+//!   its ratio to one agent's. An agent sees the other agents' calls as of each server's last
+//!   heartbeat (1 s), so this measures what that staleness costs where calls are shorter than
+//!   a heartbeat. Also the agents' CPU per call ranked (from `/proc`), with one agent on
+//!   SQLite beside one on PostgreSQL: the rank path must not wait on the database.
+//! - `kill` rows: N = 2 and 3 agents, every client listing all of them; mid-batch the agent
+//!   serving the first client is SIGKILLed. Calls lost, failed and wrong (the mix of `bench
+//!   faults`: `add`, `sleep`, a 64³ `dgemm`, each answer checked), how long the clients on the
+//!   dead agent took to move (from the kill to the first completion each saw through a
+//!   live agent, an upper bound), and whether the survivors still estimate with what was
+//!   learned before the kill.
+//! - `sim` rows: the simulator's online scenario at 10,000 servers and 100,000 calls
+//!   (`examples/sim/online-10k.json`), ranked by the real agent core: one omniscient agent
+//!   against N agents that see each other's calls only as the servers' heartbeats list them
+//!   (`gridwise_sim::simulate_online_agents`); the mean response time and makespan over the
+//!   omniscient agent's.
+
+use crate::faults::{Mix, run_batch_with};
+use anyhow::{Context, Result, anyhow};
+use gridwise_client::{Client, ClientConfig};
+use gridwise_localgrid::{LocalGrid, wait_for_servers};
+use gridwise_pgtemp::TempPostgres;
+use gridwise_proto::{CallProfile, RankOptions, Value};
+use serde_json::{Value as Json, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+/// What `gridwise bench agents` is told.
+#[derive(Clone, Debug)]
+pub struct AgentsBench {
+    /// Clients running at once.
+    pub clients: usize,
+    /// Calls per client in the bag.
+    pub calls: usize,
+    /// Calls per client in each kill run.
+    pub kill_calls: usize,
+}
+
+const SPEEDS: [f64; 6] = [1e9, 1.5e9, 2e9, 2.5e9, 3e9, 4e9];
+/// Calls each bag client keeps in flight.
+const WINDOW: usize = 2;
+
+/// Where the agents keep what they learn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Store {
+    Sqlite,
+    Postgres,
+}
+
+/// N agents and six servers registered with all of them; `grids[0]` also holds the servers.
+struct Fleet {
+    grids: Vec<LocalGrid>,
+}
+
+impl Fleet {
+    fn start(
+        agents: usize,
+        store: Store,
+        pg: &TempPostgres,
+        db: &str,
+        servers: &str,
+    ) -> Result<Fleet> {
+        let exe = std::env::current_exe()?;
+        let mut args: Vec<String> = Vec::new();
+        if store == Store::Postgres {
+            let url = pg.create_database(db).map_err(|e| anyhow!(e))?;
+            args.extend(["--store".into(), url]);
+        }
+        let grids = (0..agents)
+            .map(|_| LocalGrid::start_gridwise(&exe, &args))
+            .collect::<Result<Vec<_>>>()?;
+        let mut fleet = Fleet { grids };
+        let list = fleet
+            .addrs()
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let kinds = servers_of(servers);
+        for (i, toml) in kinds.iter().enumerate() {
+            fleet.grids[0].add_server(&format!("s{i}"), &format!("agents = [{list}]\n{toml}"))?;
+        }
+        for addr in fleet.addrs() {
+            let c = Client::connect(fleet.config(std::slice::from_ref(&addr)))?;
+            wait_for_servers(&c, kinds.len(), Duration::from_secs(90))
+                .with_context(|| format!("servers registering with the agent at {addr}"))?;
+        }
+        Ok(fleet)
+    }
+
+    fn addrs(&self) -> Vec<String> {
+        self.grids.iter().map(|g| g.agent.addr.clone()).collect()
+    }
+
+    fn config(&self, agents: &[String]) -> ClientConfig {
+        let mut cfg = self.grids[0].client_config();
+        cfg.agents = agents.to_vec();
+        cfg
+    }
+
+    /// CPU seconds the agents have used so far, each.
+    fn agent_cpu_s(&self) -> Vec<f64> {
+        self.grids.iter().map(|g| cpu_s(g.agent.pid())).collect()
+    }
+}
+
+/// The server configs: emulated one-slot servers for the bag, built-in ones for the kills.
+fn servers_of(kind: &str) -> Vec<String> {
+    match kind {
+        "bag" => SPEEDS
+            .iter()
+            .map(|s| {
+                format!(
+                    "builtins = []\nslots = 1\n[[emulated]]\nname = \"solve\"\nparam = \"n\"\ncomplexity = \"n^3\"\nspeed = [[1, {s:e}], [4000, {s:e}]]\n"
+                )
+            })
+            .collect(),
+        _ => (0..3)
+            .map(|_| "builtins = [\"add\", \"sleep\", \"dgemm\"]\ncalibrate = false\nslots = 2\n".to_string())
+            .collect(),
+    }
+}
+
+/// A process's user + system CPU time from `/proc/PID/stat`, s (0 where unreadable).
+fn cpu_s(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command.
+    (ticks(11) + ticks(12)) / hz.max(1.0)
+}
+
+/// Call `k` of client `c` in the bag: n in [200, 450], so 8–90 ms on 1–4 Gop/s.
+fn bag_size(c: usize, k: usize) -> i64 {
+    let mut x = (c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (k as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 31;
+    200 + (x % 251) as i64
+}
+
+/// The bag on `fleet`: every client on its own agent; the makespan and the agents' CPU.
+fn bag(fleet: &Fleet, opts: &AgentsBench) -> Result<(f64, f64)> {
+    let addrs = fleet.addrs();
+    let clients: Vec<Client> = (0..opts.clients)
+        .map(|i| Client::connect(fleet.config(&[addrs[i % addrs.len()].clone()])))
+        .collect::<Result<_, _>>()?;
+    let cpu_before: f64 = fleet.agent_cpu_s().iter().sum();
+    let start = Arc::new(Barrier::new(opts.clients + 1));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let t0 = std::thread::scope(|s| {
+        for (ci, c) in clients.iter().enumerate() {
+            let (start, failed) = (start.clone(), failed.clone());
+            s.spawn(move || {
+                let h = c.function_handle_default("solve").expect("solve");
+                start.wait();
+                let mut out = std::collections::VecDeque::new();
+                for k in 0..opts.calls {
+                    if out.len() == WINDOW {
+                        let id = out.pop_front().unwrap();
+                        if c.wait(id).is_err() {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    match c.call_async(&h, vec![Value::Int(bag_size(ci, k))]) {
+                        Ok(id) => out.push_back(id),
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                for id in out {
+                    if c.wait(id).is_err() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        start.wait();
+        Instant::now()
+    });
+    let makespan = t0.elapsed().as_secs_f64();
+    let cpu = fleet.agent_cpu_s().iter().sum::<f64>() - cpu_before;
+    let n = failed.load(Ordering::Relaxed);
+    anyhow::ensure!(n == 0, "{n} bag calls failed");
+    Ok((makespan, cpu / (opts.clients * opts.calls) as f64))
+}
+
+/// Runs the benchmark, emitting one JSON line per row.
+pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
+    let pg = TempPostgres::start().map_err(|e| anyhow!("{e}"))?;
+    eprintln!("bench agents: PostgreSQL on 127.0.0.1:{}", pg.port());
+    let mut one = None;
+    for (agents, store) in [
+        (1, Store::Sqlite),
+        (1, Store::Postgres),
+        (2, Store::Postgres),
+        (3, Store::Postgres),
+    ] {
+        eprintln!("bench agents: bag, {agents} agent(s) on {store:?} …");
+        let fleet = Fleet::start(agents, store, &pg, &format!("bag{agents}"), "bag")?;
+        // The agents learn the servers' speeds first (as a grid that has run a while has).
+        bag(
+            &fleet,
+            &AgentsBench {
+                calls: 10,
+                ..opts.clone()
+            },
+        )?;
+        let (makespan, cpu) = bag(&fleet, opts)?;
+        if store == Store::Postgres && agents == 1 {
+            one = Some(makespan);
+        }
+        emit(json!({
+            "bench": "agents",
+            "row": "bag",
+            "agents": agents,
+            "store": format!("{store:?}").to_lowercase(),
+            "clients": opts.clients,
+            "calls": opts.clients * opts.calls,
+            "makespan_s": round3(makespan),
+            "over_one_agent": one.map(|o| round3(makespan / o)),
+            "agent_cpu_us_per_call": (cpu * 1e7).round() / 10.0,
+        }));
+    }
+    for agents in [2, 3] {
+        eprintln!("bench agents: kill, {agents} agents …");
+        emit(kill(opts, agents, &pg)?);
+    }
+    drop(pg);
+    simulated(emit)
+}
+
+/// The scenario the simulated rows run.
+const SIM_SCENARIO: &str = include_str!("../../../examples/sim/online-10k.json");
+
+/// One omniscient agent, then N agents at a heartbeat interval, on the simulated platform.
+fn simulated(emit: &mut dyn FnMut(Json)) -> Result<()> {
+    let scenario = gridwise_sim::Scenario::parse(SIM_SCENARIO)?;
+    let mut one = None;
+    for (agents, heartbeat_s) in [(1, 1.0), (3, 1.0), (10, 1.0), (10, 0.1)] {
+        eprintln!("bench agents: sim, {agents} agent(s), heartbeat {heartbeat_s} s …");
+        let t0 = Instant::now();
+        let run = gridwise_sim::simulate_online_agents(
+            &scenario,
+            gridwise_proto::Policy::Mct,
+            agents,
+            heartbeat_s,
+        )?;
+        let r = run.report;
+        let base = *one.get_or_insert((r.mean_response_s, r.makespan_s));
+        emit(json!({
+            "bench": "agents",
+            "row": "sim",
+            "agents": agents,
+            "heartbeat_s": heartbeat_s,
+            "servers": r.servers,
+            "calls": r.calls,
+            "mean_response_s": r.mean_response_s,
+            "makespan_s": r.makespan_s,
+            "response_over_one_agent": round3(r.mean_response_s / base.0),
+            "makespan_over_one_agent": round3(r.makespan_s / base.1),
+            "wall_s": round3(t0.elapsed().as_secs_f64()),
+        }));
+    }
+    Ok(())
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// N agents, every client listing all; the first client's agent is killed a third of the way.
+fn kill(opts: &AgentsBench, agents: usize, pg: &TempPostgres) -> Result<Json> {
+    let mut fleet = Fleet::start(
+        agents,
+        Store::Postgres,
+        pg,
+        &format!("kill{agents}"),
+        "faults",
+    )?;
+    let addrs = fleet.addrs();
+    let clients: Vec<Client> = (0..opts.clients)
+        .map(|_| Client::connect(fleet.config(&addrs)))
+        .collect::<Result<_, _>>()?;
+    let victim = addrs
+        .iter()
+        .position(|a| *a == clients[0].agent_addr())
+        .unwrap_or(0);
+    let dead = addrs[victim].clone();
+    let on_dead: Vec<bool> = clients.iter().map(|c| c.agent_addr() == dead).collect();
+    let total = opts.clients * opts.kill_calls;
+    let done = AtomicUsize::new(0);
+    let killed: Mutex<Option<Instant>> = Mutex::new(None);
+    let moved: Mutex<Vec<Option<f64>>> = Mutex::new(vec![None; opts.clients]);
+    let victim_grid = Mutex::new(&mut fleet.grids[victim]);
+    let batches = std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(ci, c)| {
+                let (done, killed, moved, victim_grid, dead) =
+                    (&done, &killed, &moved, &victim_grid, &dead);
+                s.spawn(move || -> Result<_> {
+                    let mix = Mix::on(c)?;
+                    run_batch_with(c, &mix, opts.kill_calls, 8, "agents", |_| {
+                        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                        if n == total / 3 {
+                            eprintln!("bench agents: {n} done; SIGKILL the agent at {dead}");
+                            victim_grid.lock().unwrap().agent.kill();
+                            *killed.lock().unwrap() = Some(Instant::now());
+                        }
+                        if let Some(at) = *killed.lock().unwrap()
+                            && c.agent_addr() != *dead
+                        {
+                            let mut m = moved.lock().unwrap();
+                            if m[ci].is_none() {
+                                m[ci] = Some(at.elapsed().as_secs_f64());
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("client thread"))
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let (mut lost, mut failed, mut wrong) = (0, 0, 0);
+    for b in &batches {
+        lost += b.lost;
+        failed += b.failed;
+        wrong += b.wrong;
+    }
+    let moved = moved.into_inner().unwrap();
+    let moved_within = on_dead
+        .iter()
+        .zip(&moved)
+        .filter(|(on, _)| **on)
+        .map(|(_, m)| m.unwrap_or(f64::INFINITY))
+        .fold(0.0, f64::max);
+    // What a survivor estimates with: the model of the dgemm the batch ran.
+    let survivor = clients
+        .iter()
+        .find(|c| c.agent_addr() != dead)
+        .unwrap_or(&clients[0]);
+    let probe = CallProfile {
+        service: "dgemm".into(),
+        sizes: vec![("m".into(), 64), ("n".into(), 64), ("k".into(), 64)],
+        in_bytes: 0,
+        out_bytes: 0,
+        remote_in: Vec::new(),
+        inline_bytes: 0,
+    };
+    let source = survivor
+        .explain(probe, RankOptions::default())
+        .ok()
+        .and_then(|c| c.first().map(|c| format!("{:?}", c.etc.compute_source)));
+    Ok(json!({
+        "bench": "agents",
+        "row": "kill",
+        "agents": agents,
+        "clients": opts.clients,
+        "calls": total,
+        "lost": lost,
+        "failed": failed,
+        "wrong": wrong,
+        "clients_on_the_killed_agent": on_dead.iter().filter(|b| **b).count(),
+        "moved_within_s": if moved_within.is_finite() { Json::from(round3(moved_within)) } else { Json::Null },
+        "survivor_estimates_with": source,
+    }))
+}
