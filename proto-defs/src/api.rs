@@ -39,6 +39,9 @@ pub trait AgentApi {
     async fn model(server: String, service: String) -> Result<ModelExport, RpcError>;
     /// Links a server measured to its peers.
     async fn links(server: ServerId, samples: Vec<LinkSample>) -> Ack;
+    /// Calls that just reached a server, told every agent of a shared grid at once (as reports
+    /// are) so that none waits for the next heartbeat to see what the others placed there.
+    async fn arrived(server: ServerId, calls: Vec<InFlight>) -> Ack;
     /// Every measured link.
     async fn link_matrix() -> Vec<LinkInfo>;
     /// Swallows bytes: a server times it to measure its link to the agent.

@@ -15,7 +15,7 @@
 //!   dead agent took to move (from the kill to the first completion each saw through a
 //!   live agent, an upper bound), and whether the survivors still estimate with what was
 //!   learned before the kill.
-//! - `sim` rows: the simulator's online scenario at 10,000 servers and 100,000 calls
+//! - `sim` rows: the simulator's online scenario at 10,000 servers and 20,000 calls
 //!   (`examples/sim/online-10k.json`), ranked by the real agent core: one omniscient agent
 //!   against N agents that see each other's calls only as the servers' heartbeats list them
 //!   (`gridwise_sim::simulate_online_agents`); the mean response time and makespan over the

@@ -213,6 +213,10 @@ impl AgentApi for TestAgent {
         Ack::Ok
     }
 
+    async fn arrived(self, _: Context, _: ServerId, _: Vec<gridwise_proto::InFlight>) -> Ack {
+        Ack::Ok
+    }
+
     async fn link_matrix(self, _: Context) -> Vec<LinkInfo> {
         Vec::new()
     }

@@ -173,10 +173,12 @@ pub fn simulate_online(scenario: &Scenario, policy: Policy) -> Result<OnlineRun,
 }
 
 /// [`simulate_online`] with `agents` agents sharing the servers, as several agents sharing a
-/// store do: call `i` is ranked by agent `i mod agents`; every server reports every call to
-/// every agent, and every `heartbeat_s` (phases spread over the servers) tells every agent
-/// the calls it holds ([`gridwise_proto::InFlight`]), which is all an agent knows of the
-/// calls the others placed. One agent is the omniscient one: it placed every call.
+/// store do: call `i` is ranked by agent `i mod agents`; every server tells every agent of
+/// each call as it arrives (`AgentCore::arrived`) and as it ends (its report), and every
+/// `heartbeat_s` (phases spread over the servers) lists the calls it holds
+/// ([`gridwise_proto::InFlight`]). That is all an agent knows of the calls the others placed:
+/// not those still on their way to a server. One agent is the omniscient one: it placed
+/// every call.
 pub fn simulate_online_agents(
     scenario: &Scenario,
     policy: Policy,
@@ -391,6 +393,9 @@ impl OnlineSim<'_> {
     /// A call's inputs are on `server` at `now`: it starts if a slot is free, else waits.
     fn ready(&mut self, server: usize, call: usize, now: f64) {
         self.stations[server].here.push(call);
+        if self.cores.len() > 1 {
+            self.tell_arrival(server, call, now);
+        }
         if self.stations[server].busy < self.platform.class_of(server).slots {
             self.stations[server].busy += 1;
             self.start(call, server, now);
@@ -456,25 +461,39 @@ impl OnlineSim<'_> {
 }
 
 impl OnlineSim<'_> {
+    /// What server `s` lists of `call` to the agents at `now`.
+    fn in_flight(&self, call: usize, now: f64) -> Option<gridwise_proto::InFlight> {
+        let d = self.decisions[call].as_ref()?;
+        Some(gridwise_proto::InFlight {
+            ticket: self.tickets[call]?,
+            service: d.service.clone(),
+            sizes: self.descs[&d.service]
+                .size_params
+                .iter()
+                .map(|p| (p.clone(), d.size as i64))
+                .collect(),
+            ran_s: (d.start_s <= now).then_some(now - d.start_s),
+        })
+    }
+
+    /// `call` reached server `s` at `now`: every agent hears of it (the server's arrival
+    /// notice; the one that placed it knows it already).
+    fn tell_arrival(&mut self, s: usize, call: usize, now: f64) {
+        let Some(f) = self.in_flight(call, now) else {
+            return;
+        };
+        for (core, ids) in self.cores.iter_mut().zip(&self.ids) {
+            let _ = core.arrived(ids[s], std::slice::from_ref(&f), at(now));
+        }
+    }
+
     /// Server `s`'s heartbeat at `now`: every agent hears the calls it holds; the next one
     /// is due a heartbeat later.
     fn beat(&mut self, s: usize, now: f64) {
         let in_flight: Vec<gridwise_proto::InFlight> = self.stations[s]
             .here
             .iter()
-            .filter_map(|&c| {
-                let d = self.decisions[c].as_ref()?;
-                Some(gridwise_proto::InFlight {
-                    ticket: self.tickets[c]?,
-                    service: d.service.clone(),
-                    sizes: self.descs[&d.service]
-                        .size_params
-                        .iter()
-                        .map(|p| (p.clone(), d.size as i64))
-                        .collect(),
-                    ran_s: (d.start_s <= now).then_some(now - d.start_s),
-                })
-            })
+            .filter_map(|&c| self.in_flight(c, now))
             .collect();
         for (core, ids) in self.cores.iter_mut().zip(&self.ids) {
             let hb = Heartbeat {

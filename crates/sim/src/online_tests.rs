@@ -142,28 +142,27 @@ fn agents_that_hear_each_others_calls_in_time_place_as_well_as_one() {
     let one = simulate_online_agents(&s, Policy::Mct, 1, 1.0)
         .unwrap()
         .report;
-    // Heartbeats far more often than calls end: each agent knows the others' calls as they
-    // reach the servers.
-    let told = simulate_online_agents(&s, Policy::Mct, 2, 0.0005)
+    // Heartbeats far more often than calls end.
+    let beats = simulate_online_agents(&s, Policy::Mct, 2, 0.0005)
         .unwrap()
         .report;
-    // Heartbeats never within the run: each agent sees only its own calls, and the two
-    // pile calls onto the servers the other just filled.
-    let blind = simulate_online_agents(&s, Policy::Mct, 2, 1e6)
+    // No heartbeat within the run: each agent hears of the others' calls only from the
+    // servers' arrival notices. Without them (the core ignoring them) each agent saw only
+    // its own calls and the two piled calls onto the servers the other had just filled:
+    // mean response 0.47 s where one agent's is 0.0102 s.
+    let notices = simulate_online_agents(&s, Policy::Mct, 2, 1e6)
         .unwrap()
         .report;
-    assert!(
-        told.mean_response_s <= one.mean_response_s * 1.1,
-        "{told:?} against {one:?}"
-    );
-    assert!(
-        blind.mean_response_s > told.mean_response_s * 1.2,
-        "{blind:?} against {told:?}"
-    );
+    for two in [&beats, &notices] {
+        assert!(
+            two.mean_response_s <= one.mean_response_s * 1.1,
+            "{two:?} against {one:?}"
+        );
+    }
     // Deterministic, as one agent is.
     let again = simulate_online_agents(&s, Policy::Mct, 2, 0.0005)
         .unwrap()
         .report;
-    assert_eq!(again.makespan_s, told.makespan_s);
+    assert_eq!(again.makespan_s, beats.makespan_s);
     assert!(simulate_online_agents(&s, Policy::Mct, 0, 1.0).is_err());
 }

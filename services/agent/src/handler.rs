@@ -523,6 +523,19 @@ impl AgentApi for AgentHandler {
         self.core().record_links(server, &samples, self.now())
     }
 
+    async fn arrived(
+        self,
+        _: Context,
+        server: ServerId,
+        calls: Vec<gridwise_proto::InFlight>,
+    ) -> Ack {
+        if let Err(ack) = self.speaks_for(server) {
+            return ack;
+        }
+        let now = self.now();
+        self.core().arrived(server, &calls, now)
+    }
+
     async fn link_matrix(self, _: Context) -> Vec<LinkInfo> {
         self.core().link_matrix(self.now())
     }

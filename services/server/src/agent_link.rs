@@ -40,6 +40,7 @@ struct Linked {
 /// What is waiting to be delivered.
 #[derive(Default)]
 struct Outbox {
+    arrivals: VecDeque<gridwise_proto::InFlight>,
     reports: VecDeque<CallReport>,
     points: VecDeque<ModelPoint>,
     links: VecDeque<LinkSample>,
@@ -51,6 +52,7 @@ impl Outbox {
             ToAgent::Report(r) => push_bounded(&mut self.reports, r),
             ToAgent::Point(p) => push_bounded(&mut self.points, p),
             ToAgent::Link(l) => push_bounded(&mut self.links, l),
+            ToAgent::Arrived(a) => push_bounded(&mut self.arrivals, a),
         }
     }
 
@@ -346,16 +348,20 @@ pub async fn run(
             _ = tick.tick() => {
                 // Read before what is queued goes out: a heartbeat saying a build is done must
                 // not reach the agent before the points queued when it was read.
-                let hb = Heartbeat {
+                let mut hb = Heartbeat {
                     server_id: link.id,
                     load: handler.load(),
-                    models: handler.progress(), in_flight: handler.in_flight(),
+                    models: handler.progress(),
+                    in_flight: Vec::new(),
                 };
                 outbox.take_all(&mut inbox);
                 if !flush(link, &mut outbox, batch_max, &reg.name, heartbeat::answer_deadline(interval)).await {
                     linked = None;
                     continue;
                 }
+                // Read after: the heartbeat replaces the agent's view of the calls here, so
+                // it lists every call whose arrival notice went before it.
+                hb.in_flight = handler.in_flight();
                 last_told = hb.load.cpu_available;
                 match link
                     .client
@@ -411,6 +417,13 @@ async fn flush(
     deadline: Duration,
 ) -> bool {
     let ctx = || wire::context(deadline);
+    // Arrivals before reports: a call that arrived and ended in one burst is told in order.
+    let arrivals = send_all(&mut outbox.arrivals, batch_max, "arrival(s)", name, |b| {
+        link.client.arrived(ctx(), link.id, b)
+    });
+    if !arrivals.await {
+        return false;
+    }
     let points = send_all(&mut outbox.points, batch_max, "model point(s)", name, |b| {
         link.client.model_points(ctx(), link.id, b)
     });

@@ -51,6 +51,9 @@ struct Inner {
     slots: Slots,
     /// Calls here now, with the client that sent each.
     calls: Mutex<HashMap<CallId, Serving>>,
+    /// Whether the agents are several (a shared grid): only then does each hear of a call's
+    /// arrival, which the one agent of a grid placed itself.
+    tell_arrivals: std::sync::atomic::AtomicBool,
     /// Kernels run to their end, however they ended (shared with the slot threads).
     executed: Arc<AtomicU64>,
     limits: CallLimits,
@@ -121,6 +124,9 @@ pub enum ToAgent {
     Point(ModelPoint),
     /// A link as a pull of a remote input used it ([`crate::peers::Peers::pull`]).
     Link(LinkSample),
+    /// A call an agent placed reached this server (the other agents of a shared grid learn
+    /// of it from this, not a heartbeat later).
+    Arrived(gridwise_proto::InFlight),
 }
 
 /// How long after its last benchmark the host load still carries the benchmark (the one-minute
@@ -128,6 +134,13 @@ pub enum ToAgent {
 const BENCH_LOAD_MEMORY: Duration = Duration::from_secs(60);
 
 impl ServerHandler {
+    /// Whether this server reports to several agents: then each hears of every call's arrival.
+    pub fn set_several_agents(&self, several: bool) {
+        self.inner
+            .tell_arrivals
+            .store(several, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Queues `m` for every agent this server reports to.
     pub fn tell_agents(&self, m: ToAgent) {
         let _ = self.inner.to_agent.send(m);
@@ -163,6 +176,7 @@ impl ServerHandler {
                 slot_count: slots,
                 slots: slot_threads,
                 calls: Mutex::new(HashMap::new()),
+                tell_arrivals: Default::default(),
                 executed: Arc::new(AtomicU64::new(0)),
                 limits,
                 waiting_bytes: AtomicU64::new(0),
@@ -797,6 +811,19 @@ impl ServerHandler {
         if let Some(s) = self.calls().get_mut(&req.call_id) {
             s.sizes = facts.sizes.clone();
         }
+        if let Some(ticket) = req.ticket
+            && self
+                .inner
+                .tell_arrivals
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.tell_agents(ToAgent::Arrived(gridwise_proto::InFlight {
+                ticket,
+                service: req.service.clone(),
+                sizes: facts.sizes.clone(),
+                ran_s: None,
+            }));
+        }
         // Pulled values are judged at their real size (a reference only declares one).
         let footprint = if remote {
             self.check_limits(kernel.as_ref(), &req, keep)?
@@ -1149,7 +1176,7 @@ mod tests {
         let oks: Vec<bool> = std::iter::from_fn(|| reports.try_recv().ok())
             .filter_map(|m| match m {
                 ToAgent::Report(r) => Some(r.ok),
-                ToAgent::Point(_) | ToAgent::Link(_) => None,
+                _ => None,
             })
             .collect();
         assert_eq!(oks, [false, true]);

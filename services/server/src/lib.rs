@@ -177,6 +177,7 @@ pub async fn run_with(
     let agents = cfg.agent_addrs();
     tracing::info!(%name, %addr, slots, agents = %agents.join(","), memory_budget_bytes = budget, "server listening");
 
+    handler.set_several_agents(agents.len() > 1);
     let probe = (cfg.link_probe_s > 0.0).then(|| Duration::from_secs_f64(cfg.link_probe_s));
     for (i, (agent, inbox)) in agent_link::fan_out(agents, inbox).into_iter().enumerate() {
         tokio::spawn(agent_link::run(

@@ -44,6 +44,32 @@ impl AgentCore {
         self.foreign.0[slot] = held;
     }
 
+    /// Calls that just reached the server `server` (its arrival notice): those this agent did
+    /// not place join its view at once, until the server's next heartbeat replaces them.
+    pub fn arrived(
+        &mut self,
+        server: gridwise_proto::ServerId,
+        calls: &[InFlight],
+        now: Duration,
+    ) -> gridwise_proto::Ack {
+        let Some(slot) = self.registry.slot_of(server) else {
+            return gridwise_proto::Ack::Reregister;
+        };
+        if self.foreign.0.len() <= slot {
+            self.foreign.0.resize_with(slot + 1, Vec::new);
+        }
+        for f in calls {
+            if self.reservations.contains(f.ticket) {
+                continue;
+            }
+            if let Some(a) = self.foreign_assignment(slot, f, now) {
+                self.reservations.add(slot, a, None);
+                self.foreign.0[slot].push(f.ticket);
+            }
+        }
+        gridwise_proto::Ack::Ok
+    }
+
     /// What `f` is expected to hold of the server in `slot`, as a reservation; `None` for a
     /// service this agent does not know.
     fn foreign_assignment(&self, slot: usize, f: &InFlight, now: Duration) -> Option<Assignment> {

@@ -112,3 +112,35 @@ fn a_call_of_another_agent_that_waits_counts_whole_and_one_that_overran_still_ho
     two.heartbeat(&beat(ids[0], vec![odd]), Duration::ZERO);
     assert_eq!(wait_on(&two, "a", Duration::ZERO), 0.0);
 }
+
+#[test]
+fn a_servers_arrival_notice_tells_the_other_agents_at_once() {
+    let [(mut one, _), (mut two, two_ids)] = two_agents();
+    let p = dgemm_profile(1000, 1000, 1000);
+    let ranked = one
+        .rank(&p, &RankOptions::default(), Duration::ZERO)
+        .unwrap();
+    let server = ranked.candidates[0].name.clone();
+    let i = usize::from(server == "b");
+    let call = InFlight {
+        ticket: ranked.ticket,
+        service: "dgemm".into(),
+        sizes: p.sizes.clone(),
+        ran_s: None,
+    };
+    assert_eq!(
+        two.arrived(two_ids[i], std::slice::from_ref(&call), Duration::ZERO),
+        Ack::Ok
+    );
+    let w = wait_on(&two, &server, Duration::ZERO);
+    assert!((w - 2.0).abs() < 0.05, "{w}");
+    // Told twice (a notice, then a heartbeat listing it): counted once.
+    two.heartbeat(&beat(two_ids[i], vec![call]), Duration::ZERO);
+    let w = wait_on(&two, &server, Duration::ZERO);
+    assert!((w - 2.0).abs() < 0.05, "{w}");
+    // A server the agent does not know is told to register.
+    assert_eq!(
+        two.arrived(ServerId::new_random(), &[], Duration::ZERO),
+        Ack::Reregister
+    );
+}
