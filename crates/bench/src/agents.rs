@@ -250,7 +250,7 @@ const SIM_SCENARIO: &str = include_str!("../../../examples/sim/online-10k.json")
 fn simulated(emit: &mut dyn FnMut(Json)) -> Result<()> {
     let scenario = gridwise_sim::Scenario::parse(SIM_SCENARIO)?;
     let mut one = None;
-    for (agents, heartbeat_s) in [(1, 1.0), (3, 1.0), (10, 1.0), (10, 0.1)] {
+    for (agents, heartbeat_s) in [(1, 1.0), (3, 1.0), (10, 1.0)] {
         eprintln!("bench agents: sim, {agents} agent(s), heartbeat {heartbeat_s} s …");
         let t0 = Instant::now();
         let run = gridwise_sim::simulate_online_agents(

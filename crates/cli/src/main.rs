@@ -435,7 +435,7 @@ enum BenchCmd {
         #[arg(long, default_value_t = 6)]
         clients: usize,
         /// Calls per client in each bag.
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = 400)]
         calls: usize,
         /// Calls per client in each kill run.
         #[arg(long, default_value_t = 500)]

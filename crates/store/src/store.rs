@@ -92,6 +92,9 @@ pub struct Store {
     path: PathBuf,
     /// Whether a transaction is open (the writer's batch, or an operation's own).
     in_tx: Cell<bool>,
+    /// Whether an operation inside the writer's batch runs in a savepoint of its own (off
+    /// while the writer tries a batch all at once).
+    op_savepoints: Cell<bool>,
     reopen: Reopen,
 }
 
@@ -157,6 +160,7 @@ impl Store {
             db: RefCell::new(db),
             path,
             in_tx: Cell::new(false),
+            op_savepoints: Cell::new(true),
             reopen,
         }
     }
@@ -258,6 +262,9 @@ impl Store {
         f: impl FnOnce(&Store) -> Result<T, DbError>,
     ) -> Result<T, StoreError> {
         let nested = self.in_tx.get();
+        if nested && !self.op_savepoints.get() {
+            return f(self).map_err(|e| self.err(action, e));
+        }
         let (begin, commit, rollback) = if nested {
             (
                 "SAVEPOINT gridwise_op",
@@ -316,6 +323,19 @@ impl Store {
             .map_err(|e| self.err("starting a write transaction", e))?;
         self.in_tx.set(true);
         Ok(())
+    }
+
+    /// Whether operations inside the writer's batch take savepoints of their own.
+    pub(crate) fn set_op_savepoints(&self, on: bool) {
+        self.op_savepoints.set(on);
+    }
+
+    /// Abandons the writer's batch transaction.
+    pub(crate) fn rollback_batch(&self) {
+        self.in_tx.set(false);
+        if let Err(e) = self.batch("ROLLBACK") {
+            tracing::warn!(path = %self.path.display(), error = ?e, "rolling back failed");
+        }
     }
 
     /// Commits the writer's batch transaction; on failure rolls it back.

@@ -385,8 +385,10 @@ pub async fn run(
             }
             first = inbox.recv() => {
                 let Some(first) = first else { return };
+                // An arrival goes at once: the other agents rank blind to it until it lands.
+                let urgent = matches!(first, ToAgent::Arrived(_));
                 outbox.push(first);
-                if heartbeat::linger_for_burst(inbox.len(), batch_max, handler.busy_calls() as usize) {
+                if !urgent && heartbeat::linger_for_burst(inbox.len(), batch_max, handler.busy_calls() as usize) {
                     tokio::time::sleep(REPORT_LINGER).await;
                 }
                 let mut n = 1;

@@ -31,7 +31,12 @@ impl AgentCore {
             self.reservations.release(t);
         }
         let mut held = Vec::new();
-        for f in in_flight {
+        // Running calls first, then the waiting ones, each of which queues behind those
+        // before it (its finish is the wait for a slot plus its time, as a call this agent
+        // places is reserved).
+        let mut order: Vec<&InFlight> = in_flight.iter().collect();
+        order.sort_by(|a, b| b.ran_s.unwrap_or(-1.0).total_cmp(&a.ran_s.unwrap_or(-1.0)));
+        for f in order {
             if self.reservations.contains(f.ticket) {
                 continue; // This agent's own.
             }
@@ -94,7 +99,7 @@ impl AgentCore {
         let compute = etc.compute_s;
         let left = match f.ran_s {
             Some(ran) => (compute - ran).max(OVERRUN_LEFT * compute),
-            None => compute,
+            None => etc.queue_wait_s + compute,
         };
         Some(Assignment {
             ticket: f.ticket,

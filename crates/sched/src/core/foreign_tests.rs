@@ -88,6 +88,18 @@ fn a_call_of_another_agent_that_waits_counts_whole_and_one_that_overran_still_ho
     two.heartbeat(&beat(ids[0], vec![call(7, None)]), Duration::ZERO);
     let w = wait_on(&two, "a", Duration::ZERO);
     assert!((w - 2.0).abs() < 0.05, "{w}");
+    // A one-slot server running one call with two waiting: they queue one behind another
+    // (listed in any order), so a new call waits for all three.
+    two.heartbeat(
+        &beat(
+            ids[0],
+            vec![call(8, None), call(9, Some(1.0)), call(10, None)],
+        ),
+        Duration::ZERO,
+    );
+    let w = wait_on(&two, "a", Duration::ZERO);
+    assert!((w - 5.0).abs() < 0.05, "{w}");
+    two.heartbeat(&beat(ids[0], vec![call(7, None)]), Duration::ZERO);
     two.heartbeat(&beat(ids[0], vec![call(7, Some(5.0))]), Duration::ZERO);
     let w = wait_on(&two, "a", Duration::ZERO);
     assert!(w > 0.0 && w < 0.2, "{w}");
