@@ -2,13 +2,16 @@
 //! agent and server a daemon of its own on loopback; PostgreSQL a real server from the
 //! system's packages, started by the bench in a temporary directory and removed after).
 //!
-//! - `bag` rows: `clients` clients, each of its own agent (client `i` on agent `i mod N`),
+//! - `bag` rows: `clients` clients, each of one agent (client `i` on agent `i mod N`),
 //!   each keeping two calls in flight until it has made `calls`, on six emulated one-slot
 //!   servers of speeds 1–4 Gop/s (calls of 8–90 ms); the makespan with N = 1, 2, 3 agents, and
 //!   its ratio to one agent's. An agent sees the other agents' calls as of each server's last
-//!   heartbeat (1 s), so this measures what that staleness costs where calls are shorter than
-//!   a heartbeat. Also the agents' CPU per call ranked (from `/proc`), with one agent on
-//!   SQLite beside one on PostgreSQL: the rank path must not wait on the database.
+//!   heartbeat (1 s) and of each call's arrival (a server's notice), so this measures what
+//!   that costs where calls are shorter than a heartbeat. Also the agents' CPU per call ranked
+//!   (from `/proc`), with one agent on SQLite beside one on PostgreSQL (the rank path must not
+//!   wait on the database), and how busy the machine's cores were (`host_cpu_busy`): every
+//!   agent hears every report, so N agents cost about N times one's CPU, on the same two cores
+//!   as the clients, the servers and PostgreSQL here.
 //! - `kill` rows: N = 2 and 3 agents, every client listing all of them; mid-batch the agent
 //!   serving the first client is SIGKILLed. Calls lost, failed and wrong (the mix of `bench
 //!   faults`: `add`, `sleep`, a 64³ `dgemm`, each answer checked), how long the clients on the
@@ -143,6 +146,23 @@ fn cpu_s(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / hz.max(1.0)
 }
 
+/// The machine's busy and total CPU time so far (jiffies, all cores) from `/proc/stat`.
+fn host_jiffies() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: f64 = f.iter().sum();
+    // idle and iowait are the 4th and 5th fields.
+    let idle = f.get(3).copied().unwrap_or(0.0) + f.get(4).copied().unwrap_or(0.0);
+    (total - idle, total)
+}
+
 /// Call `k` of client `c` in the bag: n in [200, 450], so 8–90 ms on 1–4 Gop/s.
 fn bag_size(c: usize, k: usize) -> i64 {
     let mut x = (c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -151,13 +171,23 @@ fn bag_size(c: usize, k: usize) -> i64 {
     200 + (x % 251) as i64
 }
 
-/// The bag on `fleet`: every client on its own agent; the makespan and the agents' CPU.
-fn bag(fleet: &Fleet, opts: &AgentsBench) -> Result<(f64, f64)> {
+/// What a bag run measured.
+struct BagRun {
+    makespan_s: f64,
+    /// The agents' CPU over the calls made, s per call.
+    agent_cpu_per_call_s: f64,
+    /// How busy the machine's cores were during the run, 0–1.
+    host_busy: f64,
+}
+
+/// The bag on `fleet`: every client on its own agent.
+fn bag(fleet: &Fleet, opts: &AgentsBench) -> Result<BagRun> {
     let addrs = fleet.addrs();
     let clients: Vec<Client> = (0..opts.clients)
         .map(|i| Client::connect(fleet.config(&[addrs[i % addrs.len()].clone()])))
         .collect::<Result<_, _>>()?;
     let cpu_before: f64 = fleet.agent_cpu_s().iter().sum();
+    let host_before = host_jiffies();
     let start = Arc::new(Barrier::new(opts.clients + 1));
     let failed = Arc::new(AtomicUsize::new(0));
     let t0 = std::thread::scope(|s| {
@@ -193,9 +223,14 @@ fn bag(fleet: &Fleet, opts: &AgentsBench) -> Result<(f64, f64)> {
     });
     let makespan = t0.elapsed().as_secs_f64();
     let cpu = fleet.agent_cpu_s().iter().sum::<f64>() - cpu_before;
+    let host_after = host_jiffies();
     let n = failed.load(Ordering::Relaxed);
     anyhow::ensure!(n == 0, "{n} bag calls failed");
-    Ok((makespan, cpu / (opts.clients * opts.calls) as f64))
+    Ok(BagRun {
+        makespan_s: makespan,
+        agent_cpu_per_call_s: cpu / (opts.clients * opts.calls) as f64,
+        host_busy: (host_after.0 - host_before.0) / (host_after.1 - host_before.1).max(1.0),
+    })
 }
 
 /// Runs the benchmark, emitting one JSON line per row.
@@ -219,7 +254,8 @@ pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
                 ..opts.clone()
             },
         )?;
-        let (makespan, cpu) = bag(&fleet, opts)?;
+        let run = bag(&fleet, opts)?;
+        let makespan = run.makespan_s;
         if store == Store::Postgres && agents == 1 {
             one = Some(makespan);
         }
@@ -232,7 +268,8 @@ pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
             "calls": opts.clients * opts.calls,
             "makespan_s": round3(makespan),
             "over_one_agent": one.map(|o| round3(makespan / o)),
-            "agent_cpu_us_per_call": (cpu * 1e7).round() / 10.0,
+            "agent_cpu_us_per_call": (run.agent_cpu_per_call_s * 1e7).round() / 10.0,
+            "host_cpu_busy": round3(run.host_busy),
         }));
     }
     for agents in [2, 3] {
