@@ -62,6 +62,22 @@ fn grpc_programs_in_c_run_unchanged_against_a_real_grid() {
     );
     let out = run(&bin, "add", &[&config]);
     assert!(out.contains("add(41) = 42"), "{out}");
+    // Several agents, comma-separated (as GRIDWISE_AGENT takes them too): the client starts
+    // at a random one and moves on from those that do not answer (three of the four here).
+    let gone = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let several = write(
+        "several.toml",
+        &format!(
+            "agent = \"{gone},{gone},{gone},{}\"\ntoken = \"{TOKEN}\"\nconnect_timeout_ms = 500\n",
+            g.agent.addr
+        ),
+    );
+    let out = run(&bin, "add", &[&several]);
+    assert!(out.contains("add(41) = 42"), "{out}");
 
     // Bound to a server by the host:port it serves on, as GridRPC programs name servers.
     let s2 = g.servers[g.names.iter().position(|n| n == "s2").unwrap()]
