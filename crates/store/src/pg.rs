@@ -69,9 +69,13 @@ pub(crate) fn schema_version(client: &mut Client) -> Result<i64, DbError> {
     Ok(row.get(0))
 }
 
+/// A failure while migrating the database at `path`.
+fn migrating(path: &Path, e: DbError) -> StoreError {
+    StoreError::db(path.to_path_buf(), "migrating the schema", e)
+}
+
 fn migrate(client: &mut Client, path: &Path) -> Result<(), StoreError> {
-    let sql_err =
-        |e: postgres::Error| StoreError::db(path.to_path_buf(), "migrating the schema", e.into());
+    let sql_err = |e: postgres::Error| migrating(path, e.into());
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .map_err(sql_err)?;
@@ -83,8 +87,7 @@ fn migrate(client: &mut Client, path: &Path) -> Result<(), StoreError> {
 }
 
 fn check_and_migrate(client: &mut Client, path: &Path) -> Result<(), StoreError> {
-    let sql_err =
-        |e: postgres::Error| StoreError::db(path.to_path_buf(), "migrating the schema", e.into());
+    let sql_err = |e: postgres::Error| migrating(path, e.into());
     let has_history: bool = client
         .query_one(
             &format!("SELECT to_regclass('{HISTORY_TABLE}') IS NOT NULL"),
@@ -93,8 +96,7 @@ fn check_and_migrate(client: &mut Client, path: &Path) -> Result<(), StoreError>
         .map_err(sql_err)?
         .get(0);
     if has_history {
-        let found = schema_version(client)
-            .map_err(|e| StoreError::db(path.to_path_buf(), "migrating the schema", e))?;
+        let found = schema_version(client).map_err(|e| migrating(path, e))?;
         if found > SCHEMA_VERSION {
             return Err(StoreError::NewerSchema {
                 path: path.to_path_buf(),

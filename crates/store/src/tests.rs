@@ -406,6 +406,20 @@ fn error_messages_render() {
     );
 }
 
+/// What a snapshot holds after upserting `rows` in order: the last row per key, sorted.
+fn last_per_key(rows: &[PointRow]) -> Vec<PointRow> {
+    let mut want: Vec<PointRow> = Vec::new();
+    for r in rows {
+        let key = |w: &PointRow| (w.server.clone(), w.service.clone(), w.x.clone());
+        match want.iter_mut().find(|w| key(w) == key(r)) {
+            Some(w) => *w = r.clone(),
+            None => want.push(r.clone()),
+        }
+    }
+    want.sort_by(|a, b| (&a.server, &a.service, &a.x).cmp(&(&b.server, &b.service, &b.x)));
+    want
+}
+
 fn arb_point() -> impl Strategy<Value = PointRow> {
     (
         "[a-z]{1,6}",
@@ -445,15 +459,7 @@ proptest! {
     fn points_round_trip(rows in proptest::collection::vec(arb_point(), 0..20)) {
         let store = Store::open_in_memory().unwrap();
         store.upsert_points(&rows).unwrap();
-        let mut want: Vec<PointRow> = Vec::new();
-        for r in &rows {
-            match want.iter_mut().find(|w| (&w.server, &w.service, &w.x) == (&r.server, &r.service, &r.x)) {
-                Some(w) => *w = r.clone(),
-                None => want.push(r.clone()),
-            }
-        }
-        want.sort_by(|a, b| (&a.server, &a.service, &a.x).cmp(&(&b.server, &b.service, &b.x)));
-        prop_assert_eq!(store.snapshot().unwrap().points, want);
+        prop_assert_eq!(store.snapshot().unwrap().points, last_per_key(&rows));
     }
 }
 
@@ -973,15 +979,7 @@ proptest! {
     fn points_round_trip_on_postgres(rows in proptest::collection::vec(arb_point(), 0..20)) {
         let store = Place::new(Backend::Postgres).open();
         store.upsert_points(&rows).unwrap();
-        let mut want: Vec<PointRow> = Vec::new();
-        for r in &rows {
-            match want.iter_mut().find(|w| (&w.server, &w.service, &w.x) == (&r.server, &r.service, &r.x)) {
-                Some(w) => *w = r.clone(),
-                None => want.push(r.clone()),
-            }
-        }
-        want.sort_by(|a, b| (&a.server, &a.service, &a.x).cmp(&(&b.server, &b.service, &b.x)));
-        prop_assert_eq!(store.snapshot().unwrap().points, want);
+        prop_assert_eq!(store.snapshot().unwrap().points, last_per_key(&rows));
     }
 }
 

@@ -22,31 +22,19 @@ impl AgentCore {
     /// its heartbeat at `now` lists: each predicted with this agent's models (the store
     /// gives every agent the same ones), less what its kernel has run.
     pub(super) fn track_foreign(&mut self, slot: usize, in_flight: &[InFlight], now: Duration) {
-        if self.foreign.0.len() <= slot {
-            self.foreign.0.resize_with(slot + 1, Vec::new);
-        }
         // Gone ones ended (their reports may still be on the way); the rest are predicted
         // again from what they have run by now.
-        for t in std::mem::take(&mut self.foreign.0[slot]) {
+        for t in std::mem::take(self.foreign_on(slot)) {
             self.reservations.release(t);
         }
-        let mut held = Vec::new();
         // Running calls first, then the waiting ones, each of which queues behind those
         // before it (its finish is the wait for a slot plus its time, as a call this agent
         // places is reserved).
         let mut order: Vec<&InFlight> = in_flight.iter().collect();
         order.sort_by(|a, b| b.ran_s.unwrap_or(-1.0).total_cmp(&a.ran_s.unwrap_or(-1.0)));
         for f in order {
-            if self.reservations.contains(f.ticket) {
-                continue; // This agent's own.
-            }
-            let Some(a) = self.foreign_assignment(slot, f, now) else {
-                continue;
-            };
-            self.reservations.add(slot, a, None);
-            held.push(f.ticket);
+            self.hold_foreign(slot, f, now);
         }
-        self.foreign.0[slot] = held;
     }
 
     /// Calls that just reached the server `server` (its arrival notice): those this agent did
@@ -60,19 +48,30 @@ impl AgentCore {
         let Some(slot) = self.registry.slot_of(server) else {
             return gridwise_proto::Ack::Reregister;
         };
+        for f in calls {
+            self.hold_foreign(slot, f, now);
+        }
+        gridwise_proto::Ack::Ok
+    }
+
+    /// The tickets of other agents' calls held on `slot`.
+    fn foreign_on(&mut self, slot: usize) -> &mut Vec<Ticket> {
         if self.foreign.0.len() <= slot {
             self.foreign.0.resize_with(slot + 1, Vec::new);
         }
-        for f in calls {
-            if self.reservations.contains(f.ticket) {
-                continue;
-            }
-            if let Some(a) = self.foreign_assignment(slot, f, now) {
-                self.reservations.add(slot, a, None);
-                self.foreign.0[slot].push(f.ticket);
-            }
+        &mut self.foreign.0[slot]
+    }
+
+    /// Holds `f` as a reservation on `slot` unless this agent holds it already (its own call,
+    /// or told of it before), or knows nothing of its service.
+    fn hold_foreign(&mut self, slot: usize, f: &InFlight, now: Duration) {
+        if self.reservations.contains(f.ticket) {
+            return;
         }
-        gridwise_proto::Ack::Ok
+        if let Some(a) = self.foreign_assignment(slot, f, now) {
+            self.reservations.add(slot, a, None);
+            self.foreign_on(slot).push(f.ticket);
+        }
     }
 
     /// What `f` is expected to hold of the server in `slot`, as a reservation; `None` for a
