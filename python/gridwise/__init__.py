@@ -241,8 +241,9 @@ class CallFuture(concurrent.futures.Future):
 
 
 class Client:
-    """A connection to a gridwise agent. Give `agent` ("host:port") and `token`, or `config`,
-    the path of a client configuration file (TOML, as the C API and the CLI read)."""
+    """A connection to a gridwise agent. Give `agent` ("host:port", or several comma-separated
+    when agents share a store) and `token`, or `config`, the path of a client configuration
+    file (TOML, as the C API and the CLI read)."""
 
     def __init__(
         self,
@@ -267,6 +268,12 @@ class Client:
     def services(self) -> List[Service]:
         """Every service some server offers."""
         return [Service._from_json(s["desc"]) for s in json.loads(self._native.services())]
+
+    @property
+    def agent(self) -> str:
+        """The agent in use ("host:port"). Given several (`agent="a:7000,b:7000"`), the client
+        starts at a random one and moves to the next that answers when its agent fails."""
+        return self._native.agent()
 
     def status(self) -> Dict[str, Any]:
         """The agent's view of the grid: servers, their state, load and queues."""

@@ -387,6 +387,11 @@ impl Native {
         serde_json::to_string(&s).map_err(|e| OtherError::new_err(e.to_string()))
     }
 
+    /// The agent in use: of several given, the one that last answered.
+    fn agent(&self) -> String {
+        self.client.agent_addr()
+    }
+
     /// The agent's view of the grid, as JSON.
     fn status(&self, py: Python<'_>) -> PyResult<String> {
         let s = py

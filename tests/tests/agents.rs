@@ -85,12 +85,31 @@ fn what_an_agent_learns_in_postgres_survives_it_and_reaches_a_second_agent() {
 
 /// Two servers on both agents `a` and `b`.
 fn servers_on_both(a: &mut Grid, b: &Grid) {
+    let plain = "slots = 4\ncalibrate = false\n";
+    servers_of_both(a, b, &[("s1", plain.into()), ("s2", plain.into())]);
+}
+
+/// `servers` (name, config) registered with both agents `a` and `b`.
+fn servers_of_both(a: &mut Grid, b: &Grid, servers: &[(&str, String)]) {
     let agents = format!("agents = [\"{}\", \"{}\"]\n", a.agent.addr, b.agent.addr);
-    for name in ["s1", "s2"] {
-        a.server(name, &format!("{agents}slots = 4\ncalibrate = false\n"));
+    for (name, toml) in servers {
+        a.server(name, &format!("{agents}{toml}"));
     }
-    a.wait_up(2);
-    b.wait_up(2);
+    a.wait_up(servers.len());
+    b.wait_up(servers.len());
+}
+
+/// A client of both agents, and the pid of the one it uses.
+fn client_of_both(a: &Grid, b: &Grid) -> (gridwise_client::Client, u32) {
+    let mut cfg = a.client_config();
+    cfg.agents = vec![a.agent.addr.clone(), b.agent.addr.clone()];
+    let c = gridwise_client::Client::connect(cfg).unwrap();
+    let pid = if c.agent_addr() == a.agent.addr {
+        a.agent.pid()
+    } else {
+        b.agent.pid()
+    };
+    (c, pid)
 }
 
 #[test]
@@ -139,15 +158,8 @@ fn a_graph_whose_agent_dies_mid_run_is_finished() {
     let mut a = agent_on(&url);
     let b = agent_on(&url);
     servers_on_both(&mut a, &b);
-    let mut cfg = a.client_config();
-    cfg.agents = vec![a.agent.addr.clone(), b.agent.addr.clone()];
-    let c = gridwise_client::Client::connect(cfg).unwrap();
     // The agent that dies is the one that plans the graph.
-    let victim_pid = if c.agent_addr() == a.agent.addr {
-        a.agent.pid()
-    } else {
-        b.agent.pid()
-    };
+    let (c, victim_pid) = client_of_both(&a, &b);
     let m = |v: &[f64]| Value::matrix_f64(2, 2, v);
     let mut graph = c.graph();
     // A chain of products, kept on the servers from one call to the next, beside calls that
@@ -188,4 +200,61 @@ fn a_graph_whose_agent_dies_mid_run_is_finished() {
     // [[1,1],[0,1]]⁵ = [[1,5],[0,1]].
     assert_eq!(run.outputs(prev).unwrap()[0], m(&[1., 5., 0., 1.]));
     assert_eq!(run.calls.len(), 10);
+}
+
+/// An emulated `rows` service of `speed` units/s (a unit is 1e6 operations), calibrated once.
+fn rows_server(speed: u64) -> String {
+    format!(
+        "builtins = []\ncalibrate = true\nslots = 1\n[[emulated]]\nname = \"rows\"\nparam = \"n\"\ncomplexity = \"n*1e6\"\n\
+         speed = [[1, {speed}e6], [100000, {speed}e6]]\ncalibration_size = 10\ninputs = 0\noutput = false\n"
+    )
+}
+
+#[test]
+fn a_divisible_job_whose_agent_dies_is_finished() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = pg.create_database("grid").unwrap();
+    let mut a = agent_on(&url);
+    let b = agent_on(&url);
+    let servers = [
+        ("fast", rows_server(4000)),
+        ("mid", rows_server(2000)),
+        ("slow", rows_server(1000)),
+    ];
+    servers_of_both(&mut a, &b, &servers);
+    let (c, victim_pid) = client_of_both(&a, &b);
+    let first = c.agent_addr();
+    let h = c.function_handle_default("rows").unwrap();
+    let spec = gridwise_client::DivideSpec {
+        unit_param: "n".into(),
+        all: true,
+        ..Default::default()
+    };
+    let inputs = |_: u64, units: u64| vec![Value::Int(units as i64)];
+    // About 0.9 s an iteration on 7,000 units/s: the agent dies while the first one's parts
+    // run, and the later iterations are planned by the agent that lives.
+    let units = 6000;
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        gridwise_e2e::signal(victim_pid, libc::SIGKILL);
+    });
+    let runs = c
+        .divide_iter(&h, units, &spec, 3, &inputs)
+        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", a.logs(), b.logs()));
+    killer.join().unwrap();
+    assert_eq!(runs.len(), 3);
+    for r in &runs {
+        assert_eq!(r.parts.iter().map(|p| p.units).sum::<u64>(), units);
+        assert_eq!(r.parts.len(), 3, "every server has a part: {:?}", r.plan);
+    }
+    assert!(
+        runs[0].makespan_s > 0.4,
+        "the first iteration ran past the kill ({} s)",
+        runs[0].makespan_s
+    );
+    assert_ne!(
+        c.agent_addr(),
+        first,
+        "the client moved to the agent that lives"
+    );
 }

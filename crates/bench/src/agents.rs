@@ -12,6 +12,12 @@
 //!   wait on the database), and how busy the machine's cores were (`host_cpu_busy`): every
 //!   agent hears every report, so N agents cost about N times one's CPU, on the same two cores
 //!   as the clients, the servers and PostgreSQL here.
+//! - `dag` rows: the same clients and servers, each client running `graphs` task graphs one
+//!   after another (a fork of four chains joined by a tree, 12 calls), each graph planned
+//!   whole by the client's agent, which reserves its servers for it.
+//!
+//!   Each bag and DAG runs three times on its fleet; the rows give the median makespan (and
+//!   all three): one configuration's makespan varies by up to a fifth from run to run here.
 //! - `kill` rows: N = 2 and 3 agents, every client listing all of them; mid-batch the agent
 //!   serving the first client is SIGKILLed. Calls lost, failed and wrong (the mix of `bench
 //!   faults`: `add`, `sleep`, a 64³ `dgemm`, each answer checked), how long the clients on the
@@ -42,6 +48,8 @@ pub struct AgentsBench {
     pub clients: usize,
     /// Calls per client in the bag.
     pub calls: usize,
+    /// Graphs per client in the DAG rows.
+    pub graphs: usize,
     /// Calls per client in each kill run.
     pub kill_calls: usize,
 }
@@ -108,9 +116,13 @@ impl Fleet {
         cfg
     }
 
-    /// CPU seconds the agents have used so far, each.
-    fn agent_cpu_s(&self) -> Vec<f64> {
-        self.grids.iter().map(|g| cpu_s(g.agent.pid())).collect()
+    /// CPU seconds the agents have used so far, all of them: the whole processes, and their
+    /// store writer threads (which alone talk to the database).
+    fn agent_cpu_s(&self) -> (f64, f64) {
+        self.grids.iter().fold((0.0, 0.0), |(all, store), g| {
+            let pid = g.agent.pid();
+            (all + cpu_s(pid), store + thread_cpu_s(pid, STORE_THREAD))
+        })
     }
 }
 
@@ -120,8 +132,18 @@ fn servers_of(kind: &str) -> Vec<String> {
         "bag" => SPEEDS
             .iter()
             .map(|s| {
+                let emulated = |name: &str, complexity: &str, inputs: u32| {
+                    format!(
+                        "[[emulated]]\nname = \"{name}\"\nparam = \"n\"\ncomplexity = \"{complexity}\"\nspeed = [[1, {s:e}], [4000, {s:e}]]\ninputs = {inputs}\noutput = {}\n",
+                        name != "solve"
+                    )
+                };
                 format!(
-                    "builtins = []\nslots = 1\n[[emulated]]\nname = \"solve\"\nparam = \"n\"\ncomplexity = \"n^3\"\nspeed = [[1, {s:e}], [4000, {s:e}]]\n"
+                    "builtins = []\nslots = 1\n{}{}{}{}",
+                    emulated("solve", "n^3", 0),
+                    emulated("make", "n^3", 0),
+                    emulated("step", "2*n^3", 1),
+                    emulated("join", "n^3", 2),
                 )
             })
             .collect(),
@@ -131,9 +153,31 @@ fn servers_of(kind: &str) -> Vec<String> {
     }
 }
 
+/// The agent's thread that writes to its store (`gridwise_store::Writer`).
+const STORE_THREAD: &str = "gridwise-store";
+
 /// A process's user + system CPU time from `/proc/PID/stat`, s (0 where unreadable).
 fn cpu_s(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    stat_cpu_s(&format!("/proc/{pid}/stat"))
+}
+
+/// The CPU time of `pid`'s threads named `name`, s.
+fn thread_cpu_s(pid: u32, name: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .map(|t| stat_cpu_s(&t.path().join("stat").to_string_lossy()))
+        .sum()
+}
+
+/// User + system CPU time from a `/proc` stat file, s (0 where unreadable).
+fn stat_cpu_s(path: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return 0.0;
     };
     // Fields after the command (which may hold spaces) in parentheses.
@@ -171,106 +215,200 @@ fn bag_size(c: usize, k: usize) -> i64 {
     200 + (x % 251) as i64
 }
 
-/// What a bag run measured.
-struct BagRun {
+/// What one run of a workload measured.
+struct Run {
     makespan_s: f64,
-    /// The agents' CPU over the calls made, s per call.
-    agent_cpu_per_call_s: f64,
+    /// Calls made, all clients.
+    calls: usize,
+    /// The agents' CPU over the run, s: all of it, and their store writers'.
+    agent_cpu_s: f64,
+    store_cpu_s: f64,
     /// How busy the machine's cores were during the run, 0–1.
     host_busy: f64,
 }
 
-/// The bag on `fleet`: every client on its own agent.
-fn bag(fleet: &Fleet, opts: &AgentsBench) -> Result<BagRun> {
+/// Runs `work(client index, client)` on `opts.clients` clients at once, client `i` on agent
+/// `i mod N`; `work` returns the calls it made and how many failed.
+fn measure(
+    fleet: &Fleet,
+    opts: &AgentsBench,
+    work: &(dyn Fn(usize, &Client) -> (usize, usize) + Sync),
+) -> Result<Run> {
     let addrs = fleet.addrs();
     let clients: Vec<Client> = (0..opts.clients)
         .map(|i| Client::connect(fleet.config(&[addrs[i % addrs.len()].clone()])))
         .collect::<Result<_, _>>()?;
-    let cpu_before: f64 = fleet.agent_cpu_s().iter().sum();
+    let cpu_before = fleet.agent_cpu_s();
     let host_before = host_jiffies();
     let start = Arc::new(Barrier::new(opts.clients + 1));
-    let failed = Arc::new(AtomicUsize::new(0));
+    let (calls, failed) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let t0 = std::thread::scope(|s| {
         for (ci, c) in clients.iter().enumerate() {
-            let (start, failed) = (start.clone(), failed.clone());
+            let (start, calls, failed) = (start.clone(), &calls, &failed);
             s.spawn(move || {
-                let h = c.function_handle_default("solve").expect("solve");
                 start.wait();
-                let mut out = std::collections::VecDeque::new();
-                for k in 0..opts.calls {
-                    if out.len() == WINDOW {
-                        let id = out.pop_front().unwrap();
-                        if c.wait(id).is_err() {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    match c.call_async(&h, vec![Value::Int(bag_size(ci, k))]) {
-                        Ok(id) => out.push_back(id),
-                        Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                for id in out {
-                    if c.wait(id).is_err() {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                let (n, f) = work(ci, c);
+                calls.fetch_add(n, Ordering::Relaxed);
+                failed.fetch_add(f, Ordering::Relaxed);
             });
         }
         start.wait();
         Instant::now()
     });
-    let makespan = t0.elapsed().as_secs_f64();
-    let cpu = fleet.agent_cpu_s().iter().sum::<f64>() - cpu_before;
+    let makespan_s = t0.elapsed().as_secs_f64();
+    let cpu_after = fleet.agent_cpu_s();
     let host_after = host_jiffies();
     let n = failed.load(Ordering::Relaxed);
-    anyhow::ensure!(n == 0, "{n} bag calls failed");
-    Ok(BagRun {
-        makespan_s: makespan,
-        agent_cpu_per_call_s: cpu / (opts.clients * opts.calls) as f64,
+    anyhow::ensure!(n == 0, "{n} calls failed");
+    Ok(Run {
+        makespan_s,
+        calls: calls.load(Ordering::Relaxed),
+        agent_cpu_s: cpu_after.0 - cpu_before.0,
+        store_cpu_s: cpu_after.1 - cpu_before.1,
         host_busy: (host_after.0 - host_before.0) / (host_after.1 - host_before.1).max(1.0),
     })
 }
+
+/// The bag: every client keeps [`WINDOW`] calls of `solve` in flight until it has made `calls`.
+fn bag(fleet: &Fleet, opts: &AgentsBench, calls: usize) -> Result<Run> {
+    measure(fleet, opts, &|ci, c| {
+        let Ok(h) = c.function_handle_default("solve") else {
+            return (0, 1);
+        };
+        let mut failed = 0;
+        let mut out = std::collections::VecDeque::new();
+        for k in 0..calls {
+            if out.len() == WINDOW {
+                let id = out.pop_front().unwrap();
+                failed += usize::from(c.wait(id).is_err());
+            }
+            match c.call_async(&h, vec![Value::Int(bag_size(ci, k))]) {
+                Ok(id) => out.push_back(id),
+                Err(_) => failed += 1,
+            }
+        }
+        for id in out {
+            failed += usize::from(c.wait(id).is_err());
+        }
+        (calls, failed)
+    })
+}
+
+/// Calls in one of the DAG rows' graphs: `make`, four chains of two `step`s from it, and a
+/// tree of three `join`s over the chains' ends.
+const DAG_CALLS: usize = 12;
+
+/// The DAG: every client runs `graphs` graphs one after another, each planned by its agent,
+/// all calls of graph `g` at the size `bag_size(client, g)`.
+fn dag(fleet: &Fleet, opts: &AgentsBench, graphs: usize) -> Result<Run> {
+    measure(fleet, opts, &|ci, c| {
+        let mut failed = 0;
+        for g in 0..graphs {
+            let n = bag_size(ci, g);
+            let mut graph = c.graph();
+            let root = graph.call("make", vec![n.into()]);
+            let ends: Vec<_> = (0..4)
+                .map(|_| {
+                    let s = graph.call("step", vec![n.into(), root.output(0)]);
+                    graph.call("step", vec![n.into(), s.output(0)])
+                })
+                .collect();
+            let j1 = graph.call("join", vec![n.into(), ends[0].output(0), ends[1].output(0)]);
+            let j2 = graph.call("join", vec![n.into(), ends[2].output(0), ends[3].output(0)]);
+            graph.call("join", vec![n.into(), j1.output(0), j2.output(0)]);
+            match graph.run() {
+                Ok(r) if r.calls.len() == DAG_CALLS => {}
+                _ => failed += 1,
+            }
+        }
+        (graphs * DAG_CALLS, failed)
+    })
+}
+
+/// Runs of one workload on one fleet, summarised by their median makespan: on two cores
+/// shared with every daemon, one configuration's makespan varies by up to a fifth from run
+/// to run, more than the differences this measures.
+struct Runs(Vec<Run>);
+
+impl Runs {
+    fn median_makespan_s(&self) -> f64 {
+        let mut m: Vec<f64> = self.0.iter().map(|r| r.makespan_s).collect();
+        m.sort_by(f64::total_cmp);
+        m[m.len() / 2]
+    }
+
+    fn makespans(&self) -> Vec<f64> {
+        self.0.iter().map(|r| round3(r.makespan_s)).collect()
+    }
+
+    /// The agents' CPU per call over all runs, µs: all of it, and all but their store
+    /// writers' (what deciding costs; the writers run beside the rank path, never in it).
+    fn agent_cpu_us_per_call(&self) -> (f64, f64) {
+        let all: f64 = self.0.iter().map(|r| r.agent_cpu_s).sum();
+        let store: f64 = self.0.iter().map(|r| r.store_cpu_s).sum();
+        let calls = self.0.iter().map(|r| r.calls).sum::<usize>().max(1) as f64;
+        let us = |s: f64| (s / calls * 1e7).round() / 10.0;
+        (us(all), us(all - store))
+    }
+
+    fn host_busy(&self) -> f64 {
+        round3(self.0.iter().map(|r| r.host_busy).sum::<f64>() / self.0.len() as f64)
+    }
+}
+
+/// How many times each workload runs on each fleet.
+const REPEATS: usize = 3;
 
 /// Runs the benchmark, emitting one JSON line per row.
 pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
     let pg = TempPostgres::start().map_err(|e| anyhow!("{e}"))?;
     eprintln!("bench agents: PostgreSQL on 127.0.0.1:{}", pg.port());
-    let mut one = None;
+    // The single agent on PostgreSQL's median makespans (bag, DAG): what the others are over.
+    let mut one: Option<(f64, f64)> = None;
     for (agents, store) in [
         (1, Store::Sqlite),
         (1, Store::Postgres),
         (2, Store::Postgres),
         (3, Store::Postgres),
     ] {
-        eprintln!("bench agents: bag, {agents} agent(s) on {store:?} …");
+        eprintln!("bench agents: bag and DAG, {agents} agent(s) on {store:?} …");
         let fleet = Fleet::start(agents, store, &pg, &format!("bag{agents}"), "bag")?;
         // The agents learn the servers' speeds first (as a grid that has run a while has).
-        bag(
-            &fleet,
-            &AgentsBench {
-                calls: 10,
-                ..opts.clone()
-            },
-        )?;
-        let run = bag(&fleet, opts)?;
-        let makespan = run.makespan_s;
+        bag(&fleet, opts, 10)?;
+        dag(&fleet, opts, 2)?;
+        let bags = Runs(
+            (0..REPEATS)
+                .map(|_| bag(&fleet, opts, opts.calls))
+                .collect::<Result<_>>()?,
+        );
+        let dags = Runs(
+            (0..REPEATS)
+                .map(|_| dag(&fleet, opts, opts.graphs))
+                .collect::<Result<_>>()?,
+        );
+        let (b, d) = (bags.median_makespan_s(), dags.median_makespan_s());
         if store == Store::Postgres && agents == 1 {
-            one = Some(makespan);
+            one = Some((b, d));
         }
-        emit(json!({
-            "bench": "agents",
-            "row": "bag",
-            "agents": agents,
-            "store": format!("{store:?}").to_lowercase(),
-            "clients": opts.clients,
-            "calls": opts.clients * opts.calls,
-            "makespan_s": round3(makespan),
-            "over_one_agent": one.map(|o| round3(makespan / o)),
-            "agent_cpu_us_per_call": (run.agent_cpu_per_call_s * 1e7).round() / 10.0,
-            "host_cpu_busy": round3(run.host_busy),
-        }));
+        for (row, runs, median, base) in [
+            ("bag", &bags, b, one.map(|o| o.0)),
+            ("dag", &dags, d, one.map(|o| o.1)),
+        ] {
+            emit(json!({
+                "bench": "agents",
+                "row": row,
+                "agents": agents,
+                "store": format!("{store:?}").to_lowercase(),
+                "clients": opts.clients,
+                "calls": runs.0[0].calls,
+                "makespan_s": round3(median),
+                "makespans_s": runs.makespans(),
+                "over_one_agent": base.map(|o| round3(median / o)),
+                "agent_cpu_us_per_call": runs.agent_cpu_us_per_call().0,
+                "agent_cpu_us_per_call_outside_store": runs.agent_cpu_us_per_call().1,
+                "host_cpu_busy": runs.host_busy(),
+            }));
+        }
     }
     for agents in [2, 3] {
         eprintln!("bench agents: kill, {agents} agents …");

@@ -423,10 +423,10 @@ enum BenchCmd {
         #[arg(long)]
         repeat: Option<usize>,
     },
-    /// More than one agent: bags of calls from clients spread over 1, 2 and 3 agents sharing a
-    /// PostgreSQL store (started by the bench from the system's packages), the agents' CPU per
-    /// call on SQLite and PostgreSQL, and an agent SIGKILLed mid-batch with 2 and 3 agents
-    /// (a few minutes).
+    /// More than one agent: bags of calls and task graphs from clients spread over 1, 2 and 3
+    /// agents sharing a PostgreSQL store (started by the bench from the system's packages), the
+    /// agents' CPU per call on SQLite and PostgreSQL, and an agent SIGKILLed mid-batch with 2
+    /// and 3 agents (about ten minutes).
     Agents {
         /// One JSON object per line.
         #[arg(long)]
@@ -437,6 +437,9 @@ enum BenchCmd {
         /// Calls per client in each bag.
         #[arg(long, default_value_t = 400)]
         calls: usize,
+        /// Graphs of 12 calls per client in each DAG run.
+        #[arg(long, default_value_t = 30)]
+        graphs: usize,
         /// Calls per client in each kill run.
         #[arg(long, default_value_t = 500)]
         kill_calls: usize,
@@ -833,11 +836,13 @@ fn run_bench(which: &BenchCmd) -> anyhow::Result<()> {
             json,
             clients,
             calls,
+            graphs,
             kill_calls,
         } => bench::agents::run(
             &bench::agents::AgentsBench {
                 clients: *clients,
                 calls: *calls,
+                graphs: *graphs,
                 kill_calls: *kill_calls,
             },
             &mut |line| print_line(*json, &line),
