@@ -258,3 +258,36 @@ fn a_divisible_job_whose_agent_dies_is_finished() {
         "the client moved to the agent that lives"
     );
 }
+
+#[test]
+fn an_agent_whose_host_is_cut_off_costs_no_call_and_its_clients_move() {
+    let dir = gridwise_e2e::cargo_build(&["-p", "gridwise", "--bin", "gridwise"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Two agents on hosts of a test bed, the database and three servers on others; 4 clients
+    // listing both, 150 calls each; the first client's agent's host cut off at a third.
+    let row = gridwise_bench::agents::cut::run(&dir.join("gridwise"), 4, 150, 2)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(
+        row.get("skipped").is_none(),
+        "the test bed needs root and iproute2: {row}"
+    );
+    assert_eq!(
+        (
+            row["lost"].as_u64(),
+            row["failed"].as_u64(),
+            row["wrong"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "{row}"
+    );
+    assert!(row["clients_on_the_cut_agent"].as_u64() >= Some(1), "{row}");
+    // Moved by the silence, not at the end of the 30 s agent_timeout a request waits out.
+    let moved = row["moved_within_s"].as_f64();
+    assert!(moved.is_some_and(|s| s < 5.0), "{row}");
+    assert!(
+        row["survivor_estimates_with"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("Fpm")),
+        "{row}"
+    );
+}

@@ -24,11 +24,17 @@
 //!   dead agent took to move (from the kill to the first completion each saw through a
 //!   live agent, an upper bound), and whether the survivors still estimate with what was
 //!   learned before the kill.
+//! - `cut` rows ([`cut`]): as `kill`, on a test bed of network namespaces (agents, database,
+//!   servers and clients on hosts of their own), the agent's host cut off instead of its
+//!   process killed: the clients learn of it only by silence. Skipped, saying why, where no
+//!   test bed can be built (it needs root and iproute2).
 //! - `sim` rows: the simulator's online scenario at 10,000 servers and 20,000 calls
 //!   (`examples/sim/online-10k.json`), ranked by the real agent core: one omniscient agent
 //!   against N agents that see each other's calls only as the servers' heartbeats list them
 //!   (`gridwise_sim::simulate_online_agents`); the mean response time and makespan over the
 //!   omniscient agent's.
+
+pub mod cut;
 
 use crate::faults::{Mix, run_batch_with};
 use anyhow::{Context, Result, anyhow};
@@ -50,8 +56,16 @@ pub struct AgentsBench {
     pub calls: usize,
     /// Graphs per client in the DAG rows.
     pub graphs: usize,
-    /// Calls per client in each kill run.
+    /// Calls per client in each kill and cut run.
     pub kill_calls: usize,
+    /// Rows to run (all when empty): `bag` (with the DAG rows), `kill`, `cut`, `sim`.
+    pub only: Vec<String>,
+}
+
+impl AgentsBench {
+    fn runs(&self, rows: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == rows)
+    }
 }
 
 const SPEEDS: [f64; 6] = [1e9, 1.5e9, 2e9, 2.5e9, 3e9, 4e9];
@@ -361,6 +375,13 @@ const REPEATS: usize = 3;
 
 /// Runs the benchmark, emitting one JSON line per row.
 pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
+    if let Some(o) = opts
+        .only
+        .iter()
+        .find(|o| !["bag", "kill", "cut", "sim"].contains(&o.as_str()))
+    {
+        anyhow::bail!("no rows {o:?}: --only takes bag, kill, cut, sim");
+    }
     let pg = TempPostgres::start().map_err(|e| anyhow!("{e}"))?;
     eprintln!("bench agents: PostgreSQL on 127.0.0.1:{}", pg.port());
     // The single agent on PostgreSQL's median makespans (bag, DAG): what the others are over.
@@ -371,6 +392,9 @@ pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
         (2, Store::Postgres),
         (3, Store::Postgres),
     ] {
+        if !opts.runs("bag") {
+            break;
+        }
         eprintln!("bench agents: bag and DAG, {agents} agent(s) on {store:?} …");
         let fleet = Fleet::start(agents, store, &pg, &format!("bag{agents}"), "bag")?;
         // The agents learn the servers' speeds first (as a grid that has run a while has).
@@ -410,12 +434,20 @@ pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
             }));
         }
     }
-    for agents in [2, 3] {
+    for agents in [2, 3].into_iter().filter(|_| opts.runs("kill")) {
         eprintln!("bench agents: kill, {agents} agents …");
         emit(kill(opts, agents, &pg)?);
     }
+    let program = std::env::current_exe()?;
+    for agents in [2, 3].into_iter().filter(|_| opts.runs("cut")) {
+        eprintln!("bench agents: cut, {agents} agents on a test bed …");
+        emit(cut::run(&program, opts.clients, opts.kill_calls, agents)?);
+    }
     drop(pg);
-    simulated(emit)
+    if opts.runs("sim") {
+        simulated(emit)?;
+    }
+    Ok(())
 }
 
 /// The scenario the simulated rows run.
@@ -451,6 +483,18 @@ fn simulated(emit: &mut dyn FnMut(Json)) -> Result<()> {
         }));
     }
     Ok(())
+}
+
+/// The 64³ dgemm of the faults mix, to ask a surviving agent what it estimates it with.
+fn dgemm_probe() -> CallProfile {
+    CallProfile {
+        service: "dgemm".into(),
+        sizes: vec![("m".into(), 64), ("n".into(), 64), ("k".into(), 64)],
+        in_bytes: 0,
+        out_bytes: 0,
+        remote_in: Vec::new(),
+        inline_bytes: 0,
+    }
 }
 
 fn round3(x: f64) -> f64 {
@@ -533,16 +577,8 @@ fn kill(opts: &AgentsBench, agents: usize, pg: &TempPostgres) -> Result<Json> {
         .iter()
         .find(|c| c.agent_addr() != dead)
         .unwrap_or(&clients[0]);
-    let probe = CallProfile {
-        service: "dgemm".into(),
-        sizes: vec![("m".into(), 64), ("n".into(), 64), ("k".into(), 64)],
-        in_bytes: 0,
-        out_bytes: 0,
-        remote_in: Vec::new(),
-        inline_bytes: 0,
-    };
     let source = survivor
-        .explain(probe, RankOptions::default())
+        .explain(dgemm_probe(), RankOptions::default())
         .ok()
         .and_then(|c| c.first().map(|c| format!("{:?}", c.etc.compute_source)));
     Ok(json!({

@@ -443,6 +443,10 @@ enum BenchCmd {
         /// Calls per client in each kill run.
         #[arg(long, default_value_t = 500)]
         kill_calls: usize,
+        /// Rows to run, comma-separated (default: all): bag (with the DAG rows), kill, cut,
+        /// sim.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// Fault tolerance: 10,000 mixed calls on 3 servers while one server is killed and
     /// restarted, one is stopped for 20 s and the agent is killed and restarted; then an
@@ -838,12 +842,14 @@ fn run_bench(which: &BenchCmd) -> anyhow::Result<()> {
             calls,
             graphs,
             kill_calls,
+            only,
         } => bench::agents::run(
             &bench::agents::AgentsBench {
                 clients: *clients,
                 calls: *calls,
                 graphs: *graphs,
                 kill_calls: *kill_calls,
+                only: only.clone(),
             },
             &mut |line| print_line(*json, &line),
         ),

@@ -204,6 +204,7 @@ impl ClientConfig {
             connect_timeout: connect,
             hello_timeout: connect,
             tls,
+            unacked_limit: None,
         })
     }
 

@@ -82,9 +82,40 @@ async fn open_agent(
     .await
 }
 
-/// How long a dial to one agent of several may take before the next is tried: a client
-/// moves to a live agent within about this long when its agent's host is cut off.
+/// How long a dial to one agent of several may take before the next is tried.
 const FAILOVER_DIAL: Duration = Duration::from_millis(500);
+/// How long a request to one agent of several may go unacknowledged by its host before the
+/// connection is dropped and the request sent to the next agent.
+const FAILOVER_UNACKED: Duration = Duration::from_millis(500);
+/// How long a request to one agent of several waits for its answer before a few bytes more
+/// follow it on the same connection. A request its host had acknowledged before being cut off
+/// leaves nothing unacknowledged to time out: what follows does. A client then moves within
+/// about this plus [`FAILOVER_UNACKED`] of its agent's host going silent.
+const FAILOVER_NUDGE: Duration = Duration::from_millis(150);
+
+/// Awaits `request` to one of several agents over `client`, sending an empty `sink` on the
+/// same connection every [`FAILOVER_NUDGE`] it goes unanswered: on a live host the bytes are
+/// acknowledged and nothing happens; on a silent one they time the connection out.
+async fn nudged<T>(
+    request: impl Future<Output = T>,
+    client: &Arc<AgentApiClient>,
+    rt: &Handle,
+) -> T {
+    tokio::pin!(request);
+    loop {
+        tokio::select! {
+            answer = &mut request => return answer,
+            _ = tokio::time::sleep(FAILOVER_NUDGE) => {
+                let c = client.clone();
+                rt.spawn(async move {
+                    let _ = c
+                        .sink(wire::context(FAILOVER_NUDGE * 4), serde_bytes::ByteBuf::new())
+                        .await;
+                });
+            }
+        }
+    }
+}
 
 /// Connects to the first of `addrs` that answers, from `first` on round the list; which one,
 /// and the connection. With several agents each dial is bounded by [`FAILOVER_DIAL`] (a
@@ -99,6 +130,7 @@ async fn open_any_agent(
     if addrs.len() > 1 {
         dial.connect_timeout = dial.connect_timeout.min(FAILOVER_DIAL);
         dial.hello_timeout = dial.hello_timeout.min(FAILOVER_DIAL);
+        dial.unacked_limit = Some(FAILOVER_UNACKED);
     }
     let mut failures = Vec::new();
     for i in 0..addrs.len() {
@@ -308,8 +340,9 @@ impl Conn {
         }
     }
 
-    /// Replaces the agent connection numbered `epoch` (unless someone already did): the same
-    /// agent if it answers (a restart), else the next of the list that does.
+    /// Replaces the agent connection numbered `epoch` (unless someone already did): with one
+    /// agent, the same one (a restart); with several, the next of the list that answers, so
+    /// that a client whose agent's host went silent does not wait out a dial to it first.
     async fn reconnect_agent(&self, epoch: u64) -> Result<Arc<AgentApiClient>, GrpcError> {
         let _one_at_a_time = self.agent_reconnect.lock().await;
         let from = {
@@ -319,9 +352,10 @@ impl Conn {
             }
             cur.at
         };
+        let start = (from + 1) % self.agent_addrs.len().max(1);
         tracing::debug!(agent = %self.agent_addrs[from], "reconnecting to the agent");
         let (at, (client, alive)) =
-            open_any_agent(&self.rt, &self.agent_addrs, from, &self.wire_cfg).await?;
+            open_any_agent(&self.rt, &self.agent_addrs, start, &self.wire_cfg).await?;
         if at != from {
             tracing::info!(
                 from = %self.agent_addrs[from],
@@ -367,9 +401,23 @@ impl Conn {
             };
             let outcome = match attempt {
                 // Boxed: tarpc's request future is kilobytes (see `execute_on`).
-                Ok(client) => match Box::pin(f(client, self.agent_ctx())).await {
+                Ok(client) => match if self.agent_addrs.len() > 1 {
+                    nudged(
+                        Box::pin(f(client.clone(), self.agent_ctx())),
+                        &client,
+                        &self.rt,
+                    )
+                    .await
+                } else {
+                    Box::pin(f(client, self.agent_ctx())).await
+                } {
                     Ok(v) => return Ok(v),
-                    Err(e) if connection_lost(&e) => {
+                    // One of several agents that does not answer in time is as good as gone.
+                    Err(e)
+                        if connection_lost(&e)
+                            || (self.agent_addrs.len() > 1
+                                && matches!(e, TransportError::DeadlineExceeded)) =>
+                    {
                         // Drop it, so the next attempt reconnects.
                         self.mark_agent_lost(epoch);
                         if !lost_once {

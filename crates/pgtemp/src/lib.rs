@@ -31,7 +31,15 @@ pub struct TempPostgres {
     owner: Option<(u32, u32)>,
     bin: PathBuf,
     log: PathBuf,
+    /// The address it listens on.
+    listen: String,
+    /// Puts the server's process where it runs (a test bed's host), at every start.
+    place: Option<Place>,
 }
+
+/// Prepares the server's command to run elsewhere than this machine's network (a host of a
+/// test bed of network namespaces).
+pub type Place = Box<dyn Fn(&mut Command) -> Result<(), Error> + Send + Sync>;
 
 /// Why a cluster could not be made.
 pub type Error = String;
@@ -109,6 +117,14 @@ fn free_port() -> Result<u16, Error> {
 impl TempPostgres {
     /// Makes a cluster and starts its server; returns once it accepts connections.
     pub fn start() -> Result<TempPostgres, Error> {
+        Self::start_on("127.0.0.1", None)
+    }
+
+    /// Like [`start`](Self::start), the server listening on `ip` (accepting every client that
+    /// reaches it, without a password: for private test networks only) and started through
+    /// `place`. This process reaches it through its Unix socket to make databases, so it need
+    /// not be on the server's network itself.
+    pub fn start_on(ip: &str, place: Option<Place>) -> Result<TempPostgres, Error> {
         let bin = bin_dir()?;
         let owner = unprivileged_owner()?;
         let dir = tempfile::Builder::new()
@@ -140,6 +156,12 @@ impl TempPostgres {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
+        if ip != "127.0.0.1" {
+            let hba = data.join("pg_hba.conf");
+            let mut rules = fs::read_to_string(&hba).map_err(|e| e.to_string())?;
+            rules.push_str("host all all 0.0.0.0/0 trust\n");
+            fs::write(&hba, rules).map_err(|e| e.to_string())?;
+        }
         let log = dir.path().join("postgres.log");
         let mut pg = TempPostgres {
             child: None,
@@ -148,6 +170,8 @@ impl TempPostgres {
             owner,
             bin,
             log,
+            listen: ip.to_string(),
+            place,
         };
         pg.run_server()?;
         Ok(pg)
@@ -183,16 +207,42 @@ impl TempPostgres {
             .to_path_buf();
         let log = fs::File::create(&self.log).map_err(|e| e.to_string())?;
         chown(&self.log, self.owner)?;
-        let mut c = command(&self.bin, "postgres", self.owner);
+        // A placed server enters its network namespace first, which needs root: it changes to
+        // its owner after that (`Command::uid` would change before every `pre_exec`).
+        let placed_owner = self.place.as_ref().and(self.owner);
+        let mut c = command(
+            &self.bin,
+            "postgres",
+            self.owner.filter(|_| self.place.is_none()),
+        );
         c.arg("-D")
             .arg(dir.join("data"))
-            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+            .args(["-p", &port.to_string(), "-c"])
+            .arg(format!("listen_addresses={}", self.listen))
             .arg("-c")
             .arg(format!("unix_socket_directories={}", dir.display()))
             .args(["-c", "fsync=off", "-c", "max_connections=300"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
+        if let Some(place) = &self.place {
+            place(&mut c)?;
+        }
+        if let Some((uid, gid)) = placed_owner {
+            // SAFETY: setgroups, setgid and setuid are async-signal-safe; they run in the
+            // child before exec.
+            unsafe {
+                c.pre_exec(move || {
+                    if libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         // SAFETY: prctl is async-signal-safe; it runs in the child before exec.
         unsafe {
             c.pre_exec(|| {
@@ -212,7 +262,7 @@ impl TempPostgres {
                     self.log_tail()
                 ));
             }
-            if postgres::Client::connect(&self.url_on(port, "postgres"), postgres::NoTls).is_ok() {
+            if self.admin_on(port).is_ok() {
                 self.port = port;
                 self.child = Some(child);
                 return Ok(());
@@ -239,10 +289,23 @@ impl TempPostgres {
     }
 
     fn url_on(&self, port: u16, db: &str) -> String {
-        format!("postgres://{SUPERUSER}@127.0.0.1:{port}/{db}")
+        format!("postgres://{SUPERUSER}@{}:{port}/{db}", self.listen)
     }
 
-    /// The server's port on 127.0.0.1.
+    /// A superuser connection through the server's Unix socket (in the cluster's directory):
+    /// it works from any network namespace.
+    fn admin_on(&self, port: u16) -> Result<postgres::Client, postgres::Error> {
+        let dir = self.dir.as_ref().expect("the cluster exists").path();
+        postgres::Config::new()
+            .host_path(dir)
+            .port(port)
+            .user(SUPERUSER)
+            .dbname("postgres")
+            .connect(postgres::NoTls)
+    }
+
+    /// The server's port (on its address: 127.0.0.1 unless started with
+    /// [`start_on`](Self::start_on)).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -255,7 +318,8 @@ impl TempPostgres {
     /// Makes a new, empty database and returns its URL: one per test keeps tests apart on one
     /// server.
     pub fn create_database(&self, name: &str) -> Result<String, Error> {
-        let mut c = postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
+        let mut c = self
+            .admin_on(self.port)
             .map_err(|e| format!("cannot connect to the test server: {e}"))?;
         c.batch_execute(&format!("CREATE DATABASE \"{name}\""))
             .map_err(|e| format!("cannot create database {name}: {e}"))?;

@@ -67,6 +67,11 @@ pub struct DialConfig {
     /// TLS to speak, when the grid uses it: the peer must then prove it holds a certificate
     /// for the host dialled, and we present ours.
     pub tls: Option<Arc<Tls>>,
+    /// How long data sent may go unacknowledged before the connection is dropped
+    /// (`TCP_USER_TIMEOUT`): a peer whose host is cut off is then known gone within about
+    /// this long of the next request, not after the request's own deadline. `None` leaves
+    /// the kernel's (minutes of retransmissions).
+    pub unacked_limit: Option<Duration>,
 }
 
 impl DialConfig {
@@ -80,6 +85,7 @@ impl DialConfig {
             connect_timeout: Duration::from_secs(5),
             hello_timeout: Duration::from_secs(5),
             tls: None,
+            unacked_limit: None,
         }
     }
 }
@@ -196,6 +202,9 @@ pub async fn connect_channel(
     let stream = dial::connect_tcp(addr, cfg.connect_timeout).await?;
     // Small RPCs are latency-bound: never let Nagle hold a frame back.
     let _ = stream.set_nodelay(true);
+    if let Some(limit) = cfg.unacked_limit {
+        dial::limit_unacked(&stream, limit);
+    }
     let stream = match &cfg.tls {
         None => ByteStream::Left(stream),
         Some(tls) => ByteStream::Right(tls_connect(addr, tls, stream, cfg.hello_timeout).await?),
