@@ -16,8 +16,9 @@
 //!   after another (a fork of four chains joined by a tree, 12 calls), each graph planned
 //!   whole by the client's agent, which reserves its servers for it.
 //!
-//!   Each bag and DAG runs three times on its fleet; the rows give the median makespan (and
-//!   all three): one configuration's makespan varies by up to a fifth from run to run here.
+//!   Three rounds, each on fresh fleets of every configuration in turn; the rows give the
+//!   median makespan (and all three): fleets of one configuration differ by up to a fifth
+//!   here, while runs on one fleet agree within a few per cent.
 //! - `kill` rows: N = 2 and 3 agents, every client listing all of them; mid-batch the agent
 //!   serving the first client is SIGKILLed. Calls lost, failed and wrong (the mix of `bench
 //!   faults`: `add`, `sleep`, a 64³ `dgemm`, each answer checked), how long the clients on the
@@ -370,8 +371,70 @@ impl Runs {
     }
 }
 
-/// How many times each workload runs on each fleet.
+/// How many fleets of each configuration run the bag and the DAG.
 const REPEATS: usize = 3;
+
+/// The configurations of the bag and DAG rows: agents and where they keep what they learn.
+const FLEETS: [(usize, Store); 4] = [
+    (1, Store::Sqlite),
+    (1, Store::Postgres),
+    (2, Store::Postgres),
+    (3, Store::Postgres),
+];
+
+/// The bag and DAG rows. Each round starts a fresh fleet of every configuration in turn and
+/// runs a bag and a DAG on it: the makespan is set as much by the fleet (whatever its agents
+/// learned first) as by the configuration (three runs on one fleet within 3 %, fleets of one
+/// configuration up to 20 % apart), so each row's median is over fleets, not over runs of one.
+fn bags_and_dags(opts: &AgentsBench, pg: &TempPostgres, emit: &mut dyn FnMut(Json)) -> Result<()> {
+    let mut bags: Vec<Vec<Run>> = FLEETS.iter().map(|_| Vec::new()).collect();
+    let mut dags: Vec<Vec<Run>> = FLEETS.iter().map(|_| Vec::new()).collect();
+    for round in 0..REPEATS {
+        for (i, &(agents, store)) in FLEETS.iter().enumerate() {
+            eprintln!(
+                "bench agents: round {} of {REPEATS}, {agents} agent(s) on {store:?} …",
+                round + 1
+            );
+            let db = format!("bag{agents}r{round}");
+            let fleet = Fleet::start(agents, store, pg, &db, "bag")?;
+            // The agents learn the servers' speeds first (as a grid that has run a while has).
+            bag(&fleet, opts, 10)?;
+            dag(&fleet, opts, 2)?;
+            bags[i].push(bag(&fleet, opts, opts.calls)?);
+            dags[i].push(dag(&fleet, opts, opts.graphs)?);
+        }
+    }
+    let (bags, dags): (Vec<Runs>, Vec<Runs>) = (
+        bags.into_iter().map(Runs).collect(),
+        dags.into_iter().map(Runs).collect(),
+    );
+    // One agent on PostgreSQL: what the others are over.
+    let one = FLEETS
+        .iter()
+        .position(|f| *f == (1, Store::Postgres))
+        .expect("in FLEETS");
+    for (row, runs) in [("bag", &bags), ("dag", &dags)] {
+        let base = runs[one].median_makespan_s();
+        for (&(agents, store), r) in FLEETS.iter().zip(runs) {
+            let median = r.median_makespan_s();
+            emit(json!({
+                "bench": "agents",
+                "row": row,
+                "agents": agents,
+                "store": format!("{store:?}").to_lowercase(),
+                "clients": opts.clients,
+                "calls": r.0[0].calls,
+                "makespan_s": round3(median),
+                "makespans_s": r.makespans(),
+                "over_one_agent": (store == Store::Postgres).then(|| round3(median / base)),
+                "agent_cpu_us_per_call": r.agent_cpu_us_per_call().0,
+                "agent_cpu_us_per_call_outside_store": r.agent_cpu_us_per_call().1,
+                "host_cpu_busy": r.host_busy(),
+            }));
+        }
+    }
+    Ok(())
+}
 
 /// Runs the benchmark, emitting one JSON line per row.
 pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
@@ -385,54 +448,8 @@ pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
     let pg = TempPostgres::start().map_err(|e| anyhow!("{e}"))?;
     eprintln!("bench agents: PostgreSQL on 127.0.0.1:{}", pg.port());
     // The single agent on PostgreSQL's median makespans (bag, DAG): what the others are over.
-    let mut one: Option<(f64, f64)> = None;
-    for (agents, store) in [
-        (1, Store::Sqlite),
-        (1, Store::Postgres),
-        (2, Store::Postgres),
-        (3, Store::Postgres),
-    ] {
-        if !opts.runs("bag") {
-            break;
-        }
-        eprintln!("bench agents: bag and DAG, {agents} agent(s) on {store:?} …");
-        let fleet = Fleet::start(agents, store, &pg, &format!("bag{agents}"), "bag")?;
-        // The agents learn the servers' speeds first (as a grid that has run a while has).
-        bag(&fleet, opts, 10)?;
-        dag(&fleet, opts, 2)?;
-        let bags = Runs(
-            (0..REPEATS)
-                .map(|_| bag(&fleet, opts, opts.calls))
-                .collect::<Result<_>>()?,
-        );
-        let dags = Runs(
-            (0..REPEATS)
-                .map(|_| dag(&fleet, opts, opts.graphs))
-                .collect::<Result<_>>()?,
-        );
-        let (b, d) = (bags.median_makespan_s(), dags.median_makespan_s());
-        if store == Store::Postgres && agents == 1 {
-            one = Some((b, d));
-        }
-        for (row, runs, median, base) in [
-            ("bag", &bags, b, one.map(|o| o.0)),
-            ("dag", &dags, d, one.map(|o| o.1)),
-        ] {
-            emit(json!({
-                "bench": "agents",
-                "row": row,
-                "agents": agents,
-                "store": format!("{store:?}").to_lowercase(),
-                "clients": opts.clients,
-                "calls": runs.0[0].calls,
-                "makespan_s": round3(median),
-                "makespans_s": runs.makespans(),
-                "over_one_agent": base.map(|o| round3(median / o)),
-                "agent_cpu_us_per_call": runs.agent_cpu_us_per_call().0,
-                "agent_cpu_us_per_call_outside_store": runs.agent_cpu_us_per_call().1,
-                "host_cpu_busy": runs.host_busy(),
-            }));
-        }
+    if opts.runs("bag") {
+        bags_and_dags(opts, &pg, emit)?;
     }
     for agents in [2, 3].into_iter().filter(|_| opts.runs("kill")) {
         eprintln!("bench agents: kill, {agents} agents …");

@@ -438,7 +438,7 @@ enum BenchCmd {
         #[arg(long, default_value_t = 400)]
         calls: usize,
         /// Graphs of 12 calls per client in each DAG run.
-        #[arg(long, default_value_t = 30)]
+        #[arg(long, default_value_t = 20)]
         graphs: usize,
         /// Calls per client in each kill run.
         #[arg(long, default_value_t = 500)]

@@ -212,7 +212,8 @@ impl AgentCore {
     /// A server's finished calls. Their tickets are cleared wherever they are pending (the
     /// client may have fallen back to another server); successful kernel times feed the
     /// histories and models. Teaches [`Learned::Timings`] and a [`Learned::Point`] per model
-    /// point the calls changed.
+    /// point the calls changed, but for calls another agent placed: every agent of a shared
+    /// store hears every report, and the one that placed the call stores what it taught.
     pub fn report(
         &mut self,
         server: ServerId,
@@ -223,14 +224,20 @@ impl AgentCore {
         // What was predicted of each call, for the prediction error it is reported with; and
         // whether a call the agent ranked here was done here, which confirms the server.
         let mut confirmed = false;
-        let predicted_kernel_s: Vec<Option<f64>> = reports
-            .iter()
-            .map(|r| {
-                let (slot, a) = r.ticket.and_then(|t| self.reservations.take_from(t))?;
+        // And whether it was another agent's call (sharing the servers): that agent stores it.
+        let mut theirs = Vec::with_capacity(reports.len());
+        let mut predicted_kernel_s = Vec::with_capacity(reports.len());
+        for r in reports {
+            let held = r.ticket.and_then(|t| {
+                let (slot, a) = self.reservations.take_from(t)?;
+                Some((slot, a, self.ended_foreign(slot, t)))
+            });
+            theirs.push(held.as_ref().is_some_and(|h| h.2));
+            predicted_kernel_s.push(held.map(|(slot, a, _)| {
                 confirmed |= r.ok && Some(slot) == here;
-                Some(a.compute_s)
-            })
-            .collect();
+                a.compute_s
+            }));
+        }
         let Some(slot) = here else {
             return Outcome::nothing(Ack::Reregister);
         };
@@ -254,7 +261,7 @@ impl AgentCore {
         let e = self.registry.entry_mut(slot);
         let (name, default_rate) = (e.name().to_string(), e.default_rate());
         let mut learned = Vec::new();
-        for r in reports {
+        for (i, r) in reports.iter().enumerate() {
             e.count_completed();
             if !r.ok {
                 continue;
@@ -273,6 +280,7 @@ impl AgentCore {
             if let Some(x) = o
                 .known
                 .learn_call(&svc.facts, &r.sizes, in_order, kernel_s, available)
+                && !theirs[i]
             {
                 changed.push((svc.idx, x));
             }
@@ -317,6 +325,7 @@ impl AgentCore {
             server: e.name().to_string(),
             reports: reports.to_vec(),
             predicted_kernel_s,
+            theirs,
         }];
         learned.extend(self.point_changes(slot, changed));
         Outcome {

@@ -70,6 +70,7 @@ fn record(observers: &Observers, learned: &[Learned]) {
             server,
             reports,
             predicted_kernel_s,
+            ..
         } = l
         {
             if let Some(d) = &observers.dashboard {

@@ -103,8 +103,21 @@ pub fn ops_for(
                 free_memory_bytes: record.free_memory_bytes,
             })),
             Learned::Timings {
-                server, reports, ..
-            } => ops.push(Op::Timings(server, now_unix_s, reports)),
+                server,
+                reports,
+                theirs,
+                ..
+            } => {
+                let ours: Vec<_> = reports
+                    .into_iter()
+                    .zip(theirs.iter().chain(std::iter::repeat(&false)))
+                    .filter(|(_, theirs)| !**theirs)
+                    .map(|(r, _)| r)
+                    .collect();
+                if !ours.is_empty() {
+                    ops.push(Op::Timings(server, now_unix_s, ours));
+                }
+            }
             Learned::Point(p) => rows.push(PointRow {
                 server: p.server,
                 service: p.service,

@@ -54,6 +54,19 @@ impl AgentCore {
         gridwise_proto::Ack::Ok
     }
 
+    /// Whether `ticket`, reported done on `slot`, was another agent's call held here; it is
+    /// forgotten.
+    pub(super) fn ended_foreign(&mut self, slot: usize, ticket: Ticket) -> bool {
+        let held = self.foreign_on(slot);
+        match held.iter().position(|t| *t == ticket) {
+            Some(i) => {
+                held.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The tickets of other agents' calls held on `slot`.
     fn foreign_on(&mut self, slot: usize) -> &mut Vec<Ticket> {
         if self.foreign.0.len() <= slot {

@@ -156,3 +156,58 @@ fn a_servers_arrival_notice_tells_the_other_agents_at_once() {
         Ack::Reregister
     );
 }
+
+#[test]
+fn the_agent_that_placed_a_call_stores_what_it_taught_and_the_others_only_learn_it() {
+    let [(mut one, one_ids), (mut two, two_ids)] = two_agents();
+    let p = dgemm_profile(1000, 1000, 1000);
+    let ranked = one
+        .rank(&p, &RankOptions::default(), Duration::ZERO)
+        .unwrap();
+    let i = usize::from(ranked.candidates[0].name == "b");
+    two.arrived(
+        two_ids[i],
+        &[InFlight {
+            ticket: ranked.ticket,
+            service: "dgemm".into(),
+            sizes: p.sizes.clone(),
+            ran_s: None,
+        }],
+        Duration::ZERO,
+    );
+    let report = CallReport {
+        client_in_bytes: None,
+        cpu_available: None,
+        ticket: Some(ranked.ticket),
+        service: "dgemm".into(),
+        sizes: p.sizes.clone(),
+        timing: gridwise_proto::Timing {
+            kernel_s: 1.5,
+            ..Default::default()
+        },
+        ok: true,
+    };
+    // Every agent hears the report and learns from it ...
+    let at_one = one.report(one_ids[i], std::slice::from_ref(&report), Duration::ZERO);
+    let at_two = two.report(two_ids[i], std::slice::from_ref(&report), Duration::ZERO);
+    for c in [&one, &two] {
+        let m = c.model(&ranked.candidates[0].name, "dgemm").unwrap();
+        assert_eq!(m.points.len(), 1, "{m:?}");
+    }
+    // ... but only the agent that placed it has the store keep it.
+    let theirs = |o: &Outcome<Ack>| match &o.learned[0] {
+        Learned::Timings { theirs, .. } => theirs.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(theirs(&at_one), [false]);
+    assert_eq!(theirs(&at_two), [true]);
+    assert_eq!(at_one.points().count(), 1);
+    assert_eq!(at_two.points().count(), 0);
+    // A call no agent was told of (a restarted agent's, say) is stored by whoever hears it.
+    let unknown = CallReport {
+        ticket: Some(Ticket(12345)),
+        ..report
+    };
+    let at_two = two.report(two_ids[i], &[unknown], Duration::from_secs(1));
+    assert_eq!(theirs(&at_two), [false]);
+}

@@ -39,6 +39,9 @@ pub enum Learned {
         /// The kernel time each call was ranked with, where the agent still held its
         /// assignment (in the order of `reports`).
         predicted_kernel_s: Vec<Option<f64>>,
+        /// Whether each call was another agent's (told of by its server): that agent
+        /// stores it, so a store shared by N agents gets each row once, not N times.
+        theirs: Vec<bool>,
     },
     /// A performance-model point changed.
     Point(PointChange),

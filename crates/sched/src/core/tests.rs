@@ -857,6 +857,7 @@ fn a_report_teaches_its_timings_and_the_model_points_it_moved() {
             server: "a".into(),
             reports: reports.to_vec(),
             predicted_kernel_s: vec![None; 3],
+            theirs: vec![false; 3],
         }
     );
     // Two samples of one point: it is taught once, as it stands after both. The failed call
