@@ -99,4 +99,8 @@ pub trait ServerApi {
     async fn renew(handles: Vec<DataHandle>) -> u32;
     /// Takes bytes and says how many arrived: the far end of a bandwidth probe.
     async fn sink(data: serde_bytes::ByteBuf) -> u64;
+    /// The asking client brought `bytes` of a value kept here back in `seconds` (the reply leg
+    /// of this server's client link): the server tells every agent of its list
+    /// (`AgentApi::fetched`), so that what one client measured reaches all of them.
+    async fn fetched(bytes: u64, seconds: f64);
 }

@@ -291,3 +291,63 @@ fn an_agent_whose_host_is_cut_off_costs_no_call_and_its_clients_move() {
         "{row}"
     );
 }
+
+/// What agent `g` estimates of bringing 8 MiB of `source`'s output from `s1` to a client.
+fn reply_estimate_s(g: &Grid) -> f64 {
+    let p = CallProfile {
+        service: "source".into(),
+        sizes: vec![("n".into(), 1 << 20)],
+        in_bytes: 8,
+        out_bytes: 8 << 20,
+        remote_in: Vec::new(),
+        inline_bytes: 0,
+    };
+    g.client().explain(p, RankOptions::default()).unwrap()[0]
+        .etc
+        .transfer_out_s
+}
+
+#[test]
+fn what_a_client_of_one_agent_measures_fetching_reaches_the_other_agent() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = pg.create_database("grid").unwrap();
+    let mut a = agent_on(&url);
+    let b = agent_on(&url);
+    let toml = "builtins = [\"source\", \"add\"]\ncalibrate = false\n".to_string();
+    servers_of_both(&mut a, &b, &[("s1", toml)]);
+    // A client of agent a only: small calls, then three 8 MiB outputs kept on the server.
+    let c = a.client();
+    let add = c.function_handle_default("add").unwrap();
+    for i in 0..8 {
+        c.call(&add, vec![Value::Int(i)]).unwrap();
+    }
+    let source = c.function_handle_default("source").unwrap();
+    let kept: Vec<_> = (0..3)
+        .map(|_| {
+            let r = c
+                .call_keep(&source, vec![Value::Int(1 << 20)], &[0])
+                .unwrap();
+            match r.outputs[0].clone() {
+                Value::Ref(r) => r,
+                other => panic!("a kept output is a reference: {other:?}"),
+            }
+        })
+        .collect();
+    // Calls with small inputs say nothing of 8 MiB: agent b estimates the reply at its default.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = reply_estimate_s(&b);
+    for r in &kept {
+        c.fetch(r).unwrap();
+    }
+    // The fetches teach the server's client link at agent a, and at agent b through the
+    // server: b never saw the client.
+    assert!(
+        eventually(Duration::from_secs(10), || reply_estimate_s(&b) != before),
+        "agent b still estimates the reply at {before} s\n{}\n{}",
+        a.logs(),
+        b.logs()
+    );
+    assert!(eventually(Duration::from_secs(10), || {
+        (reply_estimate_s(&a) - reply_estimate_s(&b)).abs() < 1e-6
+    }));
+}

@@ -512,9 +512,11 @@ impl Conn {
             .await
     }
 
-    /// Brings a large value from its holder on a bulk connection and tells the agent, in
-    /// passing (one attempt, not waited for), how long it took: the reply leg of the holder's
-    /// client link (`AgentApi::fetched`).
+    /// Brings a large value from its holder on a bulk connection and tells the holder, in
+    /// passing (one attempt, not waited for), how long it took: the reply leg of its client
+    /// link, which it tells every agent of its list (`ServerApi::fetched`). Without a
+    /// connection to the holder at hand, the client's agent is told itself
+    /// (`AgentApi::fetched`).
     pub(crate) async fn bulk_get(
         &self,
         r: &gridwise_proto::RemoteRef,
@@ -522,13 +524,25 @@ impl Conn {
         let started = Instant::now();
         let v = self.bulk.get(&r.holder, r.handle, None).await?;
         let seconds = started.elapsed().as_secs_f64();
-        let (client, ctx) = (lock(&self.agent).client.clone(), self.agent_ctx());
         let (holder, bytes) = (r.holder.clone(), v.payload_bytes());
-        self.rt.spawn(async move {
-            if let Err(e) = client.fetched(ctx, holder, bytes, seconds).await {
-                tracing::debug!("could not tell the agent of a fetch: {e}");
+        let ctx = self.agent_ctx();
+        match self.pooled_server(&holder) {
+            Some(server) => {
+                self.rt.spawn(async move {
+                    if let Err(e) = server.client.fetched(ctx, bytes, seconds).await {
+                        tracing::debug!(server = %holder, "could not tell a server of a fetch: {e}");
+                    }
+                });
             }
-        });
+            None => {
+                let agent = lock(&self.agent).client.clone();
+                self.rt.spawn(async move {
+                    if let Err(e) = agent.fetched(ctx, holder, bytes, seconds).await {
+                        tracing::debug!("could not tell the agent of a fetch: {e}");
+                    }
+                });
+            }
+        }
         Ok(v)
     }
 

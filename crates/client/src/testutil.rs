@@ -318,6 +318,8 @@ impl ServerApi for TestServer {
         data.len() as u64
     }
 
+    async fn fetched(self, _: Context, _: u64, _: f64) {}
+
     async fn hello(self, _: Context) -> ServerInfo {
         ServerInfo {
             instance: String::new(),

@@ -36,6 +36,7 @@ impl ServerApi for Front {
     async fn withdraw(self, _: Context, _: CallId) -> bool {
         false
     }
+    async fn fetched(self, _: Context, _: u64, _: f64) {}
     async fn ping(self, _: Context) -> Pong {
         Pong {
             name: self.0.name,

@@ -44,6 +44,8 @@ struct Outbox {
     reports: VecDeque<CallReport>,
     points: VecDeque<ModelPoint>,
     links: VecDeque<LinkSample>,
+    /// Values clients fetched from here: (bytes, seconds).
+    fetches: VecDeque<(u64, f64)>,
 }
 
 impl Outbox {
@@ -53,6 +55,9 @@ impl Outbox {
             ToAgent::Point(p) => push_bounded(&mut self.points, p),
             ToAgent::Link(l) => push_bounded(&mut self.links, l),
             ToAgent::Arrived(a) => push_bounded(&mut self.arrivals, a),
+            ToAgent::Fetched { bytes, seconds } => {
+                push_bounded(&mut self.fetches, (bytes, seconds));
+            }
         }
     }
 
@@ -265,7 +270,7 @@ pub async fn run(
                         &l,
                         &mut outbox,
                         batch_max,
-                        &reg.name,
+                        &reg,
                         heartbeat::answer_deadline(interval),
                     )
                     .await
@@ -355,7 +360,7 @@ pub async fn run(
                     in_flight: Vec::new(),
                 };
                 outbox.take_all(&mut inbox);
-                if !flush(link, &mut outbox, batch_max, &reg.name, heartbeat::answer_deadline(interval)).await {
+                if !flush(link, &mut outbox, batch_max, &reg, heartbeat::answer_deadline(interval)).await {
                     linked = None;
                     continue;
                 }
@@ -401,7 +406,7 @@ pub async fn run(
                         Err(_) => break,
                     }
                 }
-                if !flush(link, &mut outbox, batch_max, &reg.name, heartbeat::answer_deadline(interval)).await {
+                if !flush(link, &mut outbox, batch_max, &reg, heartbeat::answer_deadline(interval)).await {
                     linked = None;
                 }
             }
@@ -415,9 +420,10 @@ async fn flush(
     link: &Linked,
     outbox: &mut Outbox,
     batch_max: usize,
-    name: &str,
+    reg: &Registration,
     deadline: Duration,
 ) -> bool {
+    let name = reg.name.as_str();
     let ctx = || wire::context(deadline);
     // Arrivals before reports: a call that arrived and ended in one burst is told in order.
     let arrivals = send_all(&mut outbox.arrivals, batch_max, "arrival(s)", name, |b| {
@@ -437,6 +443,17 @@ async fn flush(
     });
     if !links.await {
         return false;
+    }
+    while let Some(&(bytes, seconds)) = outbox.fetches.front() {
+        if let Err(e) = link
+            .client
+            .fetched(ctx(), reg.addr.clone(), bytes, seconds)
+            .await
+        {
+            tracing::debug!(server = %name, "could not tell the agent of a fetch: {e}");
+            return false;
+        }
+        outbox.fetches.pop_front();
     }
     while !outbox.reports.is_empty() {
         let batch: Vec<CallReport> = outbox.reports.iter().take(batch_max).cloned().collect();

@@ -127,6 +127,8 @@ pub enum ToAgent {
     /// A call an agent placed reached this server (the other agents of a shared grid learn
     /// of it from this, not a heartbeat later).
     Arrived(gridwise_proto::InFlight),
+    /// A client brought a value kept here back (`ServerApi::fetched`): `bytes` in `seconds`.
+    Fetched { bytes: u64, seconds: f64 },
 }
 
 /// How long after its last benchmark the host load still carries the benchmark (the one-minute
@@ -1049,6 +1051,12 @@ impl ServerApi for ServerHandler {
 
     async fn sink(self, _: Context, data: serde_bytes::ByteBuf) -> u64 {
         data.len() as u64
+    }
+
+    async fn fetched(self, _: Context, bytes: u64, seconds: f64) {
+        if seconds.is_finite() && seconds > 0.0 {
+            self.tell_agents(ToAgent::Fetched { bytes, seconds });
+        }
     }
 
     async fn ping(self, _: Context) -> Pong {
