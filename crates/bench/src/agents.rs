@@ -16,6 +16,11 @@
 //!   after another (a fork of four chains joined by a tree, 12 calls), each graph planned
 //!   whole by the client's agent, which reserves its servers for it.
 //!
+//!   A fifth configuration runs three agents with every client on the first (`clients_on`:
+//!   `first`): the other two place nothing and only hear of every call, as every agent does,
+//!   on the same two cores as the clients, servers and PostgreSQL; its ratio is what merely
+//!   running three agents on this machine costs, the floor under the spread three's.
+//!
 //!   Three rounds, each on fresh fleets of every configuration in turn; the rows give the
 //!   median makespan (and all three): fleets of one configuration differ by up to a fifth
 //!   here, while runs on one fleet agree within a few per cent.
@@ -83,6 +88,8 @@ enum Store {
 /// N agents and six servers registered with all of them; `grids[0]` also holds the servers.
 struct Fleet {
     grids: Vec<LocalGrid>,
+    /// Clients spread over the agents (else all on the first).
+    spread: bool,
 }
 
 impl Fleet {
@@ -102,7 +109,10 @@ impl Fleet {
         let grids = (0..agents)
             .map(|_| LocalGrid::start_gridwise(&exe, &args))
             .collect::<Result<Vec<_>>>()?;
-        let mut fleet = Fleet { grids };
+        let mut fleet = Fleet {
+            grids,
+            spread: true,
+        };
         let list = fleet
             .addrs()
             .iter()
@@ -243,15 +253,17 @@ struct Run {
 }
 
 /// Runs `work(client index, client)` on `opts.clients` clients at once, client `i` on agent
-/// `i mod N`; `work` returns the calls it made and how many failed.
+/// `i mod N` (all on the first with `spread` false); `work` returns the calls it made and how
+/// many failed.
 fn measure(
     fleet: &Fleet,
     opts: &AgentsBench,
     work: &(dyn Fn(usize, &Client) -> (usize, usize) + Sync),
 ) -> Result<Run> {
     let addrs = fleet.addrs();
+    let on = |i: usize| if fleet.spread { i % addrs.len() } else { 0 };
     let clients: Vec<Client> = (0..opts.clients)
-        .map(|i| Client::connect(fleet.config(&[addrs[i % addrs.len()].clone()])))
+        .map(|i| Client::connect(fleet.config(&[addrs[on(i)].clone()])))
         .collect::<Result<_, _>>()?;
     let cpu_before = fleet.agent_cpu_s();
     let host_before = host_jiffies();
@@ -374,12 +386,17 @@ impl Runs {
 /// How many fleets of each configuration run the bag and the DAG.
 const REPEATS: usize = 3;
 
-/// The configurations of the bag and DAG rows: agents and where they keep what they learn.
-const FLEETS: [(usize, Store); 4] = [
-    (1, Store::Sqlite),
-    (1, Store::Postgres),
-    (2, Store::Postgres),
-    (3, Store::Postgres),
+/// The configurations of the bag and DAG rows: agents, where they keep what they learn, and
+/// whether the clients spread over the agents. The last has three agents but every client on
+/// the first: the others place nothing, and only hear of every call (as every agent does) on
+/// the same two cores as everything else; what that costs is this machine's floor for the
+/// spread three.
+const FLEETS: [(usize, Store, bool); 5] = [
+    (1, Store::Sqlite, true),
+    (1, Store::Postgres, true),
+    (2, Store::Postgres, true),
+    (3, Store::Postgres, true),
+    (3, Store::Postgres, false),
 ];
 
 /// The bag and DAG rows. Each round starts a fresh fleet of every configuration in turn and
@@ -390,13 +407,19 @@ fn bags_and_dags(opts: &AgentsBench, pg: &TempPostgres, emit: &mut dyn FnMut(Jso
     let mut bags: Vec<Vec<Run>> = FLEETS.iter().map(|_| Vec::new()).collect();
     let mut dags: Vec<Vec<Run>> = FLEETS.iter().map(|_| Vec::new()).collect();
     for round in 0..REPEATS {
-        for (i, &(agents, store)) in FLEETS.iter().enumerate() {
+        for (i, &(agents, store, spread)) in FLEETS.iter().enumerate() {
             eprintln!(
-                "bench agents: round {} of {REPEATS}, {agents} agent(s) on {store:?} …",
-                round + 1
+                "bench agents: round {} of {REPEATS}, {agents} agent(s) on {store:?}{} …",
+                round + 1,
+                if spread {
+                    ""
+                } else {
+                    ", every client on the first"
+                }
             );
-            let db = format!("bag{agents}r{round}");
-            let fleet = Fleet::start(agents, store, pg, &db, "bag")?;
+            let db = format!("bag{i}r{round}");
+            let mut fleet = Fleet::start(agents, store, pg, &db, "bag")?;
+            fleet.spread = spread;
             // The agents learn the servers' speeds first (as a grid that has run a while has).
             bag(&fleet, opts, 10)?;
             dag(&fleet, opts, 2)?;
@@ -411,11 +434,11 @@ fn bags_and_dags(opts: &AgentsBench, pg: &TempPostgres, emit: &mut dyn FnMut(Jso
     // One agent on PostgreSQL: what the others are over.
     let one = FLEETS
         .iter()
-        .position(|f| *f == (1, Store::Postgres))
+        .position(|f| *f == (1, Store::Postgres, true))
         .expect("in FLEETS");
     for (row, runs) in [("bag", &bags), ("dag", &dags)] {
         let base = runs[one].median_makespan_s();
-        for (&(agents, store), r) in FLEETS.iter().zip(runs) {
+        for (&(agents, store, spread), r) in FLEETS.iter().zip(runs) {
             let median = r.median_makespan_s();
             emit(json!({
                 "bench": "agents",
@@ -423,6 +446,7 @@ fn bags_and_dags(opts: &AgentsBench, pg: &TempPostgres, emit: &mut dyn FnMut(Jso
                 "agents": agents,
                 "store": format!("{store:?}").to_lowercase(),
                 "clients": opts.clients,
+                "clients_on": if spread { "all" } else { "first" },
                 "calls": r.0[0].calls,
                 "makespan_s": round3(median),
                 "makespans_s": r.makespans(),
