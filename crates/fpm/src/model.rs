@@ -288,6 +288,16 @@ impl Fpm {
         })
     }
 
+    /// The mean speed measured at the smallest size of a one-parameter model, if `x` lies
+    /// below it (`None` otherwise, and with several parameters).
+    pub fn bottom_speed_below(&self, x: &[i64]) -> Option<f64> {
+        if self.params.len() != 1 || x.len() != 1 {
+            return None;
+        }
+        let (lo, speed) = self.points.iter().next()?;
+        (x[0] < lo[0]).then_some(speed.mean)
+    }
+
     /// Whether `x` lies past the largest size measured on a one-parameter model: there a
     /// speed that fell at the top (paging) is not known to rise again. (With several
     /// parameters the nearest measured size may be another shape altogether.)

@@ -288,7 +288,18 @@ fn fpm(server: ServerView<'_>, work: Option<f64>, x: &[i64]) -> Option<Compute> 
 /// model's fastest point saw no fall: a model of calls at n = 1 only (all overhead, a
 /// "speed" of a few hundred thousand op/s where the kernel runs at millions) once put
 /// n = 250,000 at 2–3.8 s where it took 0.31–0.63 s.
+///
+/// Below the bottom of a one-parameter model, the bottom's speed stands instead: the nearest
+/// this server was measured running this service. The calibrated rate may come from another
+/// size altogether: emulated servers calibrated at n = 1 (all overhead, ~3.5·10⁶ op/s where
+/// they ran at 10⁹–4·10⁹) had every call below their smallest measured size priced ~300× too
+/// slow, so they were sent none, never measured one, and sat nearly idle in half the fleets of
+/// `bench agents`. Pricing a small call too fast instead costs little (it is small) and ends
+/// with its report.
 fn rate_outside_model(server: ServerView<'_>, m: &Fpm, x: &[i64]) -> Option<f64> {
+    if let Some(s) = m.bottom_speed_below(x).filter(|s| *s > 0.0) {
+        return Some(s);
+    }
     let rate = server.rate()?;
     // Read only past the top: the points are copied out of the model.
     let fell = |s: f64| m.points().iter().any(|(_, p)| p.mean > s);

@@ -191,6 +191,32 @@ fn past_the_top_a_fall_caps_the_rate_and_a_lone_slow_point_does_not() {
 }
 
 #[test]
+fn below_the_bottom_the_bottoms_speed_stands_not_a_rate_calibrated_elsewhere() {
+    let mut c = AgentCore::new(CoreConfig::default());
+    // Calibrated at a size that is all overhead: 3.5e6 op/s, where calls run at 1e9.
+    let mut reg = registration("a", &[solve()]);
+    reg.default_rate = 3.5e6;
+    let a = c.register(reg, Duration::ZERO).unwrap().server_id;
+    c.model_points(a, &[solve_point(320, 1e9), solve_point(440, 1.2e9)]);
+    let k = c
+        .explain(&solve_profile(300), &pinned_a(), Duration::ZERO)
+        .unwrap();
+    assert!(
+        matches!(
+            k[0].etc.compute_source,
+            ComputeSource::RateOutsideModel { rate, points: 2 } if rate == 1e9
+        ),
+        "{:?}",
+        k[0].etc.compute_source
+    );
+    assert!(
+        (k[0].etc.compute_s - 0.027).abs() < 1e-9,
+        "{}",
+        k[0].etc.compute_s
+    );
+}
+
+#[test]
 fn a_size_a_model_rules_out_is_not_offered() {
     let mut c = AgentCore::new(CoreConfig::default());
     let a = c
