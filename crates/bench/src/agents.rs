@@ -526,6 +526,22 @@ fn simulated(emit: &mut dyn FnMut(Json)) -> Result<()> {
     Ok(())
 }
 
+/// Calls lost, failed and wrong over the clients' batches.
+fn outcome(batches: &[crate::faults::Batch]) -> (usize, usize, usize) {
+    batches.iter().fold((0, 0, 0), |(l, f, w), b| {
+        (l + b.lost, f + b.failed, w + b.wrong)
+    })
+}
+
+/// Notes, once, that client `ci` completed a call through a live agent, `at` being when its
+/// agent was lost.
+fn first_move(moved: &Mutex<Vec<Option<f64>>>, ci: usize, at: Instant) {
+    let mut m = moved.lock().unwrap();
+    if m[ci].is_none() {
+        m[ci] = Some(at.elapsed().as_secs_f64());
+    }
+}
+
 /// The 64³ dgemm of the faults mix, to ask a surviving agent what it estimates it with.
 fn dgemm_probe() -> CallProfile {
     CallProfile {
@@ -585,10 +601,7 @@ fn kill(opts: &AgentsBench, agents: usize, pg: &TempPostgres) -> Result<Json> {
                         if let Some(at) = *killed.lock().unwrap()
                             && c.agent_addr() != *dead
                         {
-                            let mut m = moved.lock().unwrap();
-                            if m[ci].is_none() {
-                                m[ci] = Some(at.elapsed().as_secs_f64());
-                            }
+                            first_move(moved, ci, at);
                         }
                         Ok(())
                     })
@@ -600,12 +613,7 @@ fn kill(opts: &AgentsBench, agents: usize, pg: &TempPostgres) -> Result<Json> {
             .map(|h| h.join().expect("client thread"))
             .collect::<Result<Vec<_>>>()
     })?;
-    let (mut lost, mut failed, mut wrong) = (0, 0, 0);
-    for b in &batches {
-        lost += b.lost;
-        failed += b.failed;
-        wrong += b.wrong;
-    }
+    let (lost, failed, wrong) = outcome(&batches);
     let moved = moved.into_inner().unwrap();
     let moved_within = on_dead
         .iter()

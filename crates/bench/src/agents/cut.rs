@@ -255,10 +255,7 @@ pub fn run(program: &Path, clients: usize, calls: usize, agents: usize) -> Resul
                             if let Some((at, dead)) = &*cut_at.lock().unwrap()
                                 && c.agent_addr() != *dead
                             {
-                                let mut m = moved.lock().unwrap();
-                                if m[ci].is_none() {
-                                    m[ci] = Some(at.elapsed().as_secs_f64());
-                                }
+                                super::first_move(moved, ci, *at);
                             }
                             Ok(())
                         })
@@ -286,12 +283,7 @@ pub fn run(program: &Path, clients: usize, calls: usize, agents: usize) -> Resul
         }
         Ok(batches)
     })?;
-    let (mut lost, mut failed, mut wrong) = (0, 0, 0);
-    for b in &batches {
-        lost += b.lost;
-        failed += b.failed;
-        wrong += b.wrong;
-    }
+    let (lost, failed, wrong) = super::outcome(&batches);
     let on_cut = on_cut.into_inner().unwrap();
     let moved = moved.into_inner().unwrap();
     let worst = |per_client: &[Option<f64>]| {
