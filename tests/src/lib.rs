@@ -64,6 +64,17 @@ pub fn bin(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// Path of the `gridwise` command-line program, built (or brought up to date) once per test
+/// process.
+pub fn gridwise_cli() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = BUILT
+        .get_or_init(|| cargo_build(&["-p", "gridwise", "--bin", "gridwise"]))
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}"));
+    dir.join("gridwise")
+}
+
 /// The Python of a virtual environment under `target/` with `packages` installed (pip, from
 /// PyPI): made once per target directory, topped up as tests ask.
 pub fn python_venv(packages: &[&str]) -> PathBuf {

@@ -36,6 +36,13 @@ pub fn issue(
     };
     let Issued { cert, key } = gridwise_certs::issue(dir, role, name, hosts, days)?;
     let ca = gridwise_certs::ca_files(dir).cert;
+    // Absolute, so the lines work in a config file anywhere (a relative path in a config file
+    // is taken from the file's folder, not from here).
+    let (ca, cert, key) = (
+        std::path::absolute(&ca)?,
+        std::path::absolute(&cert)?,
+        std::path::absolute(&key)?,
+    );
     println!(
         "{role} certificate for `{name}` written: {}",
         cert.display()

@@ -7,7 +7,7 @@ use gridwise_cli::{call, demo, graph, model, status};
 use gridwise_client::{Client, ClientConfig};
 use gridwise_proto::RankOptions;
 use gridwise_server::cli::ServerArgs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
 #[command(
@@ -16,6 +16,10 @@ use std::path::PathBuf;
     about = "gridwise: remote calls placed by functional performance models"
 )]
 struct Cli {
+    /// Config file: a client's (TOML, see the README) for the commands that talk to a grid,
+    /// the daemon's for `agent` and `server`. Also taken after the command's name.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -26,8 +30,8 @@ struct Conn {
     /// The agent's address [default: 127.0.0.1:7000; `bench` starts its own grid without it].
     #[arg(long, env = "GRIDWISE_AGENT")]
     agent: Option<String>,
-    /// Shared token, if the grid has one.
-    #[arg(long, env = "GRIDWISE_TOKEN")]
+    /// Shared token, if the grid has one (its value never shown in help).
+    #[arg(long, env = "GRIDWISE_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Client config file (TOML, see the README; replaces --agent and --token).
     #[arg(long)]
@@ -537,8 +541,9 @@ fn print_line(json: bool, line: &serde_json::Value) {
     }
 }
 
-fn client(conn: &Conn) -> anyhow::Result<Client> {
-    let cfg = match &conn.config {
+/// A client as `conn` says, or as the config file given before the command (`top`) does.
+fn client(conn: &Conn, top: Option<&Path>) -> anyhow::Result<Client> {
+    let cfg = match conn.config.as_deref().or(top) {
         Some(p) => ClientConfig::from_file(p)?,
         None => {
             let addr = conn
@@ -592,6 +597,13 @@ fn quiet_when_stdout_closes() {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
+    let top = cli.config.as_deref();
+    if top.is_some() && !takes_config(&cli.command) {
+        anyhow::bail!(
+            "--config names a client's or a daemon's config file; this command takes none \
+             (it starts what it needs itself, or works on files)"
+        );
+    }
     match &cli.command {
         Command::Testbed { what } => match what {
             TestbedCmd::Up { file, for_s, name } => {
@@ -604,10 +616,14 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         },
         Command::Agent(a) => {
             gridwise_runtime::settings::init_logging();
+            let mut a = a.clone();
+            a.config = a.config.or(top.map(Path::to_path_buf));
             a.run_blocking()
         }
         Command::Server(s) => {
             gridwise_runtime::settings::init_logging();
+            let mut s = s.clone();
+            s.config = s.config.or(top.map(Path::to_path_buf));
             s.run_blocking()
         }
         Command::Status {
@@ -622,9 +638,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             policy.as_deref(),
             *json,
             conn,
+            top,
         ),
         Command::Services { conn } => {
-            let c = client(conn)?;
+            let c = client(conn, top)?;
             for s in c.list_services()? {
                 println!("{}  [{} server(s) up]", s.desc.signature(), s.servers_up);
                 if !s.desc.doc.is_empty() {
@@ -640,7 +657,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             json,
             conn,
         } => {
-            let c = client(conn)?;
+            let c = client(conn, top)?;
             call::run(&c, service, args, server.as_deref(), *json)
         }
         Command::Graph { which } => match which {
@@ -649,7 +666,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 a.policy.as_deref(),
                 a.json,
                 a.gantt.as_deref(),
-                || client(&a.conn),
+                || client(&a.conn, top),
             ),
             GraphCmd::Run(a) => graph::run::run(
                 &a.graph.file,
@@ -657,7 +674,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 a.graph.json,
                 a.graph.gantt.as_deref(),
                 a.save.as_deref(),
-                || client(&a.graph.conn),
+                || client(&a.graph.conn, top),
             ),
         },
         Command::Divide {
@@ -687,7 +704,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 json: *json,
                 gantt: gantt.as_deref(),
             },
-            client(conn)?,
+            client(conn, top)?,
         ),
         Command::Sim(args) => gridwise_cli::sim::run(args.clone()),
         Command::Plot { which } => match which {
@@ -702,8 +719,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         },
-        Command::Model { which } => run_model(which),
-        Command::Links { json, conn } => status::print_links(&client(conn)?, *json),
+        Command::Model { which } => run_model(which, top),
+        Command::Links { json, conn } => status::print_links(&client(conn, top)?, *json),
         Command::Demo => demo::run(),
         Command::Certs { which } => match which {
             CertsCmd::Init { dir, grid, days } => gridwise_cli::certs::init(dir, grid, *days),
@@ -720,14 +737,29 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
 }
 
 /// `gridwise status`: the grid, or with a service how the agent would rank a call of it.
+/// Whether `--config` before the command means anything to it: the commands that talk to a
+/// grid, and the daemons.
+fn takes_config(command: &Command) -> bool {
+    !matches!(
+        command,
+        Command::Demo
+            | Command::Bench { .. }
+            | Command::Plot { .. }
+            | Command::Sim(_)
+            | Command::Certs { .. }
+            | Command::Testbed { .. }
+    )
+}
+
 fn run_status(
     service: Option<&str>,
     size: Option<&str>,
     policy: Option<&str>,
     json: bool,
     conn: &Conn,
+    top: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let c = client(conn)?;
+    let c = client(conn, top)?;
     let Some(svc) = service else {
         return status::print_status(&c, json);
     };
@@ -746,27 +778,27 @@ fn run_status(
 }
 
 /// `gridwise model …`: the servers' performance models.
-fn run_model(which: &ModelCmd) -> anyhow::Result<()> {
+fn run_model(which: &ModelCmd, top: Option<&Path>) -> anyhow::Result<()> {
     match which {
-        ModelCmd::Status { json, conn } => model::print_status(&client(conn)?, *json),
+        ModelCmd::Status { json, conn } => model::print_status(&client(conn, top)?, *json),
         ModelCmd::Show {
             server,
             service,
             conn,
-        } => model::print_show(&client(conn)?, server, service),
+        } => model::print_show(&client(conn, top)?, server, service),
         ModelCmd::Plot {
             server,
             service,
             output,
             slice,
             conn,
-        } => model::plot(&client(conn)?, server, service, output, slice),
+        } => model::plot(&client(conn, top)?, server, service, output, slice),
         ModelCmd::Export {
             server,
             service,
             json: _,
             conn,
-        } => model::export(&client(conn)?, server.as_deref(), service.as_deref()),
+        } => model::export(&client(conn, top)?, server.as_deref(), service.as_deref()),
     }
 }
 

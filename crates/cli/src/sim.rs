@@ -30,10 +30,11 @@ pub struct SimArgs {
     #[arg(long)]
     pub json: bool,
     /// An online workload ranked by this many agents sharing the servers (call i by agent
-    /// i mod N), each seeing the others' calls only as the servers' heartbeats list them.
+    /// i mod N), each seeing the others' calls only as the servers tell of them (as each
+    /// arrives, and in their heartbeats).
     #[arg(long, default_value_t = 1)]
     pub agents: usize,
-    /// The servers' heartbeat interval with several agents, s.
+    /// The servers' heartbeat interval (which lists the calls they hold to every agent), s.
     #[arg(long, default_value_t = 1.0)]
     pub heartbeat_s: f64,
 }

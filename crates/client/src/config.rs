@@ -124,6 +124,22 @@ impl ClientConfig {
                 format!("configuration file {shown}: {e}"),
             )
         };
+        // The [tls] files from the file's folder, wherever the program runs.
+        let dir = std::path::absolute(path)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        let text = gridwise_runtime::settings::anchor_paths(
+            &text,
+            &dir,
+            &gridwise_runtime::settings::TLS_PATHS,
+        )
+        .map_err(|e| {
+            GrpcError::new(
+                ErrorCode::ConfigfileError,
+                format!("configuration file {shown}: {e}"),
+            )
+        })?;
         let env_source = config::Environment::with_prefix(ENV_PREFIX).source(env);
         let cfg: ClientConfig = config::Config::builder()
             .add_source(config::File::from_str(&text, config::FileFormat::Toml))

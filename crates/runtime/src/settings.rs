@@ -4,6 +4,87 @@
 use serde::de::DeserializeOwned;
 use std::path::Path;
 
+/// A setting that names a file or folder, by its dotted key (`*` for every element of an
+/// array: `library.*.path`), and whether a bare name (no `/`) is a name something searches
+/// for (a library the dynamic loader finds, a program on `PATH`) rather than a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathKey {
+    pub key: &'static str,
+    pub bare_is_a_name: bool,
+}
+
+impl PathKey {
+    pub const fn path(key: &'static str) -> Self {
+        PathKey {
+            key,
+            bare_is_a_name: false,
+        }
+    }
+
+    pub const fn path_or_name(key: &'static str) -> Self {
+        PathKey {
+            key,
+            bare_is_a_name: true,
+        }
+    }
+}
+
+/// The `[tls]` files, which every process's settings may have.
+pub const TLS_PATHS: [PathKey; 3] = [
+    PathKey::path("tls.ca"),
+    PathKey::path("tls.cert"),
+    PathKey::path("tls.key"),
+];
+
+/// `text`, a config file's TOML, with each relative path at `keys` joined to `dir`, the file's
+/// folder: a file means the same wherever the process that reads it was started (systemd
+/// starts daemons in `/`; `gridwise certs issue` once printed `certs/ca.pem`, which only
+/// worked from the folder it was run in). Paths given by flags or the environment are not
+/// touched: those are relative to where the command runs, as on any command line.
+pub fn anchor_paths(text: &str, dir: &Path, keys: &[PathKey]) -> Result<String, String> {
+    let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+    for k in keys {
+        let parts: Vec<&str> = k.key.split('.').collect();
+        anchor_at(&mut doc, &parts, dir, k.bare_is_a_name);
+    }
+    toml::to_string(&doc).map_err(|e| e.to_string())
+}
+
+fn anchor_at(table: &mut toml::Table, parts: &[&str], dir: &Path, bare_is_a_name: bool) {
+    let Some((first, rest)) = parts.split_first() else {
+        return;
+    };
+    let Some(v) = table.get_mut(*first) else {
+        return;
+    };
+    anchor_value(v, rest, dir, bare_is_a_name);
+}
+
+fn anchor_value(v: &mut toml::Value, rest: &[&str], dir: &Path, bare_is_a_name: bool) {
+    match (v, rest.split_first()) {
+        (toml::Value::Array(items), Some((&"*", more))) => {
+            for item in items {
+                anchor_value(item, more, dir, bare_is_a_name);
+            }
+        }
+        // `services = ["a.toml", …]`: a list of paths at the key itself.
+        (toml::Value::Array(items), None) => {
+            for item in items {
+                anchor_value(item, &[], dir, bare_is_a_name);
+            }
+        }
+        (toml::Value::Table(t), Some(_)) => anchor_at(t, rest, dir, bare_is_a_name),
+        (toml::Value::String(s), None) => {
+            let p = Path::new(s.as_str());
+            let named = bare_is_a_name && !s.contains('/');
+            if p.is_relative() && !named && !s.is_empty() {
+                *s = dir.join(p).display().to_string();
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Settings that could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
@@ -28,6 +109,17 @@ pub fn load<T: DeserializeOwned>(
     env_prefix: &str,
     overrides: &[(&str, String)],
 ) -> Result<T, SettingsError> {
+    load_anchored(file, &[], env_prefix, overrides)
+}
+
+/// [`load`], the relative paths at `paths` in the file taken from the file's folder
+/// ([`anchor_paths`]).
+pub fn load_anchored<T: DeserializeOwned>(
+    file: Option<&Path>,
+    paths: &[PathKey],
+    env_prefix: &str,
+    overrides: &[(&str, String)],
+) -> Result<T, SettingsError> {
     use config::{Config, Environment, File, FileFormat};
     let mut b = Config::builder();
     let source_name = match file {
@@ -35,8 +127,20 @@ pub fn load<T: DeserializeOwned>(
             if !p.exists() {
                 return Err(SettingsError::NotFound(p.display().to_string()));
             }
-            b = b.add_source(File::from(p).format(FileFormat::Toml).required(true));
-            p.display().to_string()
+            let shown = p.display().to_string();
+            let invalid = |reason: String| SettingsError::Invalid {
+                source_name: shown.clone(),
+                reason,
+            };
+            let text = std::fs::read_to_string(p).map_err(|e| invalid(e.to_string()))?;
+            let dir = std::path::absolute(p)
+                .map_err(|e| invalid(e.to_string()))?
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            let text = anchor_paths(&text, &dir, paths).map_err(invalid)?;
+            b = b.add_source(File::from_str(&text, FileFormat::Toml));
+            shown
         }
         None => "environment/flags".to_string(),
     };
@@ -153,6 +257,65 @@ mod tests {
         assert!(e.to_string().contains("a.toml"), "{e}");
         let e = load::<S>(Some(&dir.join("missing.toml")), "X", &[]).unwrap_err();
         assert!(matches!(e, SettingsError::NotFound(_)));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn relative_paths_in_a_file_are_taken_from_its_folder_and_names_are_left_alone() {
+        let keys = [
+            TLS_PATHS[0],
+            PathKey::path("services"),
+            PathKey::path_or_name("library.*.path"),
+            PathKey::path("python.*.path"),
+        ];
+        let text = r#"
+services = ["svc/a.toml", "/abs/b.toml"]
+[tls]
+ca = "certs/ca.pem"
+[[library]]
+service = "x"
+path = "liblapack.so.3"
+[[library]]
+service = "y"
+path = "./build/libmine.so"
+[[python]]
+service = "z"
+function = "m:f"
+path = ["py", "/opt/py"]
+"#;
+        let out: toml::Table = anchor_paths(text, Path::new("/etc/gw"), &keys)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(out["tls"]["ca"].as_str(), Some("/etc/gw/certs/ca.pem"));
+        let svc: Vec<&str> = out["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(svc, ["/etc/gw/svc/a.toml", "/abs/b.toml"]);
+        let lib = out["library"].as_array().unwrap();
+        assert_eq!(lib[0]["path"].as_str(), Some("liblapack.so.3"));
+        assert_eq!(lib[1]["path"].as_str(), Some("/etc/gw/./build/libmine.so"));
+        let py = out["python"][0]["path"].as_array().unwrap();
+        assert_eq!(py[0].as_str(), Some("/etc/gw/py"));
+        assert_eq!(py[1].as_str(), Some("/opt/py"));
+        // Through `load_anchored`: from the file's folder, whatever the current one; a flag's
+        // path stays as given.
+        #[derive(serde::Deserialize)]
+        struct T {
+            tls: std::collections::HashMap<String, String>,
+        }
+        let dir = std::env::temp_dir().join(format!("gw-anchor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.toml");
+        std::fs::write(&f, "[tls]\nca = \"certs/ca.pem\"\n").unwrap();
+        let t: T = load_anchored(Some(&f), &TLS_PATHS, "GRIDWISE_TEST_NOPE", &[]).unwrap();
+        assert_eq!(t.tls["ca"], dir.join("certs/ca.pem").display().to_string());
+        let flags = [("tls.ca", "mine/ca.pem".to_string())];
+        let t: T = load_anchored(Some(&f), &TLS_PATHS, "GRIDWISE_TEST_NOPE", &flags).unwrap();
+        assert_eq!(t.tls["ca"], "mine/ca.pem");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -191,7 +191,7 @@ impl AgentCore {
         if ack == Ack::Ok
             && let Some(slot) = self.registry.slot_of(hb.server_id)
         {
-            self.track_foreign(slot, &hb.in_flight, now);
+            self.track_in_flight(slot, &hb.in_flight, now);
         }
         let mut learned = Vec::new();
         if first {

@@ -229,6 +229,11 @@ impl TicketIndex {
         self.pending.contains_key(&ticket)
     }
 
+    /// The server slot `ticket` is pending on.
+    pub fn slot_of(&self, ticket: Ticket) -> Option<usize> {
+        self.pending.get(&ticket).map(|p| p.server)
+    }
+
     /// Whether `who` may give `ticket` back: its holder, or anyone for a ticket without one.
     pub fn held_by(&self, ticket: Ticket, who: u64) -> bool {
         self.pending

@@ -156,6 +156,25 @@ impl Reservations {
         old.len()
     }
 
+    /// Takes `ticket` off server `slot`'s queue while keeping its ticket (holder, age), so that
+    /// it can be predicted again against the rest of the queue and [put back](Self::requeue).
+    /// `None` if it is not pending on `slot`.
+    pub fn lift(&mut self, slot: usize, ticket: Ticket) -> Option<Assignment> {
+        if self.index.slot_of(ticket) != Some(slot) {
+            return None;
+        }
+        let a = self.queues[slot].remove(ticket)?;
+        self.touch(slot);
+        Some(a)
+    }
+
+    /// Puts back on server `slot`'s queue an assignment [lifted](Self::lift) off it.
+    pub fn requeue(&mut self, slot: usize, a: Assignment) {
+        debug_assert_eq!(self.index.slot_of(a.ticket), Some(slot));
+        self.queues[slot].push(a);
+        self.touch(slot);
+    }
+
     /// Server `slot`'s pending assignments; an empty queue for a slot that never had one.
     pub fn queue(&self, slot: usize) -> &ServerQueue {
         self.queues.get(slot).unwrap_or(&EMPTY)

@@ -92,7 +92,7 @@ pub const POLICIES: [Policy; 4] = Policy::ALL;
 enum Event {
     /// A call's kernel ends on a server.
     End { server: usize, call: usize },
-    /// A server's heartbeat reaches every agent (with several agents only).
+    /// A server's heartbeat reaches every agent.
     Beat(usize),
     /// A call's inputs reach its server.
     Ready { server: usize, call: usize },
@@ -167,7 +167,8 @@ pub fn service_desc(scenario: &Scenario, service: &str) -> Result<ServiceDesc, S
 
 /// Simulates `scenario`'s online workload with the agent ranking by `policy`: the workload
 /// checked, the calls' arrivals drawn, then every event in time order (a call arrives and is
-/// ranked, its inputs reach its server, its kernel ends and is reported).
+/// ranked, its inputs reach its server, its kernel ends and is reported, a server's heartbeat,
+/// every second, lists the calls it holds).
 pub fn simulate_online(scenario: &Scenario, policy: Policy) -> Result<OnlineRun, ScenarioError> {
     simulate_online_agents(scenario, policy, 1, 1.0)
 }
@@ -178,7 +179,8 @@ pub fn simulate_online(scenario: &Scenario, policy: Policy) -> Result<OnlineRun,
 /// `heartbeat_s` (phases spread over the servers) lists the calls it holds
 /// ([`gridwise_proto::InFlight`]). That is all an agent knows of the calls the others placed:
 /// not those still on their way to a server. One agent is the omniscient one: it placed
-/// every call.
+/// every call. Every agent, the one alone too, predicts its own calls again from what the
+/// heartbeats say of them, as a deployed agent does.
 pub fn simulate_online_agents(
     scenario: &Scenario,
     policy: Policy,
@@ -233,11 +235,9 @@ pub fn simulate_online_agents(
     for i in 0..sim.arrivals.len() {
         sim.push(sim.arrivals[i].0, Event::Arrive(i));
     }
-    if agents > 1 {
-        let servers = sim.stations.len();
-        for s in 0..servers {
-            sim.push(heartbeat_s * s as f64 / servers as f64, Event::Beat(s));
-        }
+    let servers = sim.stations.len();
+    for s in 0..servers {
+        sim.push(heartbeat_s * s as f64 / servers as f64, Event::Beat(s));
     }
     let mut left = sim.arrivals.len();
     while let Some(Due { at: now, event, .. }) = sim.due.pop() {

@@ -73,8 +73,9 @@ impl AgentArgs {
         ];
         flags.extend(self.tls.overrides());
         let o = gridwise_runtime::settings::flag_overrides(&flags);
-        Ok(gridwise_runtime::settings::load(
+        Ok(gridwise_runtime::settings::load_anchored(
             self.config.as_deref(),
+            &crate::config::PATHS,
             "GRIDWISE_AGENT",
             &o,
         )?)

@@ -1,12 +1,21 @@
 //! The agent's settings: `gridwise-agent --config agent.toml`, `GRIDWISE_AGENT_*`, flags.
 
 use gridwise_proto::Policy;
+use gridwise_runtime::settings::{PathKey, TLS_PATHS};
 use gridwise_runtime::wire::{
     self, AcceptConfig, ConnLimits, Credentials, DialConfig, Role, Tls, TlsFiles,
 };
 use gridwise_sched::CoreConfig;
 use serde::Deserialize;
 use std::path::PathBuf;
+
+/// The settings that name files, taken from the config file's folder when relative there.
+pub const PATHS: [PathKey; 4] = [
+    TLS_PATHS[0],
+    TLS_PATHS[1],
+    TLS_PATHS[2],
+    PathKey::path("data_dir"),
+];
 use std::time::Duration;
 
 /// Everything the agent can be told.

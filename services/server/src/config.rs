@@ -3,11 +3,26 @@
 use crate::model_manager::ModelConfig;
 use gridwise_kernels::{EmulatedSpec, LoadSpec};
 use gridwise_routines::{CommandSpec, LibraryEntry, PythonEntry};
+use gridwise_runtime::settings::{PathKey, TLS_PATHS};
 use gridwise_runtime::wire::{
     self, CertRole, ConnLimits, Credentials, DialConfig, Role, Tls, TlsFiles,
 };
 use serde::Deserialize;
 use std::path::PathBuf;
+
+/// The settings that name files, taken from the config file's folder when relative there.
+pub const PATHS: [PathKey; 10] = [
+    TLS_PATHS[0],
+    TLS_PATHS[1],
+    TLS_PATHS[2],
+    PathKey::path("services"),
+    PathKey::path_or_name("worker_program"),
+    PathKey::path("model_dir"),
+    PathKey::path_or_name("library.*.path"),
+    PathKey::path("python.*.path"),
+    PathKey::path_or_name("python.*.python"),
+    PathKey::path_or_name("command.*.program"),
+];
 
 /// Everything a server can be told.
 #[derive(Clone, Debug, Deserialize)]

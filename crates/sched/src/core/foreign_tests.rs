@@ -1,6 +1,6 @@
 use super::*;
 use crate::testutil::{dgemm, dgemm_profile, echo, registration};
-use gridwise_proto::{InFlight, LoadSample};
+use gridwise_proto::{InFlight, LoadSample, Timing};
 
 fn beat(id: ServerId, in_flight: Vec<InFlight>) -> Heartbeat {
     Heartbeat {
@@ -210,4 +210,66 @@ fn the_agent_that_placed_a_call_stores_what_it_taught_and_the_others_only_learn_
     };
     let at_two = two.report(two_ids[i], &[unknown], Duration::from_secs(1));
     assert_eq!(theirs(&at_two), [false]);
+}
+
+#[test]
+fn an_own_call_that_overran_holds_its_slot_from_the_next_heartbeat_and_keeps_its_prediction() {
+    let mut c = AgentCore::new(CoreConfig::default());
+    let mut reg = registration("a", &[dgemm()]);
+    reg.default_rate = 1e9;
+    let id = c.register(reg, Duration::ZERO).unwrap().server_id;
+    c.heartbeat(&beat(id, vec![]), Duration::ZERO);
+    // Two 2 s calls on a one-slot server: the second waits for the first.
+    let p = dgemm_profile(1000, 1000, 1000);
+    let first = c.rank(&p, &RankOptions::default(), Duration::ZERO).unwrap();
+    let second = c.rank(&p, &RankOptions::default(), Duration::ZERO).unwrap();
+    let listed = |ticket, ran_s| InFlight {
+        ticket,
+        service: "dgemm".into(),
+        sizes: p.sizes.clone(),
+        ran_s,
+    };
+    // At 3 s the first has overrun by a second. Told nothing, the agent counts it ended at
+    // 2 s and the second as running since: a slot frees at 4 s, a second from now.
+    let now = Duration::from_secs(3);
+    let w = wait_on(&c, "a", now);
+    assert!((w - 1.0).abs() < 0.05, "{w}");
+    // The heartbeat lists the first still running and the second still waiting: the first
+    // holds the slot a little longer, the second waits for it and then runs its 2 s.
+    c.heartbeat(
+        &beat(
+            id,
+            vec![listed(second.ticket, None), listed(first.ticket, Some(3.0))],
+        ),
+        now,
+    );
+    let w = wait_on(&c, "a", now);
+    assert!((w - 2.1).abs() < 0.05, "{w}");
+    assert_eq!(c.pending(), 2);
+    // Its report is judged against what was predicted when it was placed, not since.
+    let out = c.report(
+        id,
+        &[CallReport {
+            client_in_bytes: None,
+            cpu_available: None,
+            ticket: Some(first.ticket),
+            service: "dgemm".into(),
+            sizes: p.sizes.clone(),
+            timing: Timing {
+                kernel_s: 3.2,
+                ..Timing::default()
+            },
+            ok: true,
+        }],
+        Duration::from_millis(3200),
+    );
+    let predicted = out.learned.iter().find_map(|l| match l {
+        Learned::Timings {
+            predicted_kernel_s, ..
+        } => Some(predicted_kernel_s.clone()),
+        _ => None,
+    });
+    let predicted = predicted.unwrap()[0].unwrap();
+    assert!((predicted - 2.0).abs() < 0.01, "{predicted}");
+    assert_eq!(c.pending(), 1);
 }
