@@ -202,12 +202,19 @@ fn curve(m: &ModelExport, slice: &[(String, i64)]) -> Result<Curve> {
         ),
         _ => {
             let names: Vec<&str> = free.iter().map(|&k| m.params[k].as_str()).collect();
+            // Every free parameter but the last fixed, each at a size the first point was
+            // measured at, so that the suggested slice has points on it.
+            let first = &m.points[0].0;
+            let example: Vec<String> = free[..free.len() - 1]
+                .iter()
+                .map(|&k| format!("--slice {}={}", m.params[k], first[k]))
+                .collect();
             bail!(
-                "model {label} has {} free size parameters ({}); a plot has one: fix the others \
-                 with --slice name=value, e.g. --slice {}=<size>",
+                "model {label} has {} free size parameters ({}); a plot has one: fix all but \
+                 one with --slice name=value, e.g. {}",
                 names.len(),
                 names.join(", "),
-                names[0]
+                example.join(" ")
             )
         }
     };
@@ -779,7 +786,21 @@ mod tests {
         let e = plot_models(&[model_2d()], &opts(svg.clone(), &[])).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("(m, n)"), "{msg}");
-        assert!(msg.contains("--slice m="), "{msg}");
+        assert!(msg.contains("e.g. --slice m=1000"), "{msg}");
+        // Three free parameters (a dgemm's m, n, k): the hint fixes two, and following it
+        // draws the plot.
+        let mut three = model_2d();
+        three.params.push("k".into());
+        for (x, _) in &mut three.points {
+            x.push(500);
+        }
+        three.progress = None;
+        let e = plot_models(std::slice::from_ref(&three), &opts(svg.clone(), &[])).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("e.g. --slice m=1000 --slice n=1000"), "{msg}");
+        let drawn = dir.path().join("three.svg");
+        plot_models(&[three], &opts(drawn.clone(), &[("m", 1000), ("n", 1000)])).unwrap();
+        assert!(drawn.exists());
 
         let e =
             plot_models(&[model_1d("alpha", 1.0)], &opts(svg.clone(), &[("n", 3)])).unwrap_err();
