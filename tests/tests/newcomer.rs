@@ -323,3 +323,49 @@ fn a_tls_grid_configured_with_relative_paths_starts_from_any_folder() {
         String::from_utf8_lossy(&status.stderr)
     );
 }
+
+#[test]
+fn tokens_appear_in_no_log_and_no_status() {
+    let (clients, servers) = ("client-s3cr3t-4417", "server-s3cr3t-9902");
+    let mut flags: Vec<&str> = FAST_HEARTBEATS.to_vec();
+    flags.extend(["--client-token", clients, "--server-token", servers]);
+    let mut g = Grid::agent(&flags);
+    g.server("s1", "slots = 2\ncalibrate = false\n");
+    g.wait_up(1);
+    let c = g.client();
+    let add = c.function_handle_default("add").unwrap();
+    let out = c
+        .call(&add, vec![gridwise_proto::Value::Int(41)])
+        .expect("add runs");
+    assert_eq!(out.outputs[0], gridwise_proto::Value::Int(42));
+    // A wrong token is refused, and the refusal is logged: without the token's value.
+    let mut wrong = g.client_config();
+    wrong.token = Some("not-the-token".into());
+    wrong.agent_retry_s = 0;
+    assert!(gridwise_client::Client::connect(wrong).is_err());
+    // Status as every client sees it (`gridwise status --json`).
+    let (ok, status, err) = {
+        let out = Command::new(gridwise_cli())
+            .args([
+                "status",
+                "--json",
+                "--agent",
+                &g.agent.addr,
+                "--token",
+                clients,
+            ])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert!(ok, "{err}");
+    let logs = g.logs();
+    for secret in [clients, servers] {
+        assert!(!status.contains(secret), "status shows a token:\n{status}");
+        assert!(!logs.contains(secret), "a log shows a token:\n{logs}");
+    }
+}
