@@ -341,12 +341,20 @@ impl Native {
     #[new]
     #[pyo3(signature = (agent=None, token=None, config=None))]
     fn new(agent: Option<String>, token: Option<String>, config: Option<String>) -> PyResult<Self> {
-        let mut cfg = match (&config, &agent) {
-            (Some(path), _) => ClientConfig::from_file(path).map_err(to_py)?,
-            (None, Some(a)) => ClientConfig::with_agent(a.clone()),
-            (None, None) => {
+        // As the command line: a file, else an address, else GRIDWISE_AGENT; the token from
+        // GRIDWISE_TOKEN unless given (a file keeps its own).
+        let from_env = ClientConfig::from_env();
+        let mut cfg = match (&config, &agent, from_env) {
+            (Some(path), _, _) => ClientConfig::from_file(path).map_err(to_py)?,
+            (None, Some(a), env) => {
+                let mut c = ClientConfig::with_agent(a.clone());
+                c.token = env.and_then(|e| e.token);
+                c
+            }
+            (None, None, Some(env)) => env,
+            (None, None, None) => {
                 return Err(ConfigfileNotFound::new_err(
-                    "give the agent's address (agent=\"host:port\") or a configuration file (config=...)",
+                    "give the agent's address (agent=\"host:port\", or GRIDWISE_AGENT in the environment) or a configuration file (config=...)",
                 ));
             }
         };

@@ -12,6 +12,17 @@ import gridwise
 from conftest import TOKEN
 
 
+def test_the_agent_and_token_come_from_the_environment_as_for_the_cli(grid, monkeypatch):
+    monkeypatch.setenv("GRIDWISE_AGENT", grid)
+    monkeypatch.setenv("GRIDWISE_TOKEN", TOKEN)
+    assert gridwise.Client().call("add", 1) == 2
+    # An address given in code takes the token from the environment too.
+    assert gridwise.Client(agent=grid).call("add", 2) == 3
+    monkeypatch.delenv("GRIDWISE_AGENT")
+    with pytest.raises(gridwise.ConfigfileNotFound, match="GRIDWISE_AGENT"):
+        gridwise.Client()
+
+
 def test_scalar_call_and_details(client):
     assert client.call("add", 41) == 42
     out, details = client.call_detailed("add", 1)

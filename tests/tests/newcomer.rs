@@ -369,3 +369,53 @@ fn tokens_appear_in_no_log_and_no_status() {
         assert!(!logs.contains(secret), "a log shows a token:\n{logs}");
     }
 }
+
+#[test]
+fn a_c_program_given_no_config_file_takes_the_agent_and_token_from_the_environment() {
+    let token = "c-env-token";
+    let mut flags: Vec<&str> = FAST_HEARTBEATS.to_vec();
+    flags.extend(["--client-token", token, "--server-token", "c-env-servers"]);
+    let mut g = Grid::agent(&flags);
+    g.server("s1", "slots = 2\ncalibrate = false\n");
+    g.wait_up(1);
+    let source = r#"
+#include <stdio.h>
+#include "grpc.h"
+int main(void) {
+    grpc_function_handle_t h;
+    int y = 0;
+    if (grpc_initialize(NULL) != GRPC_NO_ERROR ||
+        grpc_function_handle_default(&h, "add") != GRPC_NO_ERROR ||
+        grpc_call(&h, 41, &y) != GRPC_NO_ERROR) {
+        fprintf(stderr, "%s\n", gridwise_last_error_message());
+        return 1;
+    }
+    printf("add(41) = %d\n", y);
+    grpc_function_handle_destruct(&h);
+    grpc_finalize();
+    return 0;
+}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_c(source, dir.path());
+    let run = |agent: Option<&str>| {
+        let mut cmd = Command::new(&exe);
+        cmd.env_remove("GRIDWISE_AGENT")
+            .env("GRIDWISE_TOKEN", token);
+        if let Some(a) = agent {
+            cmd.env("GRIDWISE_AGENT", a);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(Some(&g.agent.addr));
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("add(41) = 42"), "{out}");
+    let (code, _, err) = run(None);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("GRIDWISE_AGENT"), "{err}");
+}

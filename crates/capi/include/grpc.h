@@ -74,7 +74,8 @@ typedef struct gridwise_bytes_s {
     size_t size;
 } gridwise_bytes_t;
 
-/* Initializing and finalizing */
+/* Initializing and finalizing. grpc_initialize(NULL) (a gridwise extension) takes the agent
+   from GRIDWISE_AGENT and the token from GRIDWISE_TOKEN, as the gridwise command does. */
 grpc_error_t grpc_initialize(const char *config_file_name);
 grpc_error_t grpc_finalize(void);
 

@@ -129,10 +129,15 @@ unsafe fn ids(ids: *const c_int, len: usize) -> Result<Vec<SessionId>, GrpcError
 pub unsafe extern "C" fn grpc_initialize(config_file_name: *const c_char) -> c_int {
     api(|| {
         if config_file_name.is_null() {
-            return Err(GrpcError::new(
-                ErrorCode::ConfigfileNotFound,
-                "grpc_initialize needs the path of the client's configuration file (TOML)",
-            ));
+            // No file: GRIDWISE_AGENT and GRIDWISE_TOKEN, as the command line reads them.
+            let Some(cfg) = gridwise_client::ClientConfig::from_env() else {
+                return Err(GrpcError::new(
+                    ErrorCode::ConfigfileNotFound,
+                    "grpc_initialize needs the path of the client's configuration file (TOML), \
+                     or NULL with GRIDWISE_AGENT (and GRIDWISE_TOKEN) in the environment",
+                ));
+            };
+            return grpc::initialize_with(cfg);
         }
         // SAFETY: checked non-NULL; the caller passes a C string.
         let path = unsafe { text(config_file_name, "the configuration file name")? };

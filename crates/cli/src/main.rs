@@ -28,10 +28,10 @@ struct Cli {
 #[derive(clap::Args, Clone)]
 struct Conn {
     /// The agent's address [default: 127.0.0.1:7000; `bench` starts its own grid without it].
-    #[arg(long, env = "GRIDWISE_AGENT")]
+    #[arg(long, env = gridwise_client::AGENT_ENV)]
     agent: Option<String>,
     /// Shared token, if the grid has one (its value never shown in help).
-    #[arg(long, env = "GRIDWISE_TOKEN", hide_env_values = true)]
+    #[arg(long, env = gridwise_client::TOKEN_ENV, hide_env_values = true)]
     token: Option<String>,
     /// Client config file (TOML, see the README; replaces --agent and --token).
     #[arg(long)]

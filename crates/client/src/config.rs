@@ -71,7 +71,26 @@ impl Default for ClientConfig {
     }
 }
 
+/// The variables the command line takes its `--agent` from (comma-separated agents)…
+pub const AGENT_ENV: &str = "GRIDWISE_AGENT";
+/// … and its `--token`: every client that is given neither a file nor an address (the Python
+/// `Client()`, a C program's `grpc_initialize(NULL)`) reads the same two.
+pub const TOKEN_ENV: &str = "GRIDWISE_TOKEN";
+
 impl ClientConfig {
+    /// Defaults, with the agent from [`AGENT_ENV`] and the token from [`TOKEN_ENV`], as the
+    /// command line takes them; `None` without an agent there.
+    pub fn from_env() -> Option<Self> {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Option<Self> {
+        let agent = var(AGENT_ENV).filter(|a| !a.trim().is_empty())?;
+        let mut c = Self::with_agent(agent);
+        c.token = var(TOKEN_ENV).filter(|t| !t.is_empty());
+        Some(c)
+    }
+
     /// Defaults, with the agent at `addr` (`host:port`).
     pub fn with_agent(addr: impl Into<String>) -> Self {
         Self {
@@ -355,5 +374,28 @@ mod tests {
         let f = file(include_str!("../../../deploy/client.toml"));
         let c = ClientConfig::load(f.path(), Some(HashMap::new())).unwrap();
         assert_eq!(c.call_timeout_s, 86_400);
+    }
+
+    #[test]
+    fn from_the_environment_as_the_command_line_takes_it() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let c = ClientConfig::from_vars(vars(&[
+            ("GRIDWISE_AGENT", "a:1,b:2"),
+            ("GRIDWISE_TOKEN", "t"),
+        ]))
+        .unwrap();
+        assert_eq!(c.agent_addrs(), ["a:1", "b:2"]);
+        assert_eq!(c.token.as_deref(), Some("t"));
+        let c = ClientConfig::from_vars(vars(&[("GRIDWISE_AGENT", "a:1")])).unwrap();
+        assert_eq!(c.token, None);
+        assert!(ClientConfig::from_vars(vars(&[("GRIDWISE_TOKEN", "t")])).is_none());
+        assert!(ClientConfig::from_vars(vars(&[("GRIDWISE_AGENT", " ")])).is_none());
     }
 }

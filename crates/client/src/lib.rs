@@ -58,7 +58,7 @@ mod testutil;
 
 pub use blocking::{BlockingGraph, Client};
 pub use client::{CallResult, GridClient};
-pub use config::ClientConfig;
+pub use config::{AGENT_ENV, ClientConfig, TOKEN_ENV};
 pub use divide::{DivideRun, DivideSpec, PartRun};
 pub use error::GrpcError;
 pub use graph::{CallRecord, CallRef, Graph, GraphArg, GraphRun};
