@@ -343,12 +343,11 @@ impl Native {
     fn new(agent: Option<String>, token: Option<String>, config: Option<String>) -> PyResult<Self> {
         // As the command line: a file, else an address, else GRIDWISE_AGENT; the token from
         // GRIDWISE_TOKEN unless given (a file keeps its own).
-        let from_env = ClientConfig::from_env();
-        let mut cfg = match (&config, &agent, from_env) {
+        let mut cfg = match (&config, &agent, ClientConfig::from_env()) {
             (Some(path), _, _) => ClientConfig::from_file(path).map_err(to_py)?,
-            (None, Some(a), env) => {
+            (None, Some(a), _) => {
                 let mut c = ClientConfig::with_agent(a.clone());
-                c.token = env.and_then(|e| e.token);
+                c.token = ClientConfig::token_from_env();
                 c
             }
             (None, None, Some(env)) => env,

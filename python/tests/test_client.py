@@ -16,9 +16,9 @@ def test_the_agent_and_token_come_from_the_environment_as_for_the_cli(grid, monk
     monkeypatch.setenv("GRIDWISE_AGENT", grid)
     monkeypatch.setenv("GRIDWISE_TOKEN", TOKEN)
     assert gridwise.Client().call("add", 1) == 2
+    monkeypatch.delenv("GRIDWISE_AGENT")
     # An address given in code takes the token from the environment too.
     assert gridwise.Client(agent=grid).call("add", 2) == 3
-    monkeypatch.delenv("GRIDWISE_AGENT")
     with pytest.raises(gridwise.ConfigfileNotFound, match="GRIDWISE_AGENT"):
         gridwise.Client()
 

@@ -344,24 +344,8 @@ fn tokens_appear_in_no_log_and_no_status() {
     wrong.agent_retry_s = 0;
     assert!(gridwise_client::Client::connect(wrong).is_err());
     // Status as every client sees it (`gridwise status --json`).
-    let (ok, status, err) = {
-        let out = Command::new(gridwise_cli())
-            .args([
-                "status",
-                "--json",
-                "--agent",
-                &g.agent.addr,
-                "--token",
-                clients,
-            ])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let addr = g.agent.addr.clone();
+    let (ok, status, err) = gridwise(&["status", "--json", "--agent", &addr, "--token", clients]);
     assert!(ok, "{err}");
     let logs = g.logs();
     for secret in [clients, servers] {

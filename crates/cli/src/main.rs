@@ -736,7 +736,6 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     }
 }
 
-/// `gridwise status`: the grid, or with a service how the agent would rank a call of it.
 /// Whether `--config` before the command means anything to it: the commands that talk to a
 /// grid, and the daemons.
 fn takes_config(command: &Command) -> bool {
@@ -751,6 +750,7 @@ fn takes_config(command: &Command) -> bool {
     )
 }
 
+/// `gridwise status`: the grid, or with a service how the agent would rank a call of it.
 fn run_status(
     service: Option<&str>,
     size: Option<&str>,

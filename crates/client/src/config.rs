@@ -84,11 +84,20 @@ impl ClientConfig {
         Self::from_vars(|k| std::env::var(k).ok())
     }
 
+    /// The token in [`TOKEN_ENV`], for a client given its agent some other way.
+    pub fn token_from_env() -> Option<String> {
+        Self::token_from(|k| std::env::var(k).ok())
+    }
+
     fn from_vars(var: impl Fn(&str) -> Option<String>) -> Option<Self> {
         let agent = var(AGENT_ENV).filter(|a| !a.trim().is_empty())?;
         let mut c = Self::with_agent(agent);
-        c.token = var(TOKEN_ENV).filter(|t| !t.is_empty());
+        c.token = Self::token_from(var);
         Some(c)
+    }
+
+    fn token_from(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+        var(TOKEN_ENV).filter(|t| !t.is_empty())
     }
 
     /// Defaults, with the agent at `addr` (`host:port`).
@@ -144,13 +153,9 @@ impl ClientConfig {
             )
         };
         // The [tls] files from the file's folder, wherever the program runs.
-        let dir = std::path::absolute(path)
-            .ok()
-            .and_then(|p| p.parent().map(Path::to_path_buf))
-            .unwrap_or_default();
-        let text = gridwise_runtime::settings::anchor_paths(
+        let text = gridwise_runtime::settings::anchor_file_paths(
             &text,
-            &dir,
+            path,
             &gridwise_runtime::settings::TLS_PATHS,
         )
         .map_err(|e| {

@@ -50,6 +50,14 @@ pub fn anchor_paths(text: &str, dir: &Path, keys: &[PathKey]) -> Result<String, 
     toml::to_string(&doc).map_err(|e| e.to_string())
 }
 
+/// [`anchor_paths`] for the text of the config file at `file`, whose folder the paths are
+/// taken from.
+pub fn anchor_file_paths(text: &str, file: &Path, keys: &[PathKey]) -> Result<String, String> {
+    let file = std::path::absolute(file).map_err(|e| e.to_string())?;
+    let dir = file.parent().unwrap_or(Path::new("/"));
+    anchor_paths(text, dir, keys)
+}
+
 fn anchor_at(table: &mut toml::Table, parts: &[&str], dir: &Path, bare_is_a_name: bool) {
     let Some((first, rest)) = parts.split_first() else {
         return;
@@ -101,20 +109,11 @@ pub enum SettingsError {
     },
 }
 
-/// Loads `T` from an optional TOML file, environment variables with `env_prefix` (e.g.
+/// Loads `T` from an optional TOML file (the relative paths at `paths` in it taken from its
+/// folder: [`anchor_file_paths`]), environment variables with `env_prefix` (e.g.
 /// `GRIDWISE_SERVER` makes `GRIDWISE_SERVER_SLOTS=4` set `slots`), and flag overrides
 /// (`(key, value)` pairs; values are TOML literals parsed by type, e.g. `4`, `"x"`).
 pub fn load<T: DeserializeOwned>(
-    file: Option<&Path>,
-    env_prefix: &str,
-    overrides: &[(&str, String)],
-) -> Result<T, SettingsError> {
-    load_anchored(file, &[], env_prefix, overrides)
-}
-
-/// [`load`], the relative paths at `paths` in the file taken from the file's folder
-/// ([`anchor_paths`]).
-pub fn load_anchored<T: DeserializeOwned>(
     file: Option<&Path>,
     paths: &[PathKey],
     env_prefix: &str,
@@ -133,12 +132,7 @@ pub fn load_anchored<T: DeserializeOwned>(
                 reason,
             };
             let text = std::fs::read_to_string(p).map_err(|e| invalid(e.to_string()))?;
-            let dir = std::path::absolute(p)
-                .map_err(|e| invalid(e.to_string()))?
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_default();
-            let text = anchor_paths(&text, &dir, paths).map_err(invalid)?;
+            let text = anchor_file_paths(&text, p, paths).map_err(invalid)?;
             b = b.add_source(File::from_str(&text, FileFormat::Toml));
             shown
         }
@@ -247,15 +241,21 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("a.toml");
         std::fs::write(&f, "slots = 3\n").unwrap();
-        let s: S = load(Some(&f), "GRIDWISE_TEST_NOPE", &[]).unwrap();
+        let s: S = load(Some(&f), &[], "GRIDWISE_TEST_NOPE", &[]).unwrap();
         assert_eq!(s.slots, 3);
         assert_eq!(s.listen, "127.0.0.1:7000");
-        let s: S = load(Some(&f), "GRIDWISE_TEST_NOPE", &[("slots", "5".into())]).unwrap();
+        let s: S = load(
+            Some(&f),
+            &[],
+            "GRIDWISE_TEST_NOPE",
+            &[("slots", "5".into())],
+        )
+        .unwrap();
         assert_eq!(s.slots, 5);
         std::fs::write(&f, "slots = \"many\"\n").unwrap();
-        let e = load::<S>(Some(&f), "GRIDWISE_TEST_NOPE", &[]).unwrap_err();
+        let e = load::<S>(Some(&f), &[], "GRIDWISE_TEST_NOPE", &[]).unwrap_err();
         assert!(e.to_string().contains("a.toml"), "{e}");
-        let e = load::<S>(Some(&dir.join("missing.toml")), "X", &[]).unwrap_err();
+        let e = load::<S>(Some(&dir.join("missing.toml")), &[], "X", &[]).unwrap_err();
         assert!(matches!(e, SettingsError::NotFound(_)));
         std::fs::remove_dir_all(&dir).ok();
     }
@@ -301,7 +301,7 @@ path = ["py", "/opt/py"]
         let py = out["python"][0]["path"].as_array().unwrap();
         assert_eq!(py[0].as_str(), Some("/etc/gw/py"));
         assert_eq!(py[1].as_str(), Some("/opt/py"));
-        // Through `load_anchored`: from the file's folder, whatever the current one; a flag's
+        // Through `load`: from the file's folder, whatever the current one; a flag's
         // path stays as given.
         #[derive(serde::Deserialize)]
         struct T {
@@ -311,10 +311,10 @@ path = ["py", "/opt/py"]
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("c.toml");
         std::fs::write(&f, "[tls]\nca = \"certs/ca.pem\"\n").unwrap();
-        let t: T = load_anchored(Some(&f), &TLS_PATHS, "GRIDWISE_TEST_NOPE", &[]).unwrap();
+        let t: T = load(Some(&f), &TLS_PATHS, "GRIDWISE_TEST_NOPE", &[]).unwrap();
         assert_eq!(t.tls["ca"], dir.join("certs/ca.pem").display().to_string());
         let flags = [("tls.ca", "mine/ca.pem".to_string())];
-        let t: T = load_anchored(Some(&f), &TLS_PATHS, "GRIDWISE_TEST_NOPE", &flags).unwrap();
+        let t: T = load(Some(&f), &TLS_PATHS, "GRIDWISE_TEST_NOPE", &flags).unwrap();
         assert_eq!(t.tls["ca"], "mine/ca.pem");
         std::fs::remove_dir_all(&dir).ok();
     }

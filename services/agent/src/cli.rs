@@ -73,7 +73,7 @@ impl AgentArgs {
         ];
         flags.extend(self.tls.overrides());
         let o = gridwise_runtime::settings::flag_overrides(&flags);
-        Ok(gridwise_runtime::settings::load_anchored(
+        Ok(gridwise_runtime::settings::load(
             self.config.as_deref(),
             &crate::config::PATHS,
             "GRIDWISE_AGENT",

@@ -60,7 +60,7 @@ impl ServerArgs {
         ];
         flags.extend(self.tls.overrides());
         let o = gridwise_runtime::settings::flag_overrides(&flags);
-        Ok(gridwise_runtime::settings::load_anchored(
+        Ok(gridwise_runtime::settings::load(
             self.config.as_deref(),
             &crate::config::PATHS,
             "GRIDWISE_SERVER",
