@@ -434,6 +434,20 @@ pub struct Registration {
     /// it: none are listed.
     #[serde(default)]
     pub sleeping: Vec<String>,
+    /// Routines its description files describe that it does not offer, and why: the agent
+    /// shows them (`status`, `services --describe`) where the server's log is out of sight.
+    #[serde(default)]
+    pub not_offered: Vec<NotOffered>,
+}
+
+/// A routine a server's description files describe that the server does not offer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NotOffered {
+    pub service: String,
+    /// The description file it is in, as the server's config names it.
+    pub file: String,
+    /// Why it is not offered, and what to do about it.
+    pub why: String,
 }
 
 // Registrations saved by an earlier release say nothing of limits.
@@ -785,6 +799,9 @@ pub struct ServerStatus {
     pub last_heard_s: f64,
     /// Calibrated default rate, operations/s.
     pub default_rate: f64,
+    /// Routines it describes but does not offer ([`Registration::not_offered`]).
+    #[serde(default)]
+    pub not_offered: Vec<NotOffered>,
 }
 
 /// A service and how many live servers offer it.

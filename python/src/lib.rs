@@ -4,7 +4,9 @@
 //! exceptions named after the GFD.52 codes. The Python half (`gridwise/__init__.py`) adds
 //! argument inference, futures, asyncio and the graph recorder.
 
-use gridwise_client::{ClientConfig, FunctionHandle, GraphArg, GridClient, GrpcError, SessionId};
+use gridwise_client::{
+    ClientConfig, FunctionHandle, GraphArg, GridClient, GrpcError, SessionId, show,
+};
 use gridwise_predict::EtcSpread;
 use gridwise_proto::{ArgType, ElemType, ErrorCode, ServiceDesc, Value};
 use numpy::{
@@ -392,6 +394,32 @@ impl Native {
             .detach(|| self.rt.block_on(self.client.list_services()))
             .map_err(to_py)?;
         serde_json::to_string(&s).map_err(|e| OtherError::new_err(e.to_string()))
+    }
+
+    /// The grid as `gridwise status` prints it: a table, or (`json`) its JSON.
+    fn status_text(&self, py: Python<'_>, json: bool) -> PyResult<String> {
+        let s = py
+            .detach(|| self.rt.block_on(self.client.status()))
+            .map_err(to_py)?;
+        Ok(if json {
+            show::status_json(&s).to_string()
+        } else {
+            show::status_table(&s)
+        })
+    }
+
+    /// The services as `gridwise services` prints them (`describe`: `--describe`).
+    fn services_text(&self, py: Python<'_>, describe: bool) -> PyResult<String> {
+        let list = py
+            .detach(|| self.rt.block_on(self.client.list_services()))
+            .map_err(to_py)?;
+        if !describe {
+            return Ok(show::services_table(&list));
+        }
+        let st = py
+            .detach(|| self.rt.block_on(self.client.status()))
+            .map_err(to_py)?;
+        Ok(show::services_described(&list, &st))
     }
 
     /// The agent in use: of several given, the one that last answered.

@@ -2,6 +2,7 @@
 errors, a graph, and a large array checked element for element."""
 
 import asyncio
+import json
 import concurrent.futures
 import time
 
@@ -151,3 +152,39 @@ def test_divide_cuts_a_job_and_returns_the_parts_in_order(client):
     back = np.concatenate([p["outputs"][0] for p in parts])
     assert np.array_equal(back, x)
     assert runs[0]["makespan_s"] > 0
+
+
+def test_the_module_cli_takes_options_after_the_command_and_prints_the_clis_tables(grid):
+    """`python -m gridwise status --agent X --token Y` as the CLI takes it, and the same
+    tables the CLI prints (argparse once refused options after the command and printed
+    raw JSON)."""
+    import subprocess
+    import sys
+
+    from conftest import gridwise_binary
+
+    conn = ["--agent", grid, "--token", TOKEN]
+
+    def py(*args):
+        r = subprocess.run(
+            [sys.executable, "-m", "gridwise", *args], capture_output=True, text=True, timeout=60
+        )
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    def cli(*args):
+        r = subprocess.run([gridwise_binary(), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    assert py("services", *conn) == cli("services", *conn)
+    assert py(*conn, "services", "--describe") == cli("services", "--describe", *conn)
+    ours, theirs = py("status", *conn).splitlines(), cli("status", *conn).splitlines()
+    # The uptime and the time since each heartbeat move between the two runs; the rest not.
+    assert ours[1] == theirs[1] and "speed Gop/s" in ours[1]
+    assert [r.split()[:3] for r in ours[2:]] == [r.split()[:3] for r in theirs[2:]]
+    assert {"s1", "s2"} <= {r.split()[0] for r in ours[2:]}
+    status = json.loads(py("status", "--json", *conn))
+    assert {s["name"] for s in status["servers"]} >= {"s1", "s2"}
+    assert py("call", "add", "41", *conn).strip() == "42"
+    assert py("call", "add", "41", "--server", "s2", *conn).strip() == "42"

@@ -59,6 +59,7 @@ fn fake(name: &str, addr: &str) -> Registration {
         memory_budget_bytes: 1 << 40,
         max_frame_bytes: 1 << 30,
         sleeping: Vec::new(),
+        not_offered: Vec::new(),
     }
 }
 

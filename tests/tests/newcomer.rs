@@ -403,3 +403,98 @@ int main(void) {
     assert_eq!(code, Some(1));
     assert!(err.contains("GRIDWISE_AGENT"), "{err}");
 }
+
+#[test]
+fn a_described_routine_no_entry_provides_is_named_in_the_log_and_by_services_describe() {
+    let dir = tempfile::tempdir().unwrap();
+    let desc = dir.path().join("mine.toml");
+    std::fs::write(
+        &desc,
+        r#"
+[[service]]
+name = "shout"
+doc = "Upper-cases a string."
+args = [{ name = "s", mode = "in", type = "string" }, { name = "y", mode = "out", type = "string" }]
+
+[[service]]
+name = "forgotten"
+args = [{ name = "n", mode = "in", type = "int" }, { name = "y", mode = "out", type = "int" }]
+"#,
+    )
+    .unwrap();
+    let toml = format!(
+        "builtins = [\"add\"]\ncalibrate = false\nservices = [{:?}]\n[[command]]\nservice = \"shout\"\nprogram = \"echo\"\nargs = [\"{{s}}\"]\n",
+        desc.display().to_string()
+    );
+    let mut g = Grid::agent(&FAST_HEARTBEATS);
+    g.server("s1", &toml);
+    g.wait_up(1);
+    let addr = g.agent.addr.clone();
+    let (ok, out, err) = gridwise(&["services", "--describe", "--agent", &addr]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Upper-cases a string."), "{out}");
+    assert!(
+        out.contains("warning: server s1 describes `forgotten`")
+            && out.contains("mine.toml")
+            && out.contains("[[command]]"),
+        "services --describe does not say why `forgotten` is missing:\n{out}"
+    );
+    let (ok, out, err) = gridwise(&["services", "--agent", &addr]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("shout(") && !out.contains("forgotten"),
+        "{out}"
+    );
+    let (ok, out, err) = gridwise(&["status", "--agent", &addr]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("1 routine(s) described but not offered"),
+        "{out}"
+    );
+    let logs = g.logs();
+    assert!(
+        logs.contains("described but not offered") && logs.contains("forgotten"),
+        "the server's log says nothing of `forgotten`:\n{logs}"
+    );
+}
+
+#[test]
+fn bench_kernels_without_numpy_skips_only_what_needs_it_and_says_what_to_install() {
+    // A Python with nothing installed, as on a fresh machine.
+    let dir = tempfile::tempdir().unwrap();
+    let venv = dir.path().join("bare");
+    let made = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .expect("python3 runs");
+    assert!(made.success());
+    let python = venv.join("bin/python").display().to_string();
+    let (ok, out, err) = gridwise(&[
+        "bench", "kernels", "--json", "--n", "64", "--calls", "20", "--python", &python,
+    ]);
+    assert!(ok, "bench kernels failed without numpy:\n{err}");
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let row = |kind: &str| {
+        rows.iter()
+            .find(|r| r["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} row in {out}"))
+    };
+    let skipped = row("python")["skipped"].as_str().unwrap_or_default();
+    assert!(
+        skipped.contains("numpy") && skipped.contains("install"),
+        "{out}"
+    );
+    assert!(row("command")["noop_p50_us"].as_f64().is_some(), "{out}");
+    assert!(row("command")["dgemm_skipped"].is_string(), "{out}");
+    for kind in ["builtin", "library"] {
+        assert!(
+            row(kind)["dgemm_kernel_gflops"].as_f64().unwrap_or(0.0) > 0.0,
+            "{out}"
+        );
+    }
+    assert!(err.contains("numpy is not importable"), "{err}");
+}

@@ -14,17 +14,6 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn services(file: &str) -> String {
-    format!(
-        "{:?}",
-        root()
-            .join("examples/services")
-            .join(file)
-            .display()
-            .to_string()
-    )
-}
-
 /// The element (i, j) of the matrix `examples/services/tiles.py` makes tiles of.
 fn spd(i: usize, j: usize, n: usize) -> f64 {
     if i == j {
@@ -38,33 +27,34 @@ fn spd(i: usize, j: usize, n: usize) -> f64 {
 fn lapack_and_python_routines_solve_and_factorise() {
     let python = python_venv(&["numpy"]);
     let mut g = Grid::agent(&FAST_HEARTBEATS);
-    let mut toml = format!(
-        "builtins = [\"add\"]\ncalibrate = false\nslots = 2\nservices = [{}, {}]\n",
-        services("lapack.toml"),
-        services("tiles.toml")
+    // The server the README starts (examples/services/server.toml), its files beside it, its
+    // Python the one with numpy.
+    let examples = root().join("examples/services");
+    for f in ["lapack.toml", "tiles.toml", "tiles.py"] {
+        std::fs::copy(examples.join(f), g.config_dir().join(f)).unwrap();
+    }
+    let example = std::fs::read_to_string(examples.join("server.toml")).unwrap();
+    assert!(example.contains("python = \"python3\""));
+    let toml = format!(
+        "builtins = [\"add\"]\ncalibrate = false\nslots = 2\n{}",
+        example.replace(
+            "python = \"python3\"",
+            &format!("python = {:?}", python.display().to_string())
+        )
     );
-    for (s, lib) in [
-        ("dgesv", "liblapack.so.3"),
-        ("dpotrf", "liblapack.so.3"),
-        ("dtrsm", "libblas.so.3"),
-        ("dsyrk", "libblas.so.3"),
-        ("dgemm_nt", "libblas.so.3"),
-    ] {
-        toml.push_str(&format!(
-            "[[library]]\nservice = \"{s}\"\npath = \"{lib}\"\n"
-        ));
-    }
-    for f in ["spd_tile", "norm2"] {
-        toml.push_str(&format!(
-            "[[python]]\nservice = \"{f}\"\nfunction = \"tiles:{f}\"\npython = {:?}\npath = [{:?}]\n",
-            python.display().to_string(),
-            root().join("examples/services").display().to_string()
-        ));
-    }
     g.server("s1", &toml);
     g.server("s2", &toml);
     g.wait_up(2);
     let c = g.client();
+    // It offers every routine its files describe: nothing to warn of.
+    let hidden: Vec<_> = c
+        .status()
+        .unwrap()
+        .servers
+        .into_iter()
+        .flat_map(|s| s.not_offered)
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?}");
 
     // dgesv: a 60 x 60 system with 3 right-hand sides, checked by its residual.
     let n = 60usize;

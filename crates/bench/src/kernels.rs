@@ -176,7 +176,29 @@ fn p50s_us(
     Ok((Data::new(la).percentile(50), Data::new(lb).percentile(50)))
 }
 
-/// Runs everything; one JSON object per kind.
+/// Why `python` cannot run the Python kernels (numpy is not importable there), or `None`.
+fn numpy_missing(python: &str) -> Option<String> {
+    let out = std::process::Command::new(python)
+        .args(["-c", "import numpy"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "numpy is not importable by {python} ({}): install it (`apt-get install python3-numpy` or `pip install numpy`) or name an interpreter that has it with --python",
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .last()
+                .unwrap_or("no message")
+                .trim()
+        )),
+        Err(e) => Some(format!(
+            "cannot run {python} ({e}): install Python 3 with numpy or name an interpreter with --python"
+        )),
+    }
+}
+
+/// Runs everything; one JSON object per kind, a kind that cannot run here with `skipped`
+/// and why.
 pub fn run(opts: &KernelsBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     std::fs::write(dir.path().join("gw_bench_kernels.py"), NOOP_PY)?;
@@ -185,7 +207,11 @@ pub fn run(opts: &KernelsBench, emit: &mut dyn FnMut(Json)) -> anyhow::Result<()
     let lapack = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples/services/lapack.toml");
     let script = "import numpy as np, sys; np.save(sys.argv[3], np.load(sys.argv[1]) @ np.load(sys.argv[2]))";
-    let toml = format!(
+    let numpy_missing = numpy_missing(&opts.python);
+    if let Some(why) = &numpy_missing {
+        eprintln!("bench kernels: {why}; the python row is skipped, and the command row's dgemm");
+    }
+    let mut toml = format!(
         r#"builtins = ["add", "dgemm"]
 calibrate = false
 slots = 1
@@ -196,7 +222,18 @@ path = {blas:?}
 [[library]]
 service = "blas_dgemm"
 path = {blas:?}
-[[python]]
+[[command]]
+service = "add_cmd"
+program = "sh"
+args = ["-c", "echo $(({{x}} + 1)) > {{y}}"]
+"#,
+        lapack = lapack.display().to_string(),
+        desc = desc.display().to_string(),
+        blas = opts.blas,
+    );
+    if numpy_missing.is_none() {
+        toml.push_str(&format!(
+            r#"[[python]]
 service = "add_py"
 function = "gw_bench_kernels:add"
 python = {python:?}
@@ -207,20 +244,14 @@ function = "gw_bench_kernels:dgemm"
 python = {python:?}
 path = [{dir:?}]
 [[command]]
-service = "add_cmd"
-program = "sh"
-args = ["-c", "echo $(({{x}} + 1)) > {{y}}"]
-[[command]]
 service = "dgemm_cmd"
 program = {python:?}
 args = ["-c", {script:?}, "{{A}}", "{{B}}", "{{C}}"]
 "#,
-        lapack = lapack.display().to_string(),
-        desc = desc.display().to_string(),
-        blas = opts.blas,
-        python = opts.python,
-        dir = dir.path().display().to_string(),
-    );
+            python = opts.python,
+            dir = dir.path().display().to_string(),
+        ));
+    }
     let n = opts.n;
     let (a, b) = (matrix(n, 1), matrix(n, 2));
     // Before any daemon or worker runs: nobody else's threads compete with it.
@@ -246,6 +277,10 @@ args = ["-c", {script:?}, "{{A}}", "{{B}}", "{{C}}"]
     let builtin_inputs = noop_inputs("add");
     let mut expected: Option<Value> = None;
     for (kind, noop, dgemm) in kinds() {
+        if let (Some(why), "python") = (&numpy_missing, kind) {
+            emit(json!({"bench": "kernels", "kind": kind, "skipped": why}));
+            continue;
+        }
         eprintln!("bench kernels: {kind} …");
         let h = client.function_handle_default(noop)?;
         let calls = if kind == "command" {
@@ -259,6 +294,20 @@ args = ["-c", {script:?}, "{{A}}", "{{B}}", "{{C}}"]
             (&h, &noop_inputs(noop)),
             calls,
         )?;
+        let mut row = json!({
+            "bench": "kernels",
+            "kind": kind,
+            "noop_service": noop,
+            "noop_calls": calls,
+            "noop_p50_us": (p50 * 10.0).round() / 10.0,
+            "builtin_noop_p50_us": (base * 10.0).round() / 10.0,
+            "noop_overhead_vs_builtin_us": ((p50 - base) * 10.0).round() / 10.0,
+        });
+        if let Some(why) = numpy_missing.as_ref().filter(|_| dgemm == "dgemm_cmd") {
+            row["dgemm_skipped"] = json!(why);
+            emit(row);
+            continue;
+        }
         let h = client.function_handle_default(dgemm)?;
         client.call(&h, dgemm_inputs.clone())?;
         let mut kernel_s = f64::INFINITY;
@@ -289,21 +338,15 @@ args = ["-c", {script:?}, "{{A}}", "{{B}}", "{{C}}"]
             }
         }
         let flops = 2.0 * (n as f64).powi(3);
-        emit(json!({
-            "bench": "kernels",
-            "kind": kind,
-            "noop_service": noop,
-            "noop_calls": calls,
-            "noop_p50_us": (p50 * 10.0).round() / 10.0,
-            "builtin_noop_p50_us": (base * 10.0).round() / 10.0,
-            "noop_overhead_vs_builtin_us": ((p50 - base) * 10.0).round() / 10.0,
-            "dgemm_service": dgemm,
-            "dgemm_n": n,
-            "dgemm_kernel_gflops": (flops / kernel_s / 1e9 * 100.0).round() / 100.0,
-            "dgemm_round_trip_gflops": (flops / round_trip_s / 1e9 * 100.0).round() / 100.0,
-            "in_process_blas_gflops": (reference * 100.0).round() / 100.0,
-            "dgemm_vs_in_process_blas": (flops / kernel_s / 1e9 / reference * 1000.0).round() / 1000.0,
-        }));
+        let gflops = flops / kernel_s / 1e9;
+        row["dgemm_service"] = json!(dgemm);
+        row["dgemm_n"] = json!(n);
+        row["dgemm_kernel_gflops"] = json!((gflops * 100.0).round() / 100.0);
+        row["dgemm_round_trip_gflops"] =
+            json!((flops / round_trip_s / 1e9 * 100.0).round() / 100.0);
+        row["in_process_blas_gflops"] = json!((reference * 100.0).round() / 100.0);
+        row["dgemm_vs_in_process_blas"] = json!((gflops / reference * 1000.0).round() / 1000.0);
+        emit(row);
     }
     drop(grid);
     Ok(())

@@ -145,6 +145,7 @@ fn grid(desc: &ServiceDesc, servers: usize) -> AgentCore {
                 instance: String::new(),
                 max_frame_bytes: u64::MAX,
                 sleeping: Vec::new(),
+                not_offered: Vec::new(),
                 memory_budget_bytes: u64::MAX,
                 name: format!("s{i:04}"),
                 addr: format!("10.0.{}.{}:7000", i / 250, i % 250),

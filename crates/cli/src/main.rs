@@ -68,6 +68,10 @@ enum Command {
     },
     /// Services offered on the grid, with their signatures.
     Services {
+        /// Every argument, size, work and memory formula too, and a warning for each routine
+        /// a server describes but does not offer.
+        #[arg(long)]
+        describe: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -640,15 +644,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             conn,
             top,
         ),
-        Command::Services { conn } => {
-            let c = client(conn, top)?;
-            for s in c.list_services()? {
-                println!("{}  [{} server(s) up]", s.desc.signature(), s.servers_up);
-                if !s.desc.doc.is_empty() {
-                    println!("    {}", s.desc.doc);
-                }
-            }
-            Ok(())
+        Command::Services { describe, conn } => {
+            status::print_services(&client(conn, top)?, *describe)
         }
         Command::Call {
             service,

@@ -1,89 +1,32 @@
 //! `gridwise status`: the grid as the agent sees it, and for a call profile, every candidate's
 //! ETC breakdown (why the agent would choose what it chooses).
 
-use gridwise_client::Client;
+use gridwise_client::{Client, show};
 use gridwise_predict::EtcSpread;
-use gridwise_proto::{AgentStatus, Candidate, RankOptions, ServerState};
+use gridwise_proto::{Candidate, RankOptions};
 use serde_json::json;
 
 /// Prints servers, their state, services and queues.
 pub fn print_status(client: &Client, as_json: bool) -> anyhow::Result<()> {
     let st = client.status()?;
     if as_json {
-        println!("{}", status_json(&st));
-        return Ok(());
-    }
-    println!(
-        "agent: policy {}, up {:.0}s, {} call(s) ranked, {} server(s)",
-        st.policy,
-        st.uptime_s,
-        st.ranked,
-        st.servers.len()
-    );
-    let disk = &st.storage;
-    if !disk.ok || disk.pending_writes > 0 || disk.dropped_writes > 0 {
-        println!(
-            "STORAGE: {} — {} write(s) waiting to be retried, {} given up{}",
-            if disk.ok { "writing" } else { "FAILING" },
-            disk.pending_writes,
-            disk.dropped_writes,
-            disk.last_error
-                .as_deref()
-                .map(|e| format!("; last error: {e}"))
-                .unwrap_or_default()
-        );
-    }
-    println!(
-        "{:<16} {:<22} {:<5} {:>5} {:>7} {:>9} {:>7} {:>8} {:>11}  services",
-        "server",
-        "address",
-        "state",
-        "slots",
-        "pending",
-        "completed",
-        "running",
-        "heard",
-        "dgemm Gop/s"
-    );
-    for s in &st.servers {
-        println!(
-            "{:<16} {:<22} {:<5} {:>5} {:>7} {:>9} {:>7} {:>7.1}s {:>11.2}  {}",
-            s.name,
-            s.addr,
-            if s.state == ServerState::Up {
-                "up"
-            } else {
-                "DOWN"
-            },
-            s.slots,
-            s.pending,
-            s.completed,
-            s.load.running,
-            s.last_heard_s,
-            s.default_rate / 1e9,
-            s.services.join(",")
-        );
+        println!("{}", show::status_json(&st));
+    } else {
+        print!("{}", show::status_table(&st));
     }
     Ok(())
 }
 
-fn status_json(st: &AgentStatus) -> serde_json::Value {
-    json!({
-        "policy": st.policy.as_str(),
-        "uptime_s": st.uptime_s,
-        "ranked": st.ranked,
-        "storage": {
-            "ok": st.storage.ok, "last_error": st.storage.last_error,
-            "pending_writes": st.storage.pending_writes, "dropped_writes": st.storage.dropped_writes,
-        },
-        "servers": st.servers.iter().map(|s| json!({
-            "id": s.id.to_string(), "name": s.name, "addr": s.addr,
-            "state": if s.state == ServerState::Up { "up" } else { "down" },
-            "slots": s.slots, "pending": s.pending, "completed": s.completed,
-            "running": s.load.running, "queued": s.load.queued, "loadavg_1m": s.load.loadavg_1m,
-            "last_heard_s": s.last_heard_s, "default_rate": s.default_rate, "services": s.services,
-        })).collect::<Vec<_>>(),
-    })
+/// Prints every service with its signature; with `describe`, its whole description and the
+/// routines servers describe but do not offer.
+pub fn print_services(client: &Client, describe: bool) -> anyhow::Result<()> {
+    let list = client.list_services()?;
+    if describe {
+        print!("{}", show::services_described(&list, &client.status()?));
+    } else {
+        print!("{}", show::services_table(&list));
+    }
+    Ok(())
 }
 
 /// Prints every candidate's ETC breakdown for a call of `service` with these sizes.

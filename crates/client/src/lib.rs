@@ -49,6 +49,7 @@ pub mod handle;
 mod liveness;
 mod moving;
 pub mod session;
+pub mod show;
 pub mod slab;
 
 #[cfg(test)]

@@ -271,6 +271,7 @@ impl AgentApi for TestAgent {
                     load: LoadSample::default(),
                     last_heard_s: 0.0,
                     default_rate: 1e9,
+                    not_offered: Vec::new(),
                 })
                 .collect(),
         }

@@ -1,8 +1,9 @@
 //! The agent's web dashboard (`--dashboard ADDR`): one page (`/`, plain HTML and JavaScript,
-//! no build step) that draws the servers, each service's speed curves with their bands, a Gantt
-//! of recent calls and graphs with the prediction beside what ran, and the links matrix. It
-//! reads `/api/snapshot` once and then follows `/api/events` (server-sent events, one snapshot
-//! a second while something changed).
+//! no build step) that draws the servers, the progress of recent graphs and divisible jobs, a
+//! Gantt of recent calls, each server's utilisation and prediction error over time, graphs
+//! with the plan beside what ran, each service's speed curves with their bands, and the links
+//! matrix. It reads `/api/snapshot` once and then follows `/api/events` (server-sent events,
+//! one snapshot a second while something changed).
 //!
 //! The agent hands this crate a function that builds a snapshot from its core and records
 //! finished calls and mapped graphs here; snapshots are built only while a page is connected.
@@ -23,9 +24,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 
+pub mod progress;
+use progress::{PlannedCall, Progress, progress};
+
 /// Calls kept for the Gantt.
 const RECENT_CALLS: usize = 400;
-/// Graphs kept.
+/// Graphs kept, and divisible jobs.
 const RECENT_GRAPHS: usize = 8;
 /// How often a connected page may get a new snapshot.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -54,6 +58,9 @@ pub struct CallRecord {
     pub predicted_kernel_s: Option<f64>,
     /// Its assignment (as text: JavaScript numbers lose 64-bit integers).
     pub ticket: Option<String>,
+    /// Its size parameters (a divisible job's parts are told apart by them).
+    #[serde(skip)]
+    pub sizes: Vec<(String, i64)>,
 }
 
 /// A graph as mapped: each call's planned server and times.
@@ -74,11 +81,24 @@ pub struct GraphTask {
     pub ticket: Option<String>,
 }
 
+/// A divisible job as cut: its parts run as calls of `service` pinned to their servers, the
+/// unit parameter set to their units.
+#[derive(Clone, Debug)]
+pub struct DivideRecord {
+    pub mapped_unix_s: f64,
+    pub service: String,
+    pub units: u64,
+    pub unit_param: String,
+    pub policy: String,
+    pub parts: Vec<gridwise_proto::DividePart>,
+}
+
 /// What the agent tells the dashboard, and who is watching.
 #[derive(Default)]
 pub struct Dashboard {
     calls: Mutex<VecDeque<CallRecord>>,
     graphs: Mutex<VecDeque<GraphRecord>>,
+    divides: Mutex<VecDeque<DivideRecord>>,
     /// Bumped by every record: a page gets a new snapshot only when it moved.
     version: AtomicU64,
     watchers: AtomicUsize,
@@ -116,6 +136,7 @@ impl Dashboard {
                 kernel_s: r.timing.kernel_s,
                 predicted_kernel_s: predicted.get(i).copied().flatten(),
                 ticket: r.ticket.map(|t| t.0.to_string()),
+                sizes: r.sizes.clone(),
             });
         }
         self.version.fetch_add(1, Ordering::Relaxed);
@@ -155,11 +176,104 @@ impl Dashboard {
         self.version.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The recent calls and graphs, as the page reads them.
+    /// A divisible job the agent cut.
+    pub fn divided(
+        &self,
+        request: &gridwise_proto::DivideRequest,
+        reply: &gridwise_proto::DivideReply,
+    ) {
+        let mut divides = lock(&self.divides);
+        if divides.len() == RECENT_GRAPHS {
+            divides.pop_front();
+        }
+        divides.push_back(DivideRecord {
+            mapped_unix_s: unix_s(),
+            service: request.service.clone(),
+            units: request.units,
+            unit_param: request.unit_param.clone(),
+            policy: reply.policy.clone(),
+            parts: reply.parts.clone(),
+        });
+        self.version.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The progress at `now_unix_s` of every recent graph and divisible job, newest first.
+    pub fn progress(&self, now_unix_s: f64) -> Vec<Progress> {
+        let calls = lock(&self.calls);
+        let mut out: Vec<(f64, Progress)> = Vec::new();
+        for g in lock(&self.graphs).iter() {
+            let planned: Vec<PlannedCall> = g
+                .tasks
+                .iter()
+                .map(|t| PlannedCall {
+                    start_s: t.start_s,
+                    end_s: t.end_s,
+                    reported: t.ticket.as_ref().and_then(|k| {
+                        calls
+                            .iter()
+                            .find(|c| c.ticket.as_ref() == Some(k))
+                            .map(|c| c.ok)
+                    }),
+                })
+                .collect();
+            let what = format!("graph ({}), {} calls", g.policy, g.tasks.len());
+            out.push((
+                g.mapped_unix_s,
+                progress(what, &planned, now_unix_s - g.mapped_unix_s),
+            ));
+        }
+        for d in lock(&self.divides).iter() {
+            // A part is the first call after the cut of its service on its server with its
+            // units; each report answers one part.
+            let mut used = vec![false; calls.len()];
+            let planned: Vec<PlannedCall> = d
+                .parts
+                .iter()
+                .map(|p| {
+                    let units = i64::try_from(p.units).unwrap_or(i64::MAX);
+                    let hit = calls.iter().enumerate().position(|(i, c)| {
+                        !used[i]
+                            && c.end_unix_s >= d.mapped_unix_s
+                            && c.server == p.server
+                            && c.service == d.service
+                            && c.sizes
+                                .iter()
+                                .any(|(k, v)| *k == d.unit_param && *v == units)
+                    });
+                    if let Some(i) = hit {
+                        used[i] = true;
+                    }
+                    PlannedCall {
+                        start_s: 0.0,
+                        end_s: p.predicted_s,
+                        reported: hit.map(|i| calls[i].ok),
+                    }
+                })
+                .collect();
+            let what = format!(
+                "divide {} {} {} ({}), {} part{}",
+                d.service,
+                d.units,
+                d.unit_param,
+                d.policy,
+                d.parts.len(),
+                if d.parts.len() == 1 { "" } else { "s" }
+            );
+            out.push((
+                d.mapped_unix_s,
+                progress(what, &planned, now_unix_s - d.mapped_unix_s),
+            ));
+        }
+        out.sort_by(|a, b| b.0.total_cmp(&a.0));
+        out.into_iter().map(|(_, p)| p).collect()
+    }
+
+    /// The recent calls and graphs, and the progress of every plan, as the page reads them.
     pub fn recent(&self) -> Json {
         json!({
             "calls": lock(&self.calls).iter().collect::<Vec<_>>(),
             "graphs": lock(&self.graphs).iter().collect::<Vec<_>>(),
+            "progress": self.progress(unix_s()),
         })
     }
 }
@@ -197,9 +311,10 @@ impl App {
                     .iter()
                     .filter(|(_, st)| st.count > 0)
                     .map(|(x, st)| {
+                        let (lo, hi) = band(st);
                         json!({
                             "x": x.first().copied().unwrap_or(0),
-                            "min": st.min, "mean": st.mean, "max": st.max,
+                            "lo": lo, "mean": st.mean, "hi": hi,
                         })
                     })
                     .collect();
@@ -224,6 +339,16 @@ impl App {
             "now_unix_s": unix_s(),
         })
     }
+}
+
+/// The band drawn around a point's mean speed: one standard deviation of its runs each way,
+/// within the fastest and slowest run. The whole range is not drawn: one timing of a tiny
+/// call that the clock cut short made a dgemm model's band reach 183 Gop/s on a server whose
+/// runs averaged 37.
+fn band(st: &gridwise_proto::PointStats) -> (f64, f64) {
+    let lo = (st.mean - st.sd).max(st.min).min(st.mean);
+    let hi = (st.mean + st.sd).min(st.max).max(st.mean);
+    (lo, hi)
 }
 
 /// Counts a page as watching while its event stream lives.
@@ -292,4 +417,93 @@ pub async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr).await.map_err(|e| {
         anyhow::anyhow!("cannot listen for the dashboard on {addr} (--dashboard): {e}")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_points_band_is_its_spread_not_its_fastest_outlier() {
+        let st = gridwise_proto::PointStats {
+            count: 40,
+            min: 30e9,
+            mean: 37e9,
+            max: 183e9,
+            sd: 3e9,
+        };
+        assert_eq!(band(&st), (34e9, 40e9));
+        // One run: no spread to draw.
+        let one = gridwise_proto::PointStats {
+            count: 1,
+            min: 5e9,
+            mean: 5e9,
+            max: 5e9,
+            sd: 0.0,
+        };
+        assert_eq!(band(&one), (5e9, 5e9));
+    }
+
+    #[test]
+    fn a_divisible_jobs_parts_are_done_when_their_calls_report() {
+        let d = Dashboard::default();
+        let part = |server: &str, first, units, predicted_s| gridwise_proto::DividePart {
+            server: server.into(),
+            addr: String::new(),
+            first,
+            units,
+            predicted_s,
+            sd_s: 0.0,
+            comm_s: 0.0,
+        };
+        let request = gridwise_proto::DivideRequest {
+            service: "rows".into(),
+            units: 100,
+            unit_param: "m".into(),
+            sizes: Vec::new(),
+            in_bytes: (0, 0),
+            out_bytes: (0, 0),
+            comm: None,
+            policy: None,
+            servers: None,
+            all: false,
+            max_part: None,
+        };
+        let reply = gridwise_proto::DivideReply {
+            parts: vec![part("a", 0, 60, 1.0), part("b", 60, 40, 1.0)],
+            makespan_s: 1.0,
+            makespan_sd_s: 0.0,
+            policy: "fpm".into(),
+            ordering: String::new(),
+            slack: None,
+        };
+        d.divided(&request, &reply);
+        let report = gridwise_proto::CallReport {
+            ticket: None,
+            service: "rows".into(),
+            sizes: vec![("m".into(), 60)],
+            timing: Default::default(),
+            ok: true,
+            cpu_available: None,
+            client_in_bytes: None,
+        };
+        d.reported("a", std::slice::from_ref(&report), &[None]);
+        // Another server's call of the same size is not part b.
+        d.reported(
+            "c",
+            &[CallReport {
+                sizes: vec![("m".into(), 40)],
+                ..report.clone()
+            }],
+            &[None],
+        );
+        let p = &d.progress(unix_s() + 0.5)[0];
+        assert_eq!(
+            (p.calls, p.done, p.running, p.waiting),
+            (2, 1, 1, 0),
+            "{p:?}"
+        );
+        assert!(p.what.starts_with("divide rows 100 m (fpm)"), "{}", p.what);
+        assert!(p.left_s > 0.0 && p.left_s <= 0.5 + 1e-3, "{p:?}");
+    }
 }

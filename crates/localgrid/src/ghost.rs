@@ -160,6 +160,7 @@ async fn raise_one(
         memory_budget_bytes: 1 << 40,
         max_frame_bytes: 1 << 30,
         sleeping: Vec::new(),
+        not_offered: Vec::new(),
     };
     let timeout = Duration::from_secs(10);
     let (framed, _) = wire::connect(agent, dial, name)

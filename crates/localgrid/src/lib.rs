@@ -469,6 +469,12 @@ impl LocalGrid {
         Ok(&self.servers[i])
     }
 
+    /// The folder server configs are written to: the files a config names by relative paths
+    /// are looked for here, as beside any config file.
+    pub fn config_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     fn server_config(&self, name: &str) -> PathBuf {
         self.dir.path().join(format!("{name}.toml"))
     }

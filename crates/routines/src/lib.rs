@@ -26,5 +26,5 @@ pub mod worker;
 pub use binding::LibraryCall;
 pub use command::{CommandKernel, CommandSpec};
 pub use describe::{DescribeError, Described, read_file};
-pub use setup::{LibraryEntry, PythonEntry, Routines, kernels};
+pub use setup::{LibraryEntry, Offered, PythonEntry, Routines, kernels};
 pub use worker::{Launch, LibrarySpec, Limits, WorkerKernel, run_if_worker};

@@ -13,6 +13,7 @@ use crate::command::{CommandKernel, CommandSpec};
 use crate::describe::{Described, read_file};
 use crate::worker::{Launch, LibrarySpec, Limits, WorkerKernel};
 use gridwise_kernels::Kernel;
+use gridwise_proto::NotOffered;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -83,8 +84,18 @@ fn limits(
     })
 }
 
+/// What a server's routines come to: a kernel per routine with a source entry, and the
+/// routines its description files describe that no entry provides.
+pub struct Offered {
+    pub kernels: Vec<Arc<dyn Kernel>>,
+    /// Not an error (a file may describe a library's every routine, of which a server offers
+    /// some), but said: a newcomer who described a routine and forgot its entry otherwise
+    /// hears only "no server offers" from a client.
+    pub not_offered: Vec<NotOffered>,
+}
+
 /// The kernels of the configured routines, by service.
-pub fn kernels(r: &Routines<'_>) -> Result<Vec<Arc<dyn Kernel>>, String> {
+pub fn kernels(r: &Routines<'_>) -> Result<Offered, String> {
     let mut described: Vec<Described> = Vec::new();
     for f in r.services {
         for d in read_file(f).map_err(|e| e.to_string())? {
@@ -181,5 +192,20 @@ pub fn kernels(r: &Routines<'_>) -> Result<Vec<Arc<dyn Kernel>>, String> {
             .map_err(|err| format!("[[command]] service `{}`: {err}", e.service))?;
         out.push(Arc::new(k));
     }
-    Ok(out)
+    let not_offered = described
+        .iter()
+        .filter(|d| !taken.contains(&d.desc.name))
+        .map(|d| NotOffered {
+            service: d.desc.name.clone(),
+            file: d.file.display().to_string(),
+            why: format!(
+                "no [[library]], [[python]] or [[command]] entry of the server's config names it; add one saying where `{}` comes from, or ignore this if the server is not meant to offer it",
+                d.desc.name
+            ),
+        })
+        .collect();
+    Ok(Offered {
+        kernels: out,
+        not_offered,
+    })
 }

@@ -69,6 +69,7 @@ fn registration() -> Registration {
         memory_budget_bytes: 1 << 29,
         max_frame_bytes: 1 << 30,
         sleeping: vec!["emulated".into()],
+        not_offered: Vec::new(),
     }
 }
 

@@ -8,7 +8,8 @@ use gridwise_predict::{
     HostKnowledge, LoadRecord, LoadSampling, LoadTrack, OfferKnowledge, ServerView,
 };
 use gridwise_proto::{
-    Ack, Heartbeat, LoadSample, ModelProgress, Registration, ServerId, ServerState, ServerStatus,
+    Ack, Heartbeat, LoadSample, ModelProgress, NotOffered, Registration, ServerId, ServerState,
+    ServerStatus,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -36,6 +37,8 @@ pub struct ServerEntry {
     slots: u32,
     /// Names of the services it offers, in registration order.
     services: Vec<String>,
+    /// What its description files describe that it does not offer, as it registered.
+    not_offered: Vec<NotOffered>,
     /// Per-service data, aligned with `services`.
     offers: Vec<Offer>,
     /// Physical memory of the host, bytes (0 where the server could not tell), as registered:
@@ -325,6 +328,7 @@ impl ServerEntry {
             load: self.load,
             last_heard_s: now.saturating_sub(self.last_heard).as_secs_f64(),
             default_rate: self.host.default_rate,
+            not_offered: self.not_offered.clone(),
         }
     }
 }
@@ -494,6 +498,7 @@ impl Registry {
         }
         let e = &mut self.servers[slot];
         e.services = reg.services.into_iter().map(|d| d.name).collect();
+        e.not_offered = reg.not_offered;
         e.offers = offers;
         e.addr = reg.addr;
         e.slots = reg.slots;
@@ -568,6 +573,7 @@ impl Registry {
             addr: String::new(),
             slots: 1,
             services: Vec::new(),
+            not_offered: Vec::new(),
             offers: Vec::new(),
             memory_bytes: 0,
             cores: 0,

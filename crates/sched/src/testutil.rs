@@ -46,6 +46,7 @@ pub fn registration(name: &str, services: &[ServiceDesc]) -> Registration {
         instance: String::new(),
         max_frame_bytes: u64::MAX,
         sleeping: Vec::new(),
+        not_offered: Vec::new(),
         memory_budget_bytes: u64::MAX,
         name: name.into(),
         addr: format!("{name}.example:7000"),

@@ -552,6 +552,7 @@ fn agent(
             instance: format!("sim-{s}"),
             max_frame_bytes: u64::MAX,
             sleeping: Vec::new(),
+            not_offered: Vec::new(),
             memory_budget_bytes: u64::MAX,
             name: name.clone(),
             addr: format!("sim-{s}:0"),

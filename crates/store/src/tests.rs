@@ -29,6 +29,7 @@ fn registration(name: &str, port: u16) -> Registration {
         instance: String::new(),
         max_frame_bytes: u64::MAX,
         sleeping: Vec::new(),
+        not_offered: Vec::new(),
         memory_budget_bytes: u64::MAX,
         name: name.into(),
         addr: format!("127.0.0.1:{port}"),

@@ -572,7 +572,11 @@ impl AgentApi for AgentHandler {
         _: Context,
         request: gridwise_proto::DivideRequest,
     ) -> Result<gridwise_proto::DivideReply, RpcError> {
-        self.core().divide(&request, self.now())
+        let reply = self.core().divide(&request, self.now());
+        if let (Ok(r), Some(d)) = (&reply, &self.shared.observers.dashboard) {
+            d.divided(&request, r);
+        }
+        reply
     }
 
     async fn unreachable(self, _: Context, ticket: Ticket, server: ServerId) {

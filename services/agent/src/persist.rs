@@ -152,6 +152,7 @@ mod tests {
             instance: String::new(),
             max_frame_bytes: u64::MAX,
             sleeping: Vec::new(),
+            not_offered: Vec::new(),
             memory_budget_bytes: u64::MAX,
             name: "busy".into(),
             addr: "127.0.0.1:7001".into(),

@@ -2,6 +2,7 @@
 
 use crate::ServerConfig;
 use gridwise_kernels::{Kernel, LoadTrace, builtin, calibrate};
+use gridwise_proto::NotOffered;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,15 +12,19 @@ pub type KernelSet = HashMap<String, Arc<dyn Kernel>>;
 
 /// Builds the kernels the config asks for — built-ins, emulated ones under `load` (its time 0
 /// at `origin`), the owner's routines from description files — and the `extra` ones an
-/// embedding program brings.
+/// embedding program brings; with them, the described routines it does not offer, each
+/// logged as a warning.
 pub fn build(
     cfg: &ServerConfig,
     load: Option<Arc<LoadTrace>>,
     origin: Instant,
     extra: &[Arc<dyn Kernel>],
-) -> anyhow::Result<KernelSet> {
+) -> anyhow::Result<(KernelSet, Vec<NotOffered>)> {
     let mut set = KernelSet::new();
-    let routines = gridwise_routines::kernels(&gridwise_routines::Routines {
+    let gridwise_routines::Offered {
+        kernels: routines,
+        not_offered,
+    } = gridwise_routines::kernels(&gridwise_routines::Routines {
         services: &cfg.services,
         library: &cfg.library,
         python: &cfg.python,
@@ -28,6 +33,9 @@ pub fn build(
         threads: Some(cfg.kernel_threads()),
     })
     .map_err(anyhow::Error::msg)?;
+    for n in &not_offered {
+        tracing::warn!(service = %n.service, file = %n.file, "described but not offered: {}", n.why);
+    }
     for k in routines.into_iter().chain(extra.iter().cloned()) {
         let name = k.desc().name.clone();
         k.desc()
@@ -71,7 +79,7 @@ pub fn build(
         !set.is_empty(),
         "the server offers no service: set `builtins`, add `[[emulated]]` services or routines of its own (`services` with `[[library]]`, `[[python]]` or `[[command]]`)"
     );
-    Ok(set)
+    Ok((set, not_offered))
 }
 
 /// Rates measured at start-up.

@@ -44,11 +44,16 @@ fn sleeping_services(set: &kernels::KernelSet, sensors: &sensors::Sensors) -> Ve
     names
 }
 
-/// The kernels, under the configured load from now on, and the sensors that report it.
+/// The kernels, under the configured load from now on, the sensors that report it, and the
+/// described routines not offered.
 fn kernels_and_sensors(
     cfg: &ServerConfig,
     extra: &[std::sync::Arc<dyn gridwise_kernels::Kernel>],
-) -> anyhow::Result<(kernels::KernelSet, std::sync::Arc<sensors::Sensors>)> {
+) -> anyhow::Result<(
+    kernels::KernelSet,
+    std::sync::Arc<sensors::Sensors>,
+    Vec<gridwise_proto::NotOffered>,
+)> {
     let origin = std::time::Instant::now();
     let trace = match &cfg.load {
         Some(l) => Some(std::sync::Arc::new(
@@ -56,7 +61,7 @@ fn kernels_and_sensors(
         )),
         None => None,
     };
-    let set = kernels::build(cfg, trace.clone(), origin, extra)?;
+    let (set, not_offered) = kernels::build(cfg, trace.clone(), origin, extra)?;
     // The share is read for the most threads one of the server's CPU-bound kernels runs.
     let threads = set
         .values()
@@ -64,7 +69,7 @@ fn kernels_and_sensors(
         .map(|k| k.threads())
         .max();
     let sensors = sensors::Sensors::start(trace, origin, threads);
-    Ok((set, sensors))
+    Ok((set, sensors, not_offered))
 }
 
 /// Builds the kernels, calibrates, binds, announces `listening <addr>` on stdout, registers
@@ -81,7 +86,7 @@ pub async fn run_with(
 ) -> anyhow::Result<()> {
     cfg.check()?;
     let tls = cfg.tls()?;
-    let (set, sensors) = kernels_and_sensors(&cfg, &extra)?;
+    let (set, sensors, not_offered) = kernels_and_sensors(&cfg, &extra)?;
     let listener = TcpListener::bind(&cfg.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
@@ -163,6 +168,7 @@ pub async fn run_with(
         memory_budget_bytes: budget,
         max_frame_bytes: cfg.max_frame_bytes as u64,
         sleeping,
+        not_offered,
     };
     model_manager::validate(&cfg.models, &handler)?;
     if !cfg.models.is_empty() {
@@ -260,7 +266,7 @@ pub fn build_models_and_exit(cfg: ServerConfig) -> anyhow::Result<()> {
         !cfg.models.is_empty(),
         "the config has no [[models]] to build"
     );
-    let (set, sensors) = kernels_and_sensors(&cfg, &[])?;
+    let (set, sensors, _) = kernels_and_sensors(&cfg, &[])?;
     let (to_agent, _inbox) = mpsc::unbounded_channel();
     let remote = handler::RemoteData {
         addr: "build-only".into(),

@@ -272,6 +272,7 @@ mod tests {
             },
             last_heard_s: 0.0,
             default_rate: 1.0,
+            not_offered: Vec::new(),
         }
     }
 
