@@ -64,6 +64,16 @@ pub fn bin(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// A loopback port free now (for a daemon whose address a script must know before it starts;
+/// another process may take it first, which the daemon then says).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a loopback port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}
+
 /// Path of the `gridwise` command-line program, built (or brought up to date) once per test
 /// process.
 pub fn gridwise_cli() -> PathBuf {

@@ -3,7 +3,7 @@
 //! and the Slurm launcher runs a real grid on this machine with `srun` and `scontrol` shims
 //! that start each step locally.
 
-use gridwise_e2e::cargo_build;
+use gridwise_e2e::{cargo_build, free_port};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -189,14 +189,6 @@ fn the_containerfile_builds_a_small_non_root_image() {
         deploy().join("../.dockerignore").is_file(),
         "target/ must stay out of the build context"
     );
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]
