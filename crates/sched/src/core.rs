@@ -23,6 +23,7 @@ mod graph_map;
 mod learned;
 mod models;
 mod prune;
+mod transit;
 mod trust;
 
 pub use admission::{Refusal, Registering};
@@ -54,6 +55,8 @@ pub struct AgentCore {
     rate_orders: prune::RateOrders,
     // Per server slot, the calls other agents placed there as its last heartbeat showed them.
     foreign: foreign::Foreign,
+    // The others' calls no server has told of yet, as a rate and a transit time.
+    in_transit: transit::InTransit,
 }
 
 /// The servers a call may go to: a service's providers (name-sorted) or the one pinned server.
@@ -112,6 +115,7 @@ impl AgentCore {
             links: Links::default(),
             rate_orders: prune::RateOrders::default(),
             foreign: foreign::Foreign::default(),
+            in_transit: transit::InTransit::default(),
         }
     }
 
@@ -429,7 +433,10 @@ impl AgentCore {
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = self.decide(profile, opts, policy, now, &mut scratch);
         self.scratch = scratch;
-        let (candidates, slot, service, pinned) = result?;
+        let (mut candidates, mut slot, service, pinned) = result?;
+        if matches!(policy, Policy::Mct | Policy::Conservative) && !pinned {
+            self.around_calls_in_transit(&mut candidates, &mut slot, now);
+        }
 
         let first = &candidates[0];
         let e = &first.etc;

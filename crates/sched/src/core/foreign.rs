@@ -73,9 +73,29 @@ impl AgentCore {
             return gridwise_proto::Ack::Reregister;
         };
         for f in calls {
-            self.hold_foreign(slot, f, now);
+            match self.own_assigned_at(slot, f.ticket) {
+                Some(at) => self.in_transit.own_arrived(now.saturating_sub(at)),
+                None if !self.reservations.contains(f.ticket) => {
+                    self.in_transit.foreign_arrived(now);
+                    self.hold_foreign(slot, f, now);
+                }
+                None => {}
+            }
         }
         gridwise_proto::Ack::Ok
+    }
+
+    /// When this agent ranked its own call `ticket`, pending on `slot`; `None` for a call it
+    /// did not place.
+    fn own_assigned_at(&mut self, slot: usize, ticket: gridwise_proto::Ticket) -> Option<Duration> {
+        if self.foreign_on(slot).contains(&ticket) {
+            return None;
+        }
+        self.reservations
+            .queue(slot)
+            .iter()
+            .find(|a| a.ticket == ticket)
+            .map(|a| a.assigned_at)
     }
 
     /// Whether `ticket`, reported done on `slot`, was another agent's call held here; it is

@@ -273,3 +273,64 @@ fn an_own_call_that_overran_holds_its_slot_from_the_next_heartbeat_and_keeps_its
     assert!((predicted - 2.0).abs() < 0.01, "{predicted}");
     assert_eq!(c.pending(), 1);
 }
+
+/// An agent over one-slot dgemm servers `a` (10 % faster) and `b`, and an echo server `x`,
+/// that has heard `foreign` of the others' calls reach `x` in the last second, each 1 ms
+/// apart, and one of its own reach `x` 0.5 ms after it ranked it; and the time then.
+fn agent_hearing(foreign: usize, slots_a: u32) -> (AgentCore, Duration) {
+    let mut c = AgentCore::new(CoreConfig::default());
+    let mut ids = Vec::new();
+    for (name, rate, slots, service) in [
+        ("a", 1.1e9, slots_a, dgemm()),
+        ("b", 1e9, 1, dgemm()),
+        ("x", 1e9, 1, echo()),
+    ] {
+        let mut reg = registration(name, &[service]);
+        reg.default_rate = rate;
+        reg.slots = slots;
+        let id = c.register(reg, Duration::ZERO).unwrap().server_id;
+        assert_eq!(c.heartbeat(&beat(id, vec![]), Duration::ZERO), Ack::Ok);
+        ids.push(id);
+    }
+    let echo_call = |ticket: Ticket| InFlight {
+        ticket,
+        service: "echo".into(),
+        sizes: Vec::new(),
+        ran_s: None,
+    };
+    let start = Duration::from_secs(1);
+    for i in 0..foreign {
+        let at = start + Duration::from_millis(i as u64);
+        c.arrived(ids[2], &[echo_call(Ticket(1_000_000 + i as u64))], at);
+    }
+    let now = start + Duration::from_millis(foreign as u64);
+    let pin = RankOptions {
+        pin_server: Some("x".into()),
+        ..RankOptions::default()
+    };
+    let mut echo_profile = dgemm_profile(1, 1, 1);
+    echo_profile.service = "echo".into();
+    echo_profile.sizes = Vec::new();
+    let own = c.rank(&echo_profile, &pin, now).unwrap();
+    let now = now + Duration::from_micros(500);
+    c.arrived(ids[2], &[echo_call(own.ticket)], now);
+    (c, now)
+}
+
+#[test]
+fn with_the_others_calls_in_transit_a_server_about_to_fill_gives_way_to_one_with_room() {
+    let p = dgemm_profile(1000, 1000, 1000);
+    let first = |(mut c, now): (AgentCore, Duration)| {
+        c.rank(&p, &RankOptions::default(), now).unwrap().candidates[0]
+            .name
+            .clone()
+    };
+    // Alone (nobody else's calls arrive), the faster server, as always.
+    assert_eq!(first(agent_hearing(0, 1)), "a");
+    // A thousand of the others' calls a second and 0.5 ms in transit: one of theirs is
+    // likely on its way to `a`'s last slot, and waiting behind it (1.8 s) costs more than
+    // `b`'s 10 %.
+    assert_eq!(first(agent_hearing(1000, 1)), "b");
+    // With room for both, `a` keeps its place.
+    assert_eq!(first(agent_hearing(1000, 2)), "a");
+}
