@@ -507,7 +507,20 @@ impl AgentCore {
         let mut keyed = Vec::new();
         self.collect(&mut keyed, policy, &call, &source)?;
         policy::order(policy, &mut keyed, usize::MAX, self.turn(service));
-        Ok(self.candidates(&keyed, &call, &source))
+        let mut candidates = self.candidates(&keyed, &call, &source);
+        if matches!(policy, Policy::Mct | Policy::Conservative)
+            && matches!(source, Source::Providers(_))
+        {
+            // Ranked as `rank` ranks them: first where the others' calls in transit leave
+            // the least expected time.
+            // Among as many as `rank` weighs.
+            let mut first = 0;
+            let limit = self.config.max_candidates.clamp(1, candidates.len().max(1));
+            if let Some(top) = candidates.get_mut(..limit) {
+                self.around_calls_in_transit(top, &mut first, now);
+            }
+        }
+        Ok(candidates)
     }
 
     /// Every server sorted by name, with its reservations as `pending`. `storage` is left

@@ -321,9 +321,15 @@ fn agent_hearing(foreign: usize, slots_a: u32) -> (AgentCore, Duration) {
 fn with_the_others_calls_in_transit_a_server_about_to_fill_gives_way_to_one_with_room() {
     let p = dgemm_profile(1000, 1000, 1000);
     let first = |(mut c, now): (AgentCore, Duration)| {
-        c.rank(&p, &RankOptions::default(), now).unwrap().candidates[0]
+        // `explain` (what `status --service` shows) puts first what `rank` chooses.
+        let explained = c.explain(&p, &RankOptions::default(), now).unwrap()[0]
             .name
-            .clone()
+            .clone();
+        let ranked = c.rank(&p, &RankOptions::default(), now).unwrap().candidates[0]
+            .name
+            .clone();
+        assert_eq!(explained, ranked);
+        ranked
     };
     // Alone (nobody else's calls arrive), the faster server, as always.
     assert_eq!(first(agent_hearing(0, 1)), "a");
