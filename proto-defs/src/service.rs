@@ -22,6 +22,15 @@ pub enum ArgMode {
 }
 
 impl ArgMode {
+    /// The word description files and signatures spell it with.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArgMode::In => "in",
+            ArgMode::Out => "out",
+            ArgMode::InOut => "inout",
+        }
+    }
+
     /// Whether the client sends this argument.
     pub fn is_input(self) -> bool {
         matches!(self, ArgMode::In | ArgMode::InOut)
@@ -668,14 +677,7 @@ impl ServiceDesc {
         let args: Vec<String> = self
             .args
             .iter()
-            .map(|a| {
-                let m = match a.mode {
-                    ArgMode::In => "in",
-                    ArgMode::Out => "out",
-                    ArgMode::InOut => "inout",
-                };
-                format!("{m} {}: {}", a.name, a.ty)
-            })
+            .map(|a| format!("{} {}: {}", a.mode.as_str(), a.name, a.ty))
             .collect();
         format!("{}({})", self.name, args.join(", "))
     }

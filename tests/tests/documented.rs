@@ -449,25 +449,26 @@ fn script_of(block: &str) -> String {
     script
 }
 
-/// Whether the command a continued line completes (the lines since the last complete one)
-/// starts a daemon; a continued daemon line is started in the background like the others.
-fn block_head_is_daemon(script: &str) -> bool {
+/// The first line of the command a continued line completes (the lines since the last
+/// complete one), without the `daemon ` this script put before it.
+fn block_head(script: &str) -> &str {
     let lines: Vec<&str> = script.lines().collect();
     let mut start = lines.len() - 1;
     while start > 0 && lines[start - 1].trim_end().ends_with('\\') {
         start -= 1;
     }
-    lines[start].trim_start().starts_with("daemon ")
+    lines[start].trim_start()
 }
 
-/// Whether the command a continued line completes is a server's.
+/// Whether that command starts a daemon; a continued daemon line is started in the background
+/// like the others.
+fn block_head_is_daemon(script: &str) -> bool {
+    block_head(script).starts_with("daemon ")
+}
+
+/// Whether that command is a server's.
 fn block_head_is_server(script: &str) -> bool {
-    let lines: Vec<&str> = script.lines().collect();
-    let mut start = lines.len() - 1;
-    while start > 0 && lines[start - 1].trim_end().ends_with('\\') {
-        start -= 1;
-    }
-    is_server(lines[start].trim_start().trim_start_matches("daemon "))
+    is_server(block_head(script).trim_start_matches("daemon "))
 }
 
 fn shell_quote(s: &str) -> String {

@@ -127,17 +127,12 @@ pub fn services_described(services: &[ServiceSummary], st: &AgentStatus) -> Stri
             let _ = writeln!(out, "    {}", d.doc);
         }
         for a in &d.args {
-            let mode = match a.mode {
-                gridwise_proto::ArgMode::In => "in",
-                gridwise_proto::ArgMode::Out => "out",
-                gridwise_proto::ArgMode::InOut => "inout",
-            };
             let doc = if a.doc.is_empty() {
                 String::new()
             } else {
                 format!("  {}", a.doc)
             };
-            let _ = writeln!(out, "    {mode:<5} {}: {}{doc}", a.name, a.ty);
+            let _ = writeln!(out, "    {:<5} {}: {}{doc}", a.mode.as_str(), a.name, a.ty);
         }
         if !d.size_params.is_empty() {
             let _ = writeln!(out, "    sizes: {}", d.size_params.join(", "));

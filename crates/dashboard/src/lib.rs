@@ -104,6 +104,15 @@ pub struct Dashboard {
     watchers: AtomicUsize,
 }
 
+/// Appends `item`, dropping the oldest once `keep` are held.
+fn keep_last<T>(list: &Mutex<VecDeque<T>>, keep: usize, item: T) {
+    let mut list = lock(list);
+    if list.len() == keep {
+        list.pop_front();
+    }
+    list.push_back(item);
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -163,16 +172,16 @@ impl Dashboard {
                 ticket: plan.tickets.get(i).map(|t| t.0.to_string()),
             })
             .collect();
-        let mut graphs = lock(&self.graphs);
-        if graphs.len() == RECENT_GRAPHS {
-            graphs.pop_front();
-        }
-        graphs.push_back(GraphRecord {
-            mapped_unix_s: unix_s(),
-            policy: plan.policy.to_string(),
-            makespan_s: plan.makespan_s,
-            tasks,
-        });
+        keep_last(
+            &self.graphs,
+            RECENT_GRAPHS,
+            GraphRecord {
+                mapped_unix_s: unix_s(),
+                policy: plan.policy.to_string(),
+                makespan_s: plan.makespan_s,
+                tasks,
+            },
+        );
         self.version.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -182,18 +191,18 @@ impl Dashboard {
         request: &gridwise_proto::DivideRequest,
         reply: &gridwise_proto::DivideReply,
     ) {
-        let mut divides = lock(&self.divides);
-        if divides.len() == RECENT_GRAPHS {
-            divides.pop_front();
-        }
-        divides.push_back(DivideRecord {
-            mapped_unix_s: unix_s(),
-            service: request.service.clone(),
-            units: request.units,
-            unit_param: request.unit_param.clone(),
-            policy: reply.policy.clone(),
-            parts: reply.parts.clone(),
-        });
+        keep_last(
+            &self.divides,
+            RECENT_GRAPHS,
+            DivideRecord {
+                mapped_unix_s: unix_s(),
+                service: request.service.clone(),
+                units: request.units,
+                unit_param: request.unit_param.clone(),
+                policy: reply.policy.clone(),
+                parts: reply.parts.clone(),
+            },
+        );
         self.version.fetch_add(1, Ordering::Relaxed);
     }
 
