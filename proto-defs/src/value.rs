@@ -65,12 +65,16 @@ impl FromStr for ElemType {
     }
 }
 
-/// An empty buffer with room for exactly `len` bytes of array data. A large one asks the
+/// An empty buffer with room for exactly `len` bytes of array data: one given back through
+/// [`recycle`] if one of that size is spare, whose pages are in already. A new large one asks the
 /// kernel for transparent huge pages: filling a fresh buffer otherwise faults once per 4 KiB
 /// page, which on a VM costs about as much as the copy that fills it. Advice only: where huge
 /// pages are off, nothing changes.
 pub fn array_bytes(len: usize) -> Result<Vec<u8>, std::collections::TryReserveError> {
     const HUGE: usize = 2 << 20;
+    if let Some(buf) = spare::take(len) {
+        return Ok(buf);
+    }
     let mut buf = Vec::new();
     buf.try_reserve_exact(len)?;
     let cap = buf.capacity();
@@ -84,6 +88,99 @@ pub fn array_bytes(len: usize) -> Result<Vec<u8>, std::collections::TryReserveEr
         }
     }
     Ok(buf)
+}
+
+/// Gives a large array buffer back for [`array_bytes`] to hand out again, so that a program
+/// sending or receiving arrays of the same size call after call fills pages it already has
+/// instead of faulting in fresh ones (on a VM a fresh 64 MiB costs 10–300 ms, a warm copy
+/// 8 ms). Small buffers are simply dropped; a few large ones are kept, for ten seconds at most
+/// (module `spare`).
+pub fn recycle(buf: Vec<u8>) {
+    spare::give(buf);
+}
+
+mod spare {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    /// Smaller buffers cost little to fault in: they are not kept.
+    const LEAST: usize = 4 << 20;
+    /// At most this many buffers are kept, the oldest given up first …
+    const MOST: usize = 4;
+    /// … and at most this many bytes …
+    const MOST_BYTES: usize = 256 << 20;
+    /// … and none unused for longer than this: a program between bursts holds no spare pages.
+    pub(super) const IDLE: Duration = Duration::from_secs(10);
+
+    /// Spare buffers with when each was given back, oldest first.
+    static SPARE: Mutex<Vec<(Instant, Vec<u8>)>> = Mutex::new(Vec::new());
+
+    fn spare() -> std::sync::MutexGuard<'static, Vec<(Instant, Vec<u8>)>> {
+        SPARE.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn give(mut buf: Vec<u8>) {
+        if buf.capacity() < LEAST || buf.capacity() > MOST_BYTES {
+            return;
+        }
+        buf.clear();
+        let now = Instant::now();
+        let mut spare = spare();
+        spare.retain(|(at, _)| now.duration_since(*at) < IDLE);
+        spare.push((now, buf));
+        while spare.len() > MOST
+            || spare.iter().map(|(_, b)| b.capacity()).sum::<usize>() > MOST_BYTES
+        {
+            spare.remove(0);
+        }
+    }
+
+    /// A spare buffer of exactly `len` bytes' room, the newest first (its pages are the most
+    /// likely still cached); `None` if there is none, once room is made for a new one.
+    pub(super) fn take(len: usize) -> Option<Vec<u8>> {
+        if len < LEAST {
+            return None;
+        }
+        let mut spare = spare();
+        if let Some(i) = spare.iter().rposition(|(_, b)| b.capacity() == len) {
+            return Some(spare.remove(i).1);
+        }
+        // A new buffer comes: the spare ones of other sizes make room for it, the oldest
+        // first, so that spare and new together stay within MOST_BYTES (a program moving a
+        // larger array than before holds no more than it did).
+        let mut held: usize = spare.iter().map(|(_, b)| b.capacity()).sum();
+        let mut gone = Vec::new();
+        while held + len > MOST_BYTES && !spare.is_empty() {
+            let (_, b) = spare.remove(0);
+            held -= b.capacity();
+            gone.push(b);
+        }
+        drop(spare);
+        // Freed outside the lock: returning 64 MiB to the system takes a while.
+        drop(gone);
+        None
+    }
+
+    /// Frees the buffers unused for longer than `idle`.
+    pub(super) fn release(idle: Duration) {
+        let now = Instant::now();
+        // Freed outside the lock: returning 64 MiB to the system takes a while.
+        let gone: Vec<_> = {
+            let mut spare = spare();
+            let (old, kept) = std::mem::take(&mut *spare)
+                .into_iter()
+                .partition(|(at, _)| now.duration_since(*at) >= idle);
+            *spare = kept;
+            old
+        };
+        drop(gone);
+    }
+}
+
+/// Frees the spare buffers [`recycle`] kept that no array took for the last ten seconds (a
+/// daemon calls this now and then, so that when the calls stop it holds no spare pages).
+pub fn release_idle_spare() {
+    spare::release(spare::IDLE);
 }
 
 /// A dense vector (cols = 1) or row-major matrix.
@@ -244,6 +341,13 @@ pub struct RemoteRef {
 }
 
 impl Value {
+    /// Done with: an array's buffer goes back to [`recycle`] for the next array of its size.
+    pub fn recycle(self) {
+        if let Value::Vector(a) | Value::Matrix(a) = self {
+            recycle(a.data);
+        }
+    }
+
     /// A vector of f64.
     pub fn vector_f64(values: &[f64]) -> Value {
         Value::Vector(Array::from_f64(values.len() as u64, 1, values))
@@ -418,6 +522,36 @@ mod tests {
         assert_eq!(b.to_f64().unwrap()[n - 1], (n - 1) as f64 * 0.5);
         let small = array_bytes(100).unwrap();
         assert!(small.is_empty() && small.capacity() == 100);
+    }
+
+    #[test]
+    fn a_recycled_buffer_is_handed_out_again_for_the_same_size_only() {
+        // A size no other test uses, so tests running at once cannot take each other's.
+        let len = (5 << 20) + 24;
+        let mut a = array_bytes(len).unwrap();
+        a.resize(len, 7);
+        let at = a.as_ptr();
+        recycle(a);
+        let other = array_bytes(len + 8).unwrap();
+        assert!(other.as_ptr() != at);
+        let b = array_bytes(len).unwrap();
+        assert_eq!((b.as_ptr(), b.len(), b.capacity()), (at, 0, len));
+        // Given up for good once taken: the next of that size is new.
+        let next = array_bytes(len).unwrap();
+        assert!(next.as_ptr() != at);
+        // Nor is one kept once it has been spare too long.
+        recycle(b);
+        spare::release(std::time::Duration::ZERO);
+        assert!(spare::take(len).is_none());
+        // A new buffer too large to sit beside the spare ones has them freed first.
+        let mut c = array_bytes(len).unwrap();
+        c.resize(len, 1);
+        recycle(c);
+        assert!(spare::take((256 << 20) - len + 1).is_none());
+        assert!(
+            spare::take(len).is_none(),
+            "a spare buffer stayed beside a new one"
+        );
     }
 
     #[test]

@@ -225,6 +225,20 @@ fn py_of<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
+/// The bytes under a numpy array made from a received array. When numpy lets them go they are
+/// kept for the next array of that size ([`gridwise_proto::value::recycle`]): a loop sending
+/// large arrays then fills pages it already has, instead of faulting in fresh ones each call.
+#[pyclass(frozen)]
+struct ArrayBytes {
+    data: Vec<u8>,
+}
+
+impl Drop for ArrayBytes {
+    fn drop(&mut self) {
+        gridwise_proto::value::recycle(std::mem::take(&mut self.data));
+    }
+}
+
 /// Like [`py_of`], taking the value: an array's buffer becomes the numpy array's own, with no
 /// copy (a `uint8` array over the bytes, viewed as the element type and shaped).
 fn py_of_owned<'py>(py: Python<'py>, v: Value) -> PyResult<Bound<'py, PyAny>> {
@@ -252,7 +266,15 @@ fn py_of_owned<'py>(py: Python<'py>, v: Value) -> PyResult<Bound<'py, PyAny>> {
     } else {
         vec![a.rows as usize]
     };
-    let bytes = PyArray1::<u8>::from_vec(py, a.data);
+    let mut data = a.data;
+    let (ptr, len) = (data.as_mut_ptr(), data.len());
+    let owner = Bound::new(py, ArrayBytes { data })?;
+    // SAFETY: `ptr` is `len` initialised bytes of `owner`'s buffer, which stays where it is and
+    // is touched by nothing else until numpy, the only holder of `owner`, lets it go.
+    let bytes = unsafe {
+        let view = numpy::ndarray::ArrayView1::from_shape_ptr(len, ptr.cast_const());
+        PyArray1::<u8>::borrow_from_array(&view, owner.into_any())
+    };
     let typed = bytes.call_method1("view", (dtype,))?;
     typed.call_method1("reshape", (shape,))
 }
@@ -449,19 +471,21 @@ impl Native {
         // One task on the client's runtime: a call's two round trips then cross threads once
         // each way, not once per round trip.
         let client = self.client.clone();
-        let r = py
+        let (r, inputs) = py
             .detach(|| {
-                self.calls.run(
-                    self.rt.handle(),
-                    async move { client.call(&h, inputs).await },
-                )
+                self.calls.run(self.rt.handle(), async move {
+                    let r = client.call_borrowed(&h, &inputs).await;
+                    (r, inputs)
+                })
             })
             .map_err(|e| {
                 to_py(GrpcError::communication(format!(
                     "the call's task did not finish: {e}"
                 )))
-            })?
-            .map_err(to_py)?;
+            })?;
+        // Their buffers serve the next call's copies (see `ArrayBytes`).
+        inputs.into_iter().for_each(Value::recycle);
+        let r = r.map_err(to_py)?;
         let timing = timing_dict(py, &r)?;
         Ok((outputs_py_owned(py, r.outputs)?, timing))
     }

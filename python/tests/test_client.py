@@ -131,6 +131,23 @@ def test_a_64_mib_array_round_trips_element_for_element(client):
     assert np.array_equal(c, a)
 
 
+def test_arrays_stay_their_own_when_the_buffers_of_finished_calls_are_used_again(client):
+    """A call's large arrays go back to a pool when done with (its inputs at once, its outputs
+    when numpy lets them go) and the next call of that size fills them: an array a call
+    returned must stay its own, writable, for as long as it is alive."""
+    n = 1 << 20  # 8 MiB of doubles: large enough to be pooled
+    alive = {}
+    for i in range(8):
+        y = client.call("echo", np.full(n, float(i)))
+        y[0] = -i
+        alive[i] = y
+        if i % 3 == 2:
+            # Some go back while others are held.
+            del alive[i - 1], y
+    for i, y in alive.items():
+        assert y[0] == -i and np.all(y[1:] == float(i)), f"array {i} was overwritten"
+
+
 def test_config_file_and_bad_configs(grid, tmp_path):
     cfg = tmp_path / "client.toml"
     cfg.write_text(f'agent = "{grid}"\ntoken = "{TOKEN}"\n')

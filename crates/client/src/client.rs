@@ -405,7 +405,7 @@ impl Inner {
         service: &str,
         binding: &Binding,
         profile: CallProfile,
-        inputs: Vec<Value>,
+        inputs: &[Value],
         cancel: Option<&CancelFlag>,
         keep_outputs: Vec<u32>,
         mut crashes: Vec<String>,
@@ -414,7 +414,7 @@ impl Inner {
         if cancel.is_some_and(CancelFlag::is_cancelled) {
             return Err(cancelled().into());
         }
-        check_inline_inputs(service, &inputs, self.conn.max_frame_bytes() as u64)?;
+        check_inline_inputs(service, inputs, self.conn.max_frame_bytes() as u64)?;
         let opts = RankOptions {
             load_model: self.cfg.load_model,
             model_family: None,
@@ -427,7 +427,7 @@ impl Inner {
                 service,
                 profile: &profile,
                 opts: &opts,
-                inputs: &inputs,
+                inputs,
                 keep_outputs: &keep_outputs,
                 may_move: placing < MOST_MOVES,
                 tried,
@@ -724,7 +724,17 @@ impl GridClient {
         h: &FunctionHandle,
         inputs: Vec<Value>,
     ) -> Result<CallResult, GrpcError> {
-        let profile = Self::check(h, &inputs)?;
+        self.call_borrowed(h, &inputs).await
+    }
+
+    /// [`GridClient::call`] leaving the inputs to the caller, who may use their buffers again
+    /// (the Python client gives them back to [`gridwise_proto::value::recycle`]).
+    pub async fn call_borrowed(
+        &self,
+        h: &FunctionHandle,
+        inputs: &[Value],
+    ) -> Result<CallResult, GrpcError> {
+        let profile = Self::check(h, inputs)?;
         self.inner
             .run_call(
                 &h.service,
@@ -756,7 +766,7 @@ impl GridClient {
                 &h.service,
                 &h.binding,
                 profile,
-                inputs,
+                &inputs,
                 None,
                 keep,
                 Vec::new(),
@@ -884,7 +894,7 @@ impl GridClient {
                     &service,
                     &binding,
                     profile,
-                    inputs,
+                    &inputs,
                     Some(&cancel),
                     Vec::new(),
                     Vec::new(),

@@ -975,7 +975,7 @@ impl Job {
                 &spec.service,
                 &Binding::Default,
                 profile,
-                inputs,
+                &inputs,
                 None,
                 spec.keep.clone(),
                 crashes,

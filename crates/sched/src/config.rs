@@ -46,6 +46,11 @@ pub struct CoreConfig {
     /// For this long after the agent starts, a call finding no live server waits for the
     /// servers it knew to register again instead of failing.
     pub restore_grace: Duration,
+    /// Which of several about equally good servers this agent prefers while other agents are
+    /// placing calls too: agents with different salts prefer different ones, so they do not all
+    /// send their calls to the same server before any hears of the others'. `None` draws one
+    /// when the core is made; the simulator fixes it so its runs repeat.
+    pub tie_salt: Option<u64>,
 }
 
 impl Default for CoreConfig {
@@ -69,6 +74,7 @@ impl Default for CoreConfig {
             max_servers_per_source: 256,
             server_retention: Duration::from_secs(7 * 24 * 3600),
             restore_grace: Duration::from_secs(5),
+            tie_salt: None,
         }
     }
 }

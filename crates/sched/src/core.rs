@@ -100,13 +100,19 @@ impl AgentCore {
     /// ([`FpmModel`], falling back to calibrated rates).
     pub fn new(config: CoreConfig) -> Self {
         let model = std::sync::Arc::new(FpmModel::with_load(config.load_model));
+        let key = std::hash::RandomState::new();
+        let in_transit = transit::InTransit::salted(
+            config
+                .tie_salt
+                .unwrap_or_else(|| std::hash::BuildHasher::hash_one(&key, "tie salt")),
+        );
         Self {
             config,
             catalog: Catalog::new(),
             registry: Registry::new(),
             reservations: Reservations::default(),
             model,
-            key: std::hash::RandomState::new(),
+            key,
             issued: 0,
             limiter: admission::RegistrationLimiter::default(),
             ranked: 0,
@@ -115,7 +121,7 @@ impl AgentCore {
             links: Links::default(),
             rate_orders: prune::RateOrders::default(),
             foreign: foreign::Foreign::default(),
-            in_transit: transit::InTransit::default(),
+            in_transit,
         }
     }
 

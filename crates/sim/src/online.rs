@@ -202,7 +202,7 @@ pub fn simulate_online_agents(
     let mut cores = Vec::with_capacity(agents);
     let mut ids = Vec::with_capacity(agents);
     for _ in 0..agents {
-        let (core, id) = agent(&platform, &descs, agent_knows)?;
+        let (core, id) = agent(&platform, &descs, agent_knows, cores.len() as u64)?;
         cores.push(core);
         ids.push(id);
     }
@@ -541,8 +541,12 @@ fn agent(
     platform: &Platform,
     descs: &HashMap<String, ServiceDesc>,
     knows: Knowledge,
+    salt: u64,
 ) -> Result<(AgentCore, Vec<ServerId>), ScenarioError> {
-    let mut core = AgentCore::new(CoreConfig::default());
+    let mut core = AgentCore::new(CoreConfig {
+        tie_salt: Some(salt),
+        ..CoreConfig::default()
+    });
     let rates = platform.rates(None);
     let mut ids = Vec::with_capacity(platform.servers());
     for (s, name) in platform.names().iter().enumerate() {

@@ -192,6 +192,8 @@ impl AgentConfig {
             max_servers_per_source: self.max_servers_per_source,
             server_retention: seconds("server_retention_s", self.server_retention_s)?,
             restore_grace: seconds("restore_grace_s", self.restore_grace_s)?,
+            // Each agent process its own, so peers spread over equally good servers.
+            tie_salt: None,
         };
         core.validate()?;
         Ok(core)

@@ -229,8 +229,8 @@ pub async fn run_with(
     Ok(())
 }
 
-/// Frees kept values left idle for longer than `idle` (zero: kept values never expire) and
-/// staged values nobody collected, checking a few times per limit (at most a minute apart), so
+/// Frees kept values left idle for longer than `idle` (zero: kept values never expire),
+/// staged values nobody collected and spare array buffers no call took, checking a few times per limit (at most a minute apart), so
 /// a value outlives its last use by at most about 1.25 × its limit.
 async fn expire_idle_data(handler: ServerHandler, idle: Duration) {
     let shortest = if idle.is_zero() {
@@ -243,6 +243,7 @@ async fn expire_idle_data(handler: ServerHandler, idle: Duration) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        gridwise_proto::value::release_idle_spare();
         let (n, bytes) = handler.expire_idle_data(idle);
         if n > 0 {
             tracing::info!(

@@ -707,6 +707,10 @@ pub async fn serve<S: BulkStore>(conn: super::Accepted, store: &S) -> Result<(),
                 write_payload(&mut framed, data)
                     .await
                     .map_err(|e| e.to_string())?;
+                // A staged output read once is gone: its buffer serves the next of its size.
+                if let Ok(v) = Arc::try_unwrap(value) {
+                    v.recycle();
+                }
                 store.moved();
             }
         }

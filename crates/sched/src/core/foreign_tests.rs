@@ -278,13 +278,26 @@ fn an_own_call_that_overran_holds_its_slot_from_the_next_heartbeat_and_keeps_its
 /// that has heard `foreign` of the others' calls reach `x` in the last second, each 1 ms
 /// apart, and one of its own reach `x` 0.5 ms after it ranked it; and the time then.
 fn agent_hearing(foreign: usize, slots_a: u32) -> (AgentCore, Duration) {
-    let mut c = AgentCore::new(CoreConfig::default());
+    agent_over(&[("a", 1.1e9, slots_a), ("b", 1e9, 1)], foreign, None)
+}
+
+/// [`agent_hearing`] over the dgemm servers `dgemm` (name, rate, slots), its ties among
+/// equally good servers salted with `salt`.
+fn agent_over(
+    dgemm_servers: &[(&str, f64, u32)],
+    foreign: usize,
+    salt: Option<u64>,
+) -> (AgentCore, Duration) {
+    let mut c = AgentCore::new(CoreConfig {
+        tie_salt: salt,
+        ..CoreConfig::default()
+    });
     let mut ids = Vec::new();
-    for (name, rate, slots, service) in [
-        ("a", 1.1e9, slots_a, dgemm()),
-        ("b", 1e9, 1, dgemm()),
-        ("x", 1e9, 1, echo()),
-    ] {
+    let servers = dgemm_servers
+        .iter()
+        .map(|&(name, rate, slots)| (name, rate, slots, dgemm()))
+        .chain([("x", 1e9, 1, echo())]);
+    for (name, rate, slots, service) in servers {
         let mut reg = registration(name, &[service]);
         reg.default_rate = rate;
         reg.slots = slots;
@@ -292,6 +305,7 @@ fn agent_hearing(foreign: usize, slots_a: u32) -> (AgentCore, Duration) {
         assert_eq!(c.heartbeat(&beat(id, vec![]), Duration::ZERO), Ack::Ok);
         ids.push(id);
     }
+    let x = *ids.last().unwrap();
     let echo_call = |ticket: Ticket| InFlight {
         ticket,
         service: "echo".into(),
@@ -301,7 +315,7 @@ fn agent_hearing(foreign: usize, slots_a: u32) -> (AgentCore, Duration) {
     let start = Duration::from_secs(1);
     for i in 0..foreign {
         let at = start + Duration::from_millis(i as u64);
-        c.arrived(ids[2], &[echo_call(Ticket(1_000_000 + i as u64))], at);
+        c.arrived(x, &[echo_call(Ticket(1_000_000 + i as u64))], at);
     }
     let now = start + Duration::from_millis(foreign as u64);
     let pin = RankOptions {
@@ -313,24 +327,27 @@ fn agent_hearing(foreign: usize, slots_a: u32) -> (AgentCore, Duration) {
     echo_profile.sizes = Vec::new();
     let own = c.rank(&echo_profile, &pin, now).unwrap();
     let now = now + Duration::from_micros(500);
-    c.arrived(ids[2], &[echo_call(own.ticket)], now);
+    c.arrived(x, &[echo_call(own.ticket)], now);
     (c, now)
+}
+
+/// The server `rank` puts first for a 1000³ dgemm, checking that `explain` (what `status
+/// --service` shows) puts the same one first.
+fn first_choice((mut c, now): (AgentCore, Duration)) -> String {
+    let p = dgemm_profile(1000, 1000, 1000);
+    let explained = c.explain(&p, &RankOptions::default(), now).unwrap()[0]
+        .name
+        .clone();
+    let ranked = c.rank(&p, &RankOptions::default(), now).unwrap().candidates[0]
+        .name
+        .clone();
+    assert_eq!(explained, ranked, "explain and rank disagree");
+    ranked
 }
 
 #[test]
 fn with_the_others_calls_in_transit_a_server_about_to_fill_gives_way_to_one_with_room() {
-    let p = dgemm_profile(1000, 1000, 1000);
-    let first = |(mut c, now): (AgentCore, Duration)| {
-        // `explain` (what `status --service` shows) puts first what `rank` chooses.
-        let explained = c.explain(&p, &RankOptions::default(), now).unwrap()[0]
-            .name
-            .clone();
-        let ranked = c.rank(&p, &RankOptions::default(), now).unwrap().candidates[0]
-            .name
-            .clone();
-        assert_eq!(explained, ranked);
-        ranked
-    };
+    let first = first_choice;
     // Alone (nobody else's calls arrive), the faster server, as always.
     assert_eq!(first(agent_hearing(0, 1)), "a");
     // A thousand of the others' calls a second and 0.5 ms in transit: one of theirs is
@@ -339,4 +356,30 @@ fn with_the_others_calls_in_transit_a_server_about_to_fill_gives_way_to_one_with
     assert_eq!(first(agent_hearing(1000, 1)), "b");
     // With room for both, `a` keeps its place.
     assert_eq!(first(agent_hearing(1000, 2)), "a");
+}
+
+#[test]
+fn agents_hearing_each_other_spread_their_calls_over_equally_good_servers() {
+    // Six servers as fast as each other, with room, and one a tenth slower.
+    let servers = [
+        ("e1", 1e9, 2),
+        ("e2", 1e9, 2),
+        ("e3", 1e9, 2),
+        ("e4", 1e9, 2),
+        ("e5", 1e9, 2),
+        ("e6", 1e9, 2),
+        ("slow", 0.9e9, 2),
+    ];
+    let first = |foreign: usize, salt: u64| first_choice(agent_over(&servers, foreign, Some(salt)));
+    // Alone, every agent takes the first of the equals, whatever its salt.
+    for salt in 0..8 {
+        assert_eq!(first(0, salt), "e1");
+    }
+    // Hearing the others' calls, each prefers its own among the equals (the others, with the
+    // same models and view, would otherwise all send theirs to `e1`), the same one each time,
+    // and never the slower server.
+    let chosen: std::collections::BTreeSet<String> = (0..8).map(|salt| first(1000, salt)).collect();
+    assert!(chosen.len() >= 3, "eight salts chose only {chosen:?}");
+    assert!(!chosen.contains("slow"), "{chosen:?}");
+    assert_eq!(first(1000, 5), first(1000, 5));
 }
