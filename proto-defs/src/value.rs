@@ -119,20 +119,39 @@ mod spare {
         SPARE.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Takes out, oldest first, the buffers unused for `idle` or more, then as many more as
+    /// leave at most `most` of them and `bytes` bytes; they are returned to be freed outside
+    /// the lock (returning 64 MiB to the system takes a while).
+    fn trim(
+        spare: &mut Vec<(Instant, Vec<u8>)>,
+        idle: Duration,
+        most: usize,
+        bytes: usize,
+    ) -> Vec<Vec<u8>> {
+        let now = Instant::now();
+        let mut held: usize = spare.iter().map(|(_, b)| b.capacity()).sum();
+        let mut drop_first = 0;
+        for (at, b) in spare.iter() {
+            let stale = now.duration_since(*at) >= idle;
+            if !stale && spare.len() - drop_first <= most && held <= bytes {
+                break;
+            }
+            held -= b.capacity();
+            drop_first += 1;
+        }
+        spare.drain(..drop_first).map(|(_, b)| b).collect()
+    }
+
     pub(super) fn give(mut buf: Vec<u8>) {
         if buf.capacity() < LEAST || buf.capacity() > MOST_BYTES {
             return;
         }
         buf.clear();
-        let now = Instant::now();
         let mut spare = spare();
-        spare.retain(|(at, _)| now.duration_since(*at) < IDLE);
-        spare.push((now, buf));
-        while spare.len() > MOST
-            || spare.iter().map(|(_, b)| b.capacity()).sum::<usize>() > MOST_BYTES
-        {
-            spare.remove(0);
-        }
+        spare.push((Instant::now(), buf));
+        let gone = trim(&mut spare, IDLE, MOST, MOST_BYTES);
+        drop(spare);
+        drop(gone);
     }
 
     /// A spare buffer of exactly `len` bytes' room, the newest first (its pages are the most
@@ -145,34 +164,18 @@ mod spare {
         if let Some(i) = spare.iter().rposition(|(_, b)| b.capacity() == len) {
             return Some(spare.remove(i).1);
         }
-        // A new buffer comes: the spare ones of other sizes make room for it, the oldest
-        // first, so that spare and new together stay within MOST_BYTES (a program moving a
-        // larger array than before holds no more than it did).
-        let mut held: usize = spare.iter().map(|(_, b)| b.capacity()).sum();
-        let mut gone = Vec::new();
-        while held + len > MOST_BYTES && !spare.is_empty() {
-            let (_, b) = spare.remove(0);
-            held -= b.capacity();
-            gone.push(b);
-        }
+        // A new buffer comes: the spare ones make room for it, so that spare and new together
+        // stay within MOST_BYTES (a program moving a larger array than before holds no more
+        // than it did).
+        let gone = trim(&mut spare, IDLE, MOST, MOST_BYTES.saturating_sub(len));
         drop(spare);
-        // Freed outside the lock: returning 64 MiB to the system takes a while.
         drop(gone);
         None
     }
 
     /// Frees the buffers unused for longer than `idle`.
     pub(super) fn release(idle: Duration) {
-        let now = Instant::now();
-        // Freed outside the lock: returning 64 MiB to the system takes a while.
-        let gone: Vec<_> = {
-            let mut spare = spare();
-            let (old, kept) = std::mem::take(&mut *spare)
-                .into_iter()
-                .partition(|(at, _)| now.duration_since(*at) >= idle);
-            *spare = kept;
-            old
-        };
+        let gone = trim(&mut spare(), idle, MOST, MOST_BYTES);
         drop(gone);
     }
 }
