@@ -22,8 +22,10 @@
 //!   running three agents on this machine costs, the floor under the spread three's.
 //!
 //!   Three rounds, each on fresh fleets of every configuration in turn; the rows give the
-//!   median makespan (and all three): fleets of one configuration differ by up to a fifth
-//!   here, while runs on one fleet agree within a few per cent.
+//!   median makespan (and all three): fleets of one configuration mostly agree within 3 %,
+//!   with one in ten or so a tenth slower (and differed by up to a third while the estimate
+//!   past a model's largest size took a rate calibrated on overhead: see
+//!   `gridwise_predict`'s `rate_outside_model`).
 //! - `kill` rows: N = 2 and 3 agents, every client listing all of them; mid-batch the agent
 //!   serving the first client is SIGKILLed. Calls lost, failed and wrong (the mix of `bench
 //!   faults`: `add`, `sleep`, a 64³ `dgemm`, each answer checked), how long the clients on the
@@ -44,6 +46,7 @@
 pub mod cut;
 
 use crate::faults::{Mix, run_batch_with};
+use crate::host::HostCpu;
 use anyhow::{Context, Result, anyhow};
 use gridwise_client::{Client, ClientConfig};
 use gridwise_localgrid::{LocalGrid, wait_for_servers};
@@ -216,23 +219,6 @@ fn stat_cpu_s(path: &str) -> f64 {
     (ticks(11) + ticks(12)) / hz.max(1.0)
 }
 
-/// The machine's busy and total CPU time so far (jiffies, all cores) from `/proc/stat`.
-fn host_jiffies() -> (f64, f64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let f: Vec<f64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let total: f64 = f.iter().sum();
-    // idle and iowait are the 4th and 5th fields.
-    let idle = f.get(3).copied().unwrap_or(0.0) + f.get(4).copied().unwrap_or(0.0);
-    (total - idle, total)
-}
-
 /// Call `k` of client `c` in the bag: n in [200, 450], so 8–90 ms on 1–4 Gop/s.
 fn bag_size(c: usize, k: usize) -> i64 {
     let mut x = (c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -249,8 +235,10 @@ struct Run {
     /// The agents' CPU over the run, s: all of it, and their store writers'.
     agent_cpu_s: f64,
     store_cpu_s: f64,
-    /// How busy the machine's cores were during the run, 0–1.
+    /// How busy the machine's cores were during the run, and how much of their time the
+    /// hypervisor gave to other guests, 0–1.
     host_busy: f64,
+    host_stolen: f64,
 }
 
 /// Runs `work(client index, client)` on `opts.clients` clients at once, client `i` on agent
@@ -267,7 +255,7 @@ fn measure(
         .map(|i| Client::connect(fleet.config(&[addrs[on(i)].clone()])))
         .collect::<Result<_, _>>()?;
     let cpu_before = fleet.agent_cpu_s();
-    let host_before = host_jiffies();
+    let host_before = HostCpu::now();
     let start = Arc::new(Barrier::new(opts.clients + 1));
     let (calls, failed) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let t0 = std::thread::scope(|s| {
@@ -285,7 +273,7 @@ fn measure(
     });
     let makespan_s = t0.elapsed().as_secs_f64();
     let cpu_after = fleet.agent_cpu_s();
-    let host_after = host_jiffies();
+    let host_after = HostCpu::now();
     let n = failed.load(Ordering::Relaxed);
     anyhow::ensure!(n == 0, "{n} calls failed");
     Ok(Run {
@@ -293,7 +281,8 @@ fn measure(
         calls: calls.load(Ordering::Relaxed),
         agent_cpu_s: cpu_after.0 - cpu_before.0,
         store_cpu_s: cpu_after.1 - cpu_before.1,
-        host_busy: (host_after.0 - host_before.0) / (host_after.1 - host_before.1).max(1.0),
+        host_busy: host_after.busy_since(&host_before),
+        host_stolen: host_after.stolen_since(&host_before),
     })
 }
 
@@ -354,8 +343,8 @@ fn dag(fleet: &Fleet, opts: &AgentsBench, graphs: usize) -> Result<Run> {
 }
 
 /// Runs of one workload on one fleet, summarised by their median makespan: on two cores
-/// shared with every daemon, one configuration's makespan varies by up to a fifth from run
-/// to run, more than the differences this measures.
+/// shared with every daemon, one fleet in ten or so runs a tenth slower than the others of its
+/// configuration, more than the differences this measures.
 struct Runs(Vec<Run>);
 
 impl Runs {
@@ -382,6 +371,10 @@ impl Runs {
     fn host_busy(&self) -> f64 {
         round3(self.0.iter().map(|r| r.host_busy).sum::<f64>() / self.0.len() as f64)
     }
+
+    fn host_stolen(&self) -> f64 {
+        round3(self.0.iter().map(|r| r.host_stolen).sum::<f64>() / self.0.len() as f64)
+    }
 }
 
 /// How many fleets of each configuration run the bag and the DAG.
@@ -401,9 +394,10 @@ const FLEETS: [(usize, Store, bool); 5] = [
 ];
 
 /// The bag and DAG rows. Each round starts a fresh fleet of every configuration in turn and
-/// runs a bag and a DAG on it: the makespan is set as much by the fleet (whatever its agents
-/// learned first) as by the configuration (three runs on one fleet within 3 %, fleets of one
-/// configuration up to 20 % apart), so each row's median is over fleets, not over runs of one.
+/// runs a bag and a DAG on it: what a fleet's agents learn first can set its makespan (fleets
+/// of one configuration were up to a third apart while a server priced too slow past its
+/// model was never taught otherwise), so each row's median is over fleets, not over runs of
+/// one.
 fn bags_and_dags(opts: &AgentsBench, pg: &TempPostgres, emit: &mut dyn FnMut(Json)) -> Result<()> {
     let mut bags: Vec<Vec<Run>> = FLEETS.iter().map(|_| Vec::new()).collect();
     let mut dags: Vec<Vec<Run>> = FLEETS.iter().map(|_| Vec::new()).collect();
@@ -455,6 +449,7 @@ fn bags_and_dags(opts: &AgentsBench, pg: &TempPostgres, emit: &mut dyn FnMut(Jso
                 "agent_cpu_us_per_call": r.agent_cpu_us_per_call().0,
                 "agent_cpu_us_per_call_outside_store": r.agent_cpu_us_per_call().1,
                 "host_cpu_busy": r.host_busy(),
+                "host_cpu_stolen": r.host_stolen(),
             }));
         }
     }

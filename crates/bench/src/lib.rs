@@ -13,6 +13,7 @@
 pub mod agents;
 pub mod divide;
 pub mod faults;
+mod host;
 pub mod kernels;
 pub mod mapping;
 pub mod models;

@@ -3,6 +3,7 @@
 //! from the Rust client, from C (`examples/c/rpc_bench.c` against `libgridwise.a`) and from
 //! Python (`python -m gridwise.bench`), all on the same grid in one run.
 
+use crate::host::HostCpu;
 use crate::rpc_floors::Floors;
 use gridwise_client::{Client, ClientConfig};
 use gridwise_localgrid::LocalGrid;
@@ -235,6 +236,7 @@ fn compare(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
         grids.push((g, browser, m));
     }
     let window = opts.window.max(1);
+    let host_before = HostCpu::now();
     for round in 0..TURNS {
         eprintln!("bench rpc: turn {} of {TURNS} …", round + 1);
         for k in 0..grids.len() {
@@ -249,6 +251,7 @@ fn compare(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
             }
         }
     }
+    let stolen = HostCpu::now().stolen_since(&host_before);
     let mut out = Vec::new();
     for (v, (_, browser, m)) in variants.iter().zip(&grids) {
         if let Some(b) = browser {
@@ -277,6 +280,8 @@ fn compare(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
             "sync_p50_over_plain": ratio(i, "sync_p50_us"),
             "async_calls_per_s_over_plain": ratio(i, "async_calls_per_s"),
             "array_mb_per_s_over_plain": ratio(i, "array_round_trip_mb_per_s"),
+            // Over the synchronous and asynchronous turns, all grids alike.
+            "host_cpu_stolen": (stolen * 1000.0).round() / 1000.0,
         }));
     }
     out.extend(summaries);

@@ -182,8 +182,9 @@ impl ComputeModel for RateModel {
 
 /// The agent's compute model. On a quiet host: functional performance models (seed 003),
 /// time = C(x) / S(x) with S the (server, service) model's interpolated speed at the call's
-/// sizes (outside the sizes a model covers, the calibrated rate stands in, or the model's
-/// speed at its nearest size where that is slower, and the source says so), or regression models (seed 001), as the service's [`ModelFamily`] says, each falling
+/// sizes (outside the sizes a model covers, the speed at its nearest size or the calibrated
+/// rate stands in, as `rate_outside_model` says, and the source says so), or regression
+/// models (seed 001), as the service's [`ModelFamily`] says, each falling
 /// back to the other and then to [`RateModel`]. The spread is the model's recent misfit on this
 /// server (its points' own spread until calls have been scored). Load then enters once, as
 /// [`LoadModel`] says.
@@ -280,35 +281,43 @@ fn fpm(server: ServerView<'_>, work: Option<f64>, x: &[i64]) -> Option<Compute> 
     Some(with_spread(c, server))
 }
 
-/// The rate for a size outside the model: the calibrated one, unless the size is past the
-/// top of a one-parameter model whose speed fell there. A server whose model saw its speed
-/// fall (paging at its largest measured size) is not trusted to run fast again just past it:
-/// a divisible job's plan once sent a 514-unit part to a server whose model ended, slow, at
-/// 4000, because 8000 units were estimated at the calibrated rate of 10. A top that is the
-/// model's fastest point saw no fall: a model of calls at n = 1 only (all overhead, a
-/// "speed" of a few hundred thousand op/s where the kernel runs at millions) once put
-/// n = 250,000 at 2–3.8 s where it took 0.31–0.63 s.
+/// The rate for a size outside the model. Below the bottom of a one-parameter model, the
+/// bottom's speed: the nearest this server was measured running this service. Past its top,
+/// the top's speed where the speed fell there, else the faster of the top's speed and the
+/// calibrated rate. Elsewhere (several parameters), the calibrated rate.
 ///
-/// Below the bottom of a one-parameter model, the bottom's speed stands instead: the nearest
-/// this server was measured running this service. The calibrated rate may come from another
-/// size altogether: emulated servers calibrated at n = 1 (all overhead, ~3.5·10⁶ op/s where
-/// they ran at 10⁹–4·10⁹) had every call below their smallest measured size priced ~300× too
-/// slow, so they were sent none, never measured one, and sat nearly idle in half the fleets of
-/// `bench agents`. Pricing a small call too fast instead costs little (it is small) and ends
-/// with its report.
+/// The calibrated rate may come from another size altogether: emulated servers calibrated at
+/// n = 1 (all overhead, ~3.5·10⁶ op/s where they ran at 10⁹–4·10⁹) had every call outside
+/// their measured sizes priced ~300–1000× too slow, so they were sent none, never measured one
+/// and never widened their models: below the bottom they sat nearly idle in half the fleets of
+/// `bench agents`; past the top (a `solve` of n = 450 priced at 23–34 s on every server whose
+/// largest call so far was 449) the largest calls all went to the one server that had run one,
+/// the slowest in one fleet of six, and the bag took 1.2–1.3× as long. A price too slow is a
+/// trap; one too fast costs one call and ends with its report.
+///
+/// What the top's speed is not trusted for: a server whose model saw its speed fall (paging at
+/// its largest measured size) is not taken to run faster again just past it (a divisible job's
+/// plan once sent a 514-unit part to a server whose model ended, slow, at 4000, because 8000
+/// units were estimated at the calibrated rate of 10); and a top that is all overhead does not
+/// price far larger calls (a model of calls at n = 1 only, a "speed" of a few hundred thousand
+/// op/s where the kernel runs at millions, once put n = 250,000 at 2–3.8 s where it took
+/// 0.31–0.63 s): the calibrated rate, faster there, stands.
 fn rate_outside_model(server: ServerView<'_>, m: &Fpm, x: &[i64]) -> Option<f64> {
     if let Some(s) = m.bottom_speed_below(x).filter(|s| *s > 0.0) {
         return Some(s);
     }
     let rate = server.rate()?;
-    // Read only past the top: the points are copied out of the model.
-    let fell = |s: f64| m.points().iter().any(|(_, p)| p.mean > s);
-    let edge = m
+    let Some(top) = m
         .past_top(x)
         .then(|| m.speed(x))
         .flatten()
-        .filter(|s| *s > 0.0 && fell(*s));
-    Some(edge.map_or(rate, |s| s.min(rate)))
+        .filter(|s| *s > 0.0)
+    else {
+        return Some(rate);
+    };
+    // Read only past the top: the points are copied out of the model.
+    let fell = m.points().iter().any(|(_, p)| p.mean > top);
+    Some(if fell { top } else { top.max(rate) })
 }
 
 /// The server's own regression model, else the service's reference model scaled by the

@@ -217,6 +217,40 @@ fn below_the_bottom_the_bottoms_speed_stands_not_a_rate_calibrated_elsewhere() {
 }
 
 #[test]
+fn past_the_top_the_tops_speed_stands_not_a_slower_rate_calibrated_elsewhere() {
+    // Calibrated at a size that is all overhead: 3.5e6 op/s, where calls run at ~1e9.
+    let past_top = |points: &[ModelPoint]| {
+        let mut c = AgentCore::new(CoreConfig::default());
+        let mut reg = registration("a", &[solve()]);
+        reg.default_rate = 3.5e6;
+        let a = c.register(reg, Duration::ZERO).unwrap().server_id;
+        c.model_points(a, points);
+        let k = c
+            .explain(&solve_profile(450), &pinned_a(), Duration::ZERO)
+            .unwrap();
+        k[0].etc.clone()
+    };
+    // Rising to the top (fixed overhead over more work), and falling a little at it (noise):
+    // either way 450³ operations are priced at the top's speed, ~0.08 s, not at 26 s.
+    for top in [1.2e9, 0.9e9] {
+        let etc = past_top(&[solve_point(320, 1e9), solve_point(440, top)]);
+        assert!(
+            matches!(
+                etc.compute_source,
+                ComputeSource::RateOutsideModel { rate, points: 2 } if rate == top
+            ),
+            "{:?}",
+            etc.compute_source
+        );
+        assert!(
+            (etc.compute_s - 450f64.powi(3) / top).abs() < 1e-9,
+            "{}",
+            etc.compute_s
+        );
+    }
+}
+
+#[test]
 fn a_size_a_model_rules_out_is_not_offered() {
     let mut c = AgentCore::new(CoreConfig::default());
     let a = c
