@@ -36,4 +36,4 @@ pub use value::{Array, ElemType, RemoteRef, Value};
 pub use api::{AgentApi, AgentApiClient, ServerApi, ServerApiClient};
 
 /// The protocol version every connection's hello carries; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 15;
+pub const PROTOCOL_VERSION: u32 = 16;

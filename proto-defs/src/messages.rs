@@ -826,6 +826,24 @@ pub struct AgentStatus {
     pub ranked: u64,
     /// Whether what the agent learns reaches its disk.
     pub storage: StorageHealth,
+    /// How this agent sees the calls other agents place: `None` for an agent that hears of
+    /// none (one agent alone, or servers of one agent each).
+    #[serde(default)]
+    pub others: Option<OthersView>,
+}
+
+/// The calls other agents place, as one agent sees them: how many reach the servers, and how
+/// long a call goes unseen by the others (the agent's own calls, from its ranking to the
+/// server's notice of their arrival: the others' calls take about as long to be seen here).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OthersView {
+    /// The others' calls reaching servers, per second (over about the last second).
+    pub arrivals_per_s: f64,
+    /// Seconds from ranking to the arrival notice (a running mean); `None` until one came.
+    pub unseen_for_s: Option<f64>,
+    /// How many of the others' calls are on their way, unseen here, on average: the two above
+    /// multiplied.
+    pub unseen_calls: f64,
 }
 
 /// The state of the agent's persistence.

@@ -30,6 +30,19 @@ pub fn status_table(st: &AgentStatus) -> String {
                 .unwrap_or_default()
         );
     }
+    if let Some(o) = &st.others {
+        let _ = writeln!(
+            out,
+            "other agents' calls: {:.0}/s reaching servers, each unseen here for {} after its ranking ({:.2} on their way, unseen, on average)",
+            o.arrivals_per_s,
+            o.unseen_for_s
+                .map_or("(not measured yet)".to_string(), |s| format!(
+                    "{:.2} ms",
+                    s * 1e3
+                )),
+            o.unseen_calls
+        );
+    }
     // The speed is the start-up calibration (a dgemm), which every service without a rate
     // of its own is priced by: a fact of the host, whatever it offers.
     let _ = writeln!(
@@ -85,6 +98,10 @@ pub fn status_json(st: &AgentStatus) -> serde_json::Value {
             "ok": st.storage.ok, "last_error": st.storage.last_error,
             "pending_writes": st.storage.pending_writes, "dropped_writes": st.storage.dropped_writes,
         },
+        "others": st.others.map(|o| serde_json::json!({
+            "arrivals_per_s": o.arrivals_per_s, "unseen_for_s": o.unseen_for_s,
+            "unseen_calls": o.unseen_calls,
+        })),
         "servers": st.servers.iter().map(|s| serde_json::json!({
             "id": s.id.to_string(), "name": s.name, "addr": s.addr,
             "state": if s.state == ServerState::Up { "up" } else { "down" },

@@ -254,6 +254,7 @@ impl AgentApi for TestAgent {
         let servers = self.0.servers.lock().unwrap().clone();
         AgentStatus {
             storage: Default::default(),
+            others: None,
             policy: Policy::Mct,
             uptime_s: 1.0,
             ranked: self.0.ranks.load(Ordering::SeqCst),

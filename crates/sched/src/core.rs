@@ -546,6 +546,7 @@ impl AgentCore {
             ranked: self.ranked,
             // The shell knows its storage; the core does not touch a disk.
             storage: Default::default(),
+            others: self.in_transit.others(now),
         }
     }
 

@@ -383,3 +383,22 @@ fn agents_hearing_each_other_spread_their_calls_over_equally_good_servers() {
     assert!(!chosen.contains("slow"), "{chosen:?}");
     assert_eq!(first(1000, 5), first(1000, 5));
 }
+
+#[test]
+fn the_status_says_how_many_of_the_others_calls_arrive_and_how_long_they_go_unseen() {
+    // Alone: nothing to say.
+    let (alone, now) = agent_hearing(0, 1);
+    assert_eq!(alone.status(now).others, None);
+    // 1,000 of the others' calls a second, and its own told of 0.5 ms after their ranking.
+    let (c, now) = agent_hearing(1000, 1);
+    let o = c.status(now).others.expect("it hears of others' calls");
+    assert!(
+        o.arrivals_per_s > 500.0 && o.arrivals_per_s < 1000.0,
+        "{o:?}"
+    );
+    assert_eq!(o.unseen_for_s, Some(0.0005));
+    assert!(
+        (o.unseen_calls - o.arrivals_per_s * 0.0005).abs() < 1e-9,
+        "{o:?}"
+    );
+}
