@@ -841,9 +841,14 @@ pub struct OthersView {
     pub arrivals_per_s: f64,
     /// Seconds from ranking to the arrival notice (a running mean); `None` until one came.
     pub unseen_for_s: Option<f64>,
-    /// How many of the others' calls are on their way, unseen here, on average: the two above
-    /// multiplied.
-    pub unseen_calls: f64,
+}
+
+impl OthersView {
+    /// How many of the others' calls are on their way, unseen here, on average (0 until the
+    /// time unseen is known).
+    pub fn unseen_calls(&self) -> f64 {
+        self.unseen_for_s.map_or(0.0, |t| self.arrivals_per_s * t)
+    }
 }
 
 /// The state of the agent's persistence.

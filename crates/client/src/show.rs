@@ -40,7 +40,7 @@ pub fn status_table(st: &AgentStatus) -> String {
                     "{:.2} ms",
                     s * 1e3
                 )),
-            o.unseen_calls
+            o.unseen_calls()
         );
     }
     // The speed is the start-up calibration (a dgemm), which every service without a rate
@@ -100,7 +100,7 @@ pub fn status_json(st: &AgentStatus) -> serde_json::Value {
         },
         "others": st.others.map(|o| serde_json::json!({
             "arrivals_per_s": o.arrivals_per_s, "unseen_for_s": o.unseen_for_s,
-            "unseen_calls": o.unseen_calls,
+            "unseen_calls": o.unseen_calls(),
         })),
         "servers": st.servers.iter().map(|s| serde_json::json!({
             "id": s.id.to_string(), "name": s.name, "addr": s.addr,

@@ -391,8 +391,7 @@ pub async fn run(
             }
             first = inbox.recv() => {
                 let Some(first) = first else { return };
-                // An arrival goes at once: the other agents rank blind to it until it lands.
-                let urgent = matches!(first, ToAgent::Arrived(_));
+                let urgent = first.goes_at_once();
                 outbox.push(first);
                 let mut n = 1;
                 if !urgent && heartbeat::linger_for_burst(inbox.len(), batch_max, handler.busy_calls() as usize) {
@@ -404,10 +403,10 @@ pub async fn run(
                     while n < batch_max {
                         match tokio::time::timeout_at(until, inbox.recv()).await {
                             Ok(Some(m)) => {
-                                let arrival = matches!(m, ToAgent::Arrived(_));
+                                let urgent = m.goes_at_once();
                                 outbox.push(m);
                                 n += 1;
-                                if arrival {
+                                if urgent {
                                     break;
                                 }
                             }

@@ -131,6 +131,14 @@ pub enum ToAgent {
     Fetched { bytes: u64, seconds: f64 },
 }
 
+impl ToAgent {
+    /// Whether it goes to the agents at once, never held back for a burst: an arrival, since
+    /// the other agents rank blind to its call until it lands.
+    pub fn goes_at_once(&self) -> bool {
+        matches!(self, ToAgent::Arrived(_))
+    }
+}
+
 /// How long after its last benchmark the host load still carries the benchmark (the one-minute
 /// load average remembers about that long).
 const BENCH_LOAD_MEMORY: Duration = Duration::from_secs(60);

@@ -398,7 +398,7 @@ fn the_status_says_how_many_of_the_others_calls_arrive_and_how_long_they_go_unse
     );
     assert_eq!(o.unseen_for_s, Some(0.0005));
     assert!(
-        (o.unseen_calls - o.arrivals_per_s * 0.0005).abs() < 1e-9,
+        (o.unseen_calls() - o.arrivals_per_s * 0.0005).abs() < 1e-9,
         "{o:?}"
     );
 }

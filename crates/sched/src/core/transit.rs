@@ -94,18 +94,16 @@ impl InTransit {
 
     /// What this agent sees of the others' calls at `now`; `None` when it heard of none.
     pub(super) fn others(&self, now: Duration) -> Option<gridwise_proto::OthersView> {
-        let rate = self.rate_at(now.as_secs_f64());
         (self.rate_at_s > 0.0).then(|| gridwise_proto::OthersView {
-            arrivals_per_s: rate,
+            arrivals_per_s: self.rate_at(now.as_secs_f64()),
             unseen_for_s: self.transit_s,
-            unseen_calls: self.unseen(now),
         })
     }
 
     /// The expected number of the others' calls in transit at `now`.
     pub(super) fn unseen(&self, now: Duration) -> f64 {
-        self.transit_s
-            .map_or(0.0, |t| self.rate_at(now.as_secs_f64()) * t)
+        // Before any arrival of theirs, no rate: none unseen.
+        self.others(now).map_or(0.0, |o| o.unseen_calls())
     }
 }
 
