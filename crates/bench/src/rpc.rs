@@ -188,12 +188,22 @@ fn compare(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
         opts.agent.is_none(),
         "--tls and --dashboard start their own grids: leave out --agent"
     );
-    let mut variants = vec![Variant {
-        name: "plain",
-        tls: false,
-        dashboard: false,
-        browser: false,
-    }];
+    // A second plaintext grid, measured like the others: what two grids that differ in
+    // nothing measure apart on this machine, the floor under every ratio of the run.
+    let mut variants = vec![
+        Variant {
+            name: "plain",
+            tls: false,
+            dashboard: false,
+            browser: false,
+        },
+        Variant {
+            name: "plain_again",
+            tls: false,
+            dashboard: false,
+            browser: false,
+        },
+    ];
     if opts.tls {
         variants.push(Variant {
             name: "tls",
@@ -237,14 +247,33 @@ fn compare(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
     }
     let window = opts.window.max(1);
     let host_before = HostCpu::now();
+    let browsing = grids.iter().any(|(_, b, _)| b.is_some());
     for round in 0..TURNS {
         eprintln!("bench rpc: turn {} of {TURNS} …", round + 1);
+        if !browsing {
+            // Synchronous calls alternate grid by grid, call by call: this VM's latency has
+            // modes that last tenths of a second (whether the other vCPU is awake, where the
+            // threads landed), and slices a grid at a time fell in different ones — two
+            // identical plaintext grids measured 0.69–1.03× apart that way.
+            let from: Vec<usize> = grids.iter().map(|(_, _, m)| m.lat_us.len()).collect();
+            for i in 0..opts.sync_calls / TURNS {
+                for k in 0..grids.len() {
+                    grids[(k + round + i) % variants.len()].2.one_sync(i)?;
+                }
+            }
+            for ((_, _, m), from) in grids.iter_mut().zip(from) {
+                m.end_slice(from);
+            }
+        }
         for k in 0..grids.len() {
             let (_, browser, m) = &mut grids[(k + round) % variants.len()];
             if let Some(b) = browser {
                 b.pause(false);
             }
-            m.sync(opts.sync_calls / TURNS)?;
+            if browsing {
+                // A browser runs only during its own grid's turns.
+                m.sync(opts.sync_calls / TURNS)?;
+            }
             m.asynchronous(opts.async_calls / TURNS, window)?;
             if let Some(b) = browser {
                 b.pause(true);
@@ -280,6 +309,10 @@ fn compare(opts: &RpcBench) -> anyhow::Result<Vec<serde_json::Value>> {
             "sync_p50_over_plain": ratio(i, "sync_p50_us"),
             "async_calls_per_s_over_plain": ratio(i, "async_calls_per_s"),
             "array_mb_per_s_over_plain": ratio(i, "array_round_trip_mb_per_s"),
+            "sync_p50_over_plain_by_turn": grids[0].2.slice_p50_us.iter()
+                .zip(&grids[i].2.slice_p50_us)
+                .map(|(p, t)| (t / p * 1000.0).round() / 1000.0)
+                .collect::<Vec<_>>(),
             // Over the synchronous and asynchronous turns, all grids alike.
             "host_cpu_stolen": (stolen * 1000.0).round() / 1000.0,
         }));
@@ -297,6 +330,9 @@ struct Measure {
     rank_us: Vec<f64>,
     /// The rest: the server's half (client → server → client), µs.
     execute_us: Vec<f64>,
+    /// The median of each `sync` slice, µs: whether a grid's distance from another holds
+    /// over a run (something of the grid's own) or comes and goes (the machine).
+    slice_p50_us: Vec<f64>,
     async_calls: usize,
     async_s: f64,
 }
@@ -314,6 +350,7 @@ impl Measure {
             lat_us: Vec::new(),
             rank_us: Vec::new(),
             execute_us: Vec::new(),
+            slice_p50_us: Vec::new(),
             async_calls: 0,
             async_s: 0.0,
         })
@@ -321,19 +358,35 @@ impl Measure {
 
     /// `n` synchronous calls, each timed.
     fn sync(&mut self, n: usize) -> anyhow::Result<()> {
+        let from = self.lat_us.len();
         for i in 0..n {
-            let t = Instant::now();
-            let r = self.client.call(&self.add, vec![Value::Int(i as i64)])?;
-            self.lat_us.push(t.elapsed().as_secs_f64() * 1e6);
-            self.rank_us.push(r.rank_s * 1e6);
-            self.execute_us.push(r.round_trip_s * 1e6);
-            anyhow::ensure!(
-                r.outputs == vec![Value::Int(i as i64 + 1)],
-                "add({i}) returned {:?}",
-                r.outputs
-            );
+            self.one_sync(i)?;
         }
+        self.end_slice(from);
         Ok(())
+    }
+
+    /// One synchronous call, timed.
+    fn one_sync(&mut self, i: usize) -> anyhow::Result<()> {
+        let t = Instant::now();
+        let r = self.client.call(&self.add, vec![Value::Int(i as i64)])?;
+        self.lat_us.push(t.elapsed().as_secs_f64() * 1e6);
+        self.rank_us.push(r.rank_s * 1e6);
+        self.execute_us.push(r.round_trip_s * 1e6);
+        anyhow::ensure!(
+            r.outputs == vec![Value::Int(i as i64 + 1)],
+            "add({i}) returned {:?}",
+            r.outputs
+        );
+        Ok(())
+    }
+
+    /// Closes a slice of synchronous calls begun at sample `from`.
+    fn end_slice(&mut self, from: usize) {
+        if self.lat_us.len() > from {
+            self.slice_p50_us
+                .push(percentile_us(&self.lat_us[from..], 50));
+        }
     }
 
     /// `n` asynchronous calls with `window` in flight.

@@ -523,8 +523,9 @@ enum BenchCmd {
         /// The Python interpreter for `--client python`.
         #[arg(long, default_value = "python3")]
         python: String,
-        /// The Rust client on a plaintext grid and on a mutual-TLS grid in the same run, and
-        /// the ratios (`rpc_tls`).
+        /// The Rust client on a plaintext grid, a second plaintext one (the control) and a
+        /// mutual-TLS grid in the same run, calls alternating, and the ratios (`rpc_tls`,
+        /// `rpc_plain_again`).
         #[arg(long)]
         tls: bool,
         /// The Rust client on a plain grid, on one whose agent serves the dashboard with no page

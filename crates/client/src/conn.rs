@@ -1,23 +1,22 @@
-//! Connections: one to the agent (re-opened, with backoff, while the agent restarts), a pool of
-//! server connections by address, the liveness watch of the servers running calls, and the
-//! cache of service descriptions.
+//! Connections: the agent link ([`AgentLink`]), a pool of server connections by address, the
+//! liveness watch of the servers running calls, and the cache of service descriptions.
 
+use crate::agent_link::AgentLink;
 use crate::config::ClientConfig;
 use crate::error::GrpcError;
-use crate::liveness::Liveness;
+use crate::liveness::{Liveness, lock};
 use gridwise_proto::{
-    AgentApiClient, AgentStatus, CallProfile, Candidate, GraphPlan, GraphRequest, LinkInfo,
-    ModelExport, ModelSummary, RankOptions, Ranking, RpcError, ServerApiClient, ServerId,
-    ServiceDesc, ServiceSummary, Ticket,
+    AgentStatus, CallProfile, Candidate, GraphPlan, GraphRequest, LinkInfo, ModelExport,
+    ModelSummary, RankOptions, Ranking, RpcError, ServerApiClient, ServerId, ServiceDesc,
+    ServiceSummary, Ticket,
 };
 use gridwise_runtime::wire::{self, DialConfig};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tarpc::client::RpcError as TransportError;
-use tarpc::context::Context;
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 
@@ -28,12 +27,6 @@ const CONNECT_FAILURE_MEMORY: Duration = Duration::from_millis(500);
 /// server closes idle connections (its `idle_timeout_s`, 300 s by default), and a request sent
 /// just as it does would be lost in flight.
 const IDLE_REUSE: Duration = Duration::from_secs(120);
-/// First and longest wait between attempts to reach an agent that is not answering.
-const AGENT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Whether a tarpc error means the connection itself is gone (so a new one may succeed).
 pub(crate) fn connection_lost(e: &TransportError) -> bool {
@@ -45,7 +38,7 @@ pub(crate) fn connection_lost(e: &TransportError) -> bool {
 
 /// Runs `fut` as a task on `rt` and waits for it: sockets and tarpc dispatch tasks then belong
 /// to the client's runtime whatever runtime the caller is on.
-async fn on_runtime<T, F>(rt: &Handle, fut: F) -> Result<T, GrpcError>
+pub(crate) async fn on_runtime<T, F>(rt: &Handle, fut: F) -> Result<T, GrpcError>
 where
     F: Future<Output = Result<T, GrpcError>> + Send + 'static,
     T: Send + 'static,
@@ -53,106 +46,6 @@ where
     rt.spawn(fut)
         .await
         .map_err(|e| GrpcError::communication(format!("the connection task did not finish: {e}")))?
-}
-
-/// A tarpc client and whether its connection is still up (cleared when its dispatch ends).
-type Live<C> = (Arc<C>, Arc<AtomicBool>);
-
-async fn open_agent(
-    rt: Handle,
-    addr: String,
-    wire_cfg: DialConfig,
-) -> Result<Live<AgentApiClient>, GrpcError> {
-    let rt2 = rt.clone();
-    on_runtime(&rt, async move {
-        let (framed, _node) = wire::connect(&addr, &wire_cfg, "client")
-            .await
-            .map_err(|e| GrpcError::new(e.code(), format!("agent: {e}")))?;
-        let new = AgentApiClient::new(wire::client_config(), wire::client_transport(framed));
-        let alive = Arc::new(AtomicBool::new(true));
-        let (addr2, alive2) = (addr.clone(), alive.clone());
-        rt2.spawn(async move {
-            if let Err(e) = new.dispatch.await {
-                tracing::debug!(agent = %addr2, "agent connection closed: {e}");
-            }
-            alive2.store(false, Ordering::Release);
-        });
-        Ok((Arc::new(new.client), alive))
-    })
-    .await
-}
-
-/// How long a dial to one agent of several may take before the next is tried.
-const FAILOVER_DIAL: Duration = Duration::from_millis(500);
-/// How long a request to one agent of several may go unacknowledged by its host before the
-/// connection is dropped and the request sent to the next agent.
-const FAILOVER_UNACKED: Duration = Duration::from_millis(500);
-/// How long a request to one agent of several waits for its answer before a few bytes more
-/// follow it on the same connection. A request its host had acknowledged before being cut off
-/// leaves nothing unacknowledged to time out: what follows does. A client then moves within
-/// about this plus [`FAILOVER_UNACKED`] of its agent's host going silent.
-const FAILOVER_NUDGE: Duration = Duration::from_millis(150);
-
-/// Awaits `request` to one of several agents over `client`, sending an empty `sink` on the
-/// same connection every [`FAILOVER_NUDGE`] it goes unanswered: on a live host the bytes are
-/// acknowledged and nothing happens; on a silent one they time the connection out.
-async fn nudged<T>(
-    request: impl Future<Output = T>,
-    client: &Arc<AgentApiClient>,
-    rt: &Handle,
-) -> T {
-    tokio::pin!(request);
-    loop {
-        tokio::select! {
-            answer = &mut request => return answer,
-            _ = tokio::time::sleep(FAILOVER_NUDGE) => {
-                let c = client.clone();
-                rt.spawn(async move {
-                    let _ = c
-                        .sink(wire::context(FAILOVER_NUDGE * 4), serde_bytes::ByteBuf::new())
-                        .await;
-                });
-            }
-        }
-    }
-}
-
-/// Connects to the first of `addrs` that answers, from `first` on round the list; which one,
-/// and the connection. With several agents each dial is bounded by [`FAILOVER_DIAL`] (a
-/// silent host costs that, not the whole connect timeout); refusals (credentials) end it.
-async fn open_any_agent(
-    rt: &Handle,
-    addrs: &[String],
-    first: usize,
-    wire_cfg: &DialConfig,
-) -> Result<(usize, Live<AgentApiClient>), GrpcError> {
-    let mut dial = wire_cfg.clone();
-    if addrs.len() > 1 {
-        dial.connect_timeout = dial.connect_timeout.min(FAILOVER_DIAL);
-        dial.hello_timeout = dial.hello_timeout.min(FAILOVER_DIAL);
-        dial.unacked_limit = Some(FAILOVER_UNACKED);
-    }
-    let mut failures = Vec::new();
-    for i in 0..addrs.len() {
-        let at = (first + i) % addrs.len();
-        match open_agent(rt.clone(), addrs[at].clone(), dial.clone()).await {
-            Ok(live) => return Ok((at, live)),
-            Err(e) if e.code != gridwise_proto::ErrorCode::CommunicationFailed => return Err(e),
-            Err(e) => failures.push(e),
-        }
-    }
-    match failures.len() {
-        0 => Err(GrpcError::communication("no agent configured")),
-        1 => Err(failures.pop().expect("one")),
-        _ => Err(GrpcError::communication(format!(
-            "no agent answers: {}",
-            failures
-                .iter()
-                .map(|e| e.message.as_str())
-                .collect::<Vec<_>>()
-                .join("; ")
-        ))),
-    }
 }
 
 /// A server connection: the client, whether it is up, and the task that carries it (aborting
@@ -221,15 +114,6 @@ impl ServerConn {
     }
 }
 
-/// The agent connection in use.
-struct AgentConn {
-    epoch: u64,
-    /// Which of the configured agents it is.
-    at: usize,
-    client: Arc<AgentApiClient>,
-    alive: Arc<AtomicBool>,
-}
-
 #[derive(Default)]
 struct Connecting {
     epoch: u64,
@@ -262,15 +146,10 @@ fn close_server(servers: &Servers, addr: &str) {
 /// Everything the client keeps open or cached.
 pub(crate) struct Conn {
     rt: Handle,
-    /// The agents, in the order they are tried (from the one in use on).
-    agent_addrs: Vec<String>,
     wire_cfg: DialConfig,
-    agent_timeout: Duration,
-    agent_retry: Duration,
     /// The servers running this client's calls, pinged while they do.
     pub(crate) liveness: Arc<Liveness>,
-    agent: Mutex<AgentConn>,
-    agent_reconnect: tokio::sync::Mutex<()>,
+    pub(crate) agent: Arc<AgentLink>,
     servers: Servers,
     descs: Mutex<HashMap<String, Arc<ServiceDesc>>>,
     /// Large arguments go to servers, and large outputs come back, on bulk connections.
@@ -283,10 +162,16 @@ impl Conn {
         // This client's own key: the daemons record it as the owner of what it makes.
         let principal = uuid::Uuid::new_v4().simple().to_string();
         let wire_cfg = cfg.wire(&principal)?;
-        let agent_addrs = cfg.agent_addrs();
-        // Clients start at a random agent of the list, so that they spread over the agents.
-        let first = rand::random_range(0..agent_addrs.len().max(1));
-        let (at, (client, alive)) = open_any_agent(&rt, &agent_addrs, first, &wire_cfg).await?;
+        let agent = Arc::new(
+            AgentLink::open(
+                rt.clone(),
+                cfg.agent_addrs(),
+                wire_cfg.clone(),
+                cfg.agent_timeout(),
+                cfg.agent_retry(),
+            )
+            .await?,
+        );
         let servers: Servers = Arc::default();
         let to_close = servers.clone();
         let liveness = Arc::new(Liveness::new(
@@ -295,21 +180,14 @@ impl Conn {
             cfg.liveness_interval(),
             Box::new(move |addr: &str| close_server(&to_close, addr)),
         ));
+        let watched = liveness.clone();
+        agent.watch(move || watched.calls_in_flight() > 0);
         Ok(Conn {
             rt,
-            agent_addrs,
             bulk: wire::bulk::BulkPool::new(wire_cfg.clone(), "client"),
             wire_cfg,
-            agent_timeout: cfg.agent_timeout(),
-            agent_retry: cfg.agent_retry(),
             liveness,
-            agent: Mutex::new(AgentConn {
-                epoch: 0,
-                at,
-                client,
-                alive,
-            }),
-            agent_reconnect: tokio::sync::Mutex::new(()),
+            agent,
             servers,
             descs: Mutex::new(HashMap::new()),
         })
@@ -317,143 +195,12 @@ impl Conn {
 
     /// The agent in use (reconnections dial it first, then the others configured).
     pub(crate) fn agent_addr(&self) -> String {
-        self.agent_addrs[lock(&self.agent).at].clone()
+        self.agent.addr()
     }
 
     /// The largest frame this client accepts (and may send).
     pub(crate) fn max_frame_bytes(&self) -> usize {
         self.wire_cfg.max_frame_bytes
-    }
-
-    fn agent_ctx(&self) -> Context {
-        wire::context(self.agent_timeout)
-    }
-
-    fn agent_error(&self, e: &TransportError) -> GrpcError {
-        match e {
-            TransportError::DeadlineExceeded => GrpcError::communication(format!(
-                "agent {}: no answer within {} ms (agent_timeout_ms)",
-                self.agent_addr(),
-                self.agent_timeout.as_millis()
-            )),
-            e => GrpcError::transport(&format!("agent {}", self.agent_addr()), e),
-        }
-    }
-
-    /// Replaces the agent connection numbered `epoch` (unless someone already did): with one
-    /// agent, the same one (a restart); with several, the next of the list that answers, so
-    /// that a client whose agent's host went silent does not wait out a dial to it first.
-    async fn reconnect_agent(&self, epoch: u64) -> Result<Arc<AgentApiClient>, GrpcError> {
-        let _one_at_a_time = self.agent_reconnect.lock().await;
-        let from = {
-            let cur = lock(&self.agent);
-            if cur.epoch != epoch {
-                return Ok(cur.client.clone());
-            }
-            cur.at
-        };
-        let start = (from + 1) % self.agent_addrs.len().max(1);
-        tracing::debug!(agent = %self.agent_addrs[from], "reconnecting to the agent");
-        let (at, (client, alive)) =
-            open_any_agent(&self.rt, &self.agent_addrs, start, &self.wire_cfg).await?;
-        if at != from {
-            tracing::info!(
-                from = %self.agent_addrs[from],
-                to = %self.agent_addrs[at],
-                "the agent stopped answering: moved to another"
-            );
-        }
-        let mut cur = lock(&self.agent);
-        *cur = AgentConn {
-            epoch: epoch + 1,
-            at,
-            client: client.clone(),
-            alive,
-        };
-        Ok(client)
-    }
-
-    /// One agent request. When the connection is broken it is re-opened and the request sent
-    /// again (agent requests are safe to repeat); while the agent cannot be reached at all (it
-    /// is restarting), attempts go on with backoff for up to `agent_retry_s`.
-    async fn agent_call<T, F, Fut>(&self, f: F) -> Result<T, GrpcError>
-    where
-        F: Fn(Arc<AgentApiClient>, Context) -> Fut,
-        Fut: Future<Output = Result<T, TransportError>>,
-    {
-        let deadline = Instant::now() + self.agent_retry;
-        let mut backoff = AGENT_BACKOFF.0;
-        let mut lost_once = false;
-        loop {
-            let (epoch, client, alive) = {
-                let cur = lock(&self.agent);
-                (
-                    cur.epoch,
-                    cur.client.clone(),
-                    cur.alive.load(Ordering::Acquire),
-                )
-            };
-            // A connection known to be closed is replaced before use.
-            let attempt = if alive {
-                Ok(client)
-            } else {
-                Box::pin(self.reconnect_agent(epoch)).await
-            };
-            let outcome = match attempt {
-                // Boxed: tarpc's request future is kilobytes (see `execute_on`).
-                Ok(client) => match if self.agent_addrs.len() > 1 {
-                    nudged(
-                        Box::pin(f(client.clone(), self.agent_ctx())),
-                        &client,
-                        &self.rt,
-                    )
-                    .await
-                } else {
-                    Box::pin(f(client, self.agent_ctx())).await
-                } {
-                    Ok(v) => return Ok(v),
-                    // One of several agents that does not answer in time is as good as gone.
-                    Err(e)
-                        if connection_lost(&e)
-                            || (self.agent_addrs.len() > 1
-                                && matches!(e, TransportError::DeadlineExceeded)) =>
-                    {
-                        // Drop it, so the next attempt reconnects.
-                        self.mark_agent_lost(epoch);
-                        if !lost_once {
-                            // A connection that broke while idle: reconnect at once.
-                            lost_once = true;
-                            continue;
-                        }
-                        self.agent_error(&e)
-                    }
-                    Err(e) => return Err(self.agent_error(&e)),
-                },
-                // Refused (wrong credentials, a full agent) is an answer: no retrying.
-                Err(e) if e.code != gridwise_proto::ErrorCode::CommunicationFailed => {
-                    return Err(e);
-                }
-                Err(e) => e,
-            };
-            if Instant::now() + backoff > deadline {
-                return Err(GrpcError::communication(format!(
-                    "{} (the agent has not answered for {} s, agent_retry_s)",
-                    outcome.message,
-                    self.agent_retry.as_secs()
-                )));
-            }
-            tracing::debug!(agent = %self.agent_addr(), "agent unreachable, retrying: {}", outcome.message);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(AGENT_BACKOFF.1);
-        }
-    }
-
-    /// Forgets the agent connection `epoch` after it broke.
-    fn mark_agent_lost(&self, epoch: u64) {
-        let cur = lock(&self.agent);
-        if cur.epoch == epoch {
-            cur.alive.store(false, Ordering::Release);
-        }
     }
 
     /// `AgentApi::rank`.
@@ -462,12 +209,13 @@ impl Conn {
         profile: &CallProfile,
         opts: &RankOptions,
     ) -> Result<Ranking, GrpcError> {
-        self.agent_call(|c, ctx| {
-            let (p, o) = (profile.clone(), opts.clone());
-            async move { c.rank(ctx, p, o).await }
-        })
-        .await?
-        .map_err(GrpcError::from)
+        self.agent
+            .call(|c, ctx| {
+                let (p, o) = (profile.clone(), opts.clone());
+                async move { c.rank(ctx, p, o).await }
+            })
+            .await?
+            .map_err(GrpcError::from)
     }
 
     /// `AgentApi::explain`.
@@ -476,17 +224,19 @@ impl Conn {
         profile: &CallProfile,
         opts: &RankOptions,
     ) -> Result<Vec<Candidate>, GrpcError> {
-        self.agent_call(|c, ctx| {
-            let (p, o) = (profile.clone(), opts.clone());
-            async move { c.explain(ctx, p, o).await }
-        })
-        .await?
-        .map_err(GrpcError::from)
+        self.agent
+            .call(|c, ctx| {
+                let (p, o) = (profile.clone(), opts.clone());
+                async move { c.explain(ctx, p, o).await }
+            })
+            .await?
+            .map_err(GrpcError::from)
     }
 
     /// `AgentApi::release`.
     pub(crate) async fn release(&self, ticket: Ticket) -> Result<(), GrpcError> {
-        self.agent_call(|c, ctx| async move { c.release(ctx, ticket).await })
+        self.agent
+            .call(|c, ctx| async move { c.release(ctx, ticket).await })
             .await
     }
 
@@ -496,19 +246,22 @@ impl Conn {
         ticket: Ticket,
         server: ServerId,
     ) -> Result<(), GrpcError> {
-        self.agent_call(|c, ctx| async move { c.unreachable(ctx, ticket, server).await })
+        self.agent
+            .call(|c, ctx| async move { c.unreachable(ctx, ticket, server).await })
             .await
     }
 
     /// `AgentApi::placed`.
     pub(crate) async fn placed(&self, ticket: Ticket, server: ServerId) -> Result<(), GrpcError> {
-        self.agent_call(|c, ctx| async move { c.placed(ctx, ticket, server).await })
+        self.agent
+            .call(|c, ctx| async move { c.placed(ctx, ticket, server).await })
             .await
     }
 
     /// `AgentApi::reachable`.
     pub(crate) async fn reachable(&self, server: ServerId) -> Result<(), GrpcError> {
-        self.agent_call(|c, ctx| async move { c.reachable(ctx, server).await })
+        self.agent
+            .call(|c, ctx| async move { c.reachable(ctx, server).await })
             .await
     }
 
@@ -525,7 +278,7 @@ impl Conn {
         let v = self.bulk.get(&r.holder, r.handle, None).await?;
         let seconds = started.elapsed().as_secs_f64();
         let (holder, bytes) = (r.holder.clone(), v.payload_bytes());
-        let ctx = self.agent_ctx();
+        let ctx = self.agent.ctx();
         match self.pooled_server(&holder) {
             Some(server) => {
                 self.rt.spawn(async move {
@@ -535,7 +288,7 @@ impl Conn {
                 });
             }
             None => {
-                let agent = lock(&self.agent).client.clone();
+                let agent = self.agent.client();
                 self.rt.spawn(async move {
                     if let Err(e) = agent.fetched(ctx, holder, bytes, seconds).await {
                         tracing::debug!("could not tell the agent of a fetch: {e}");
@@ -548,18 +301,20 @@ impl Conn {
 
     /// `AgentApi::status`.
     pub(crate) async fn status(&self) -> Result<AgentStatus, GrpcError> {
-        self.agent_call(|c, ctx| async move { c.status(ctx).await })
+        self.agent
+            .call(|c, ctx| async move { c.status(ctx).await })
             .await
     }
 
     /// `AgentApi::map_graph`.
     pub(crate) async fn map_graph(&self, req: &GraphRequest) -> Result<GraphPlan, GrpcError> {
-        self.agent_call(|c, ctx| {
-            let r = req.clone();
-            async move { c.map_graph(ctx, r).await }
-        })
-        .await?
-        .map_err(GrpcError::from)
+        self.agent
+            .call(|c, ctx| {
+                let r = req.clone();
+                async move { c.map_graph(ctx, r).await }
+            })
+            .await?
+            .map_err(GrpcError::from)
     }
 
     /// `AgentApi::divide`.
@@ -567,23 +322,26 @@ impl Conn {
         &self,
         req: &gridwise_proto::DivideRequest,
     ) -> Result<gridwise_proto::DivideReply, GrpcError> {
-        self.agent_call(|c, ctx| {
-            let r = req.clone();
-            async move { c.divide(ctx, r).await }
-        })
-        .await?
-        .map_err(GrpcError::from)
+        self.agent
+            .call(|c, ctx| {
+                let r = req.clone();
+                async move { c.divide(ctx, r).await }
+            })
+            .await?
+            .map_err(GrpcError::from)
     }
 
     /// `AgentApi::link_matrix`.
     pub(crate) async fn link_matrix(&self) -> Result<Vec<LinkInfo>, GrpcError> {
-        self.agent_call(|c, ctx| async move { c.link_matrix(ctx).await })
+        self.agent
+            .call(|c, ctx| async move { c.link_matrix(ctx).await })
             .await
     }
 
     /// `AgentApi::models`.
     pub(crate) async fn models(&self) -> Result<Vec<ModelSummary>, GrpcError> {
-        self.agent_call(|c, ctx| async move { c.models(ctx).await })
+        self.agent
+            .call(|c, ctx| async move { c.models(ctx).await })
             .await
     }
 
@@ -593,24 +351,27 @@ impl Conn {
         server: &str,
         service: &str,
     ) -> Result<ModelExport, GrpcError> {
-        self.agent_call(|c, ctx| {
-            let (a, b) = (server.to_string(), service.to_string());
-            async move { c.model(ctx, a, b).await }
-        })
-        .await?
-        .map_err(GrpcError::from)
+        self.agent
+            .call(|c, ctx| {
+                let (a, b) = (server.to_string(), service.to_string());
+                async move { c.model(ctx, a, b).await }
+            })
+            .await?
+            .map_err(GrpcError::from)
     }
 
     /// `AgentApi::list_services`.
     pub(crate) async fn list_services(&self) -> Result<Vec<ServiceSummary>, GrpcError> {
-        self.agent_call(|c, ctx| async move { c.list_services(ctx).await })
+        self.agent
+            .call(|c, ctx| async move { c.list_services(ctx).await })
             .await
     }
 
     /// `AgentApi::describe`, always asking the agent; the answer refreshes the cache.
     pub(crate) async fn describe(&self, service: &str) -> Result<Arc<ServiceDesc>, GrpcError> {
         let desc: Result<ServiceDesc, RpcError> = self
-            .agent_call(|c, ctx| {
+            .agent
+            .call(|c, ctx| {
                 let s = service.to_string();
                 async move { c.describe(ctx, s).await }
             })

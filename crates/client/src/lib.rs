@@ -35,6 +35,7 @@
 
 #![deny(missing_docs)]
 
+mod agent_link;
 pub mod blocking;
 mod bulk;
 pub mod call;

@@ -100,6 +100,14 @@ impl Liveness {
             .is_some_and(|w| *w.unresponsive.borrow())
     }
 
+    /// How many of this client's calls run on servers now.
+    pub(crate) fn calls_in_flight(&self) -> usize {
+        lock(&self.servers)
+            .values()
+            .map(|w| w.calls.load(Ordering::Acquire))
+            .sum()
+    }
+
     /// The servers that did not answer lately, by address.
     pub(crate) fn unresponsive(&self) -> Vec<String> {
         if self.unresponsive_count.load(Ordering::Acquire) == 0 {

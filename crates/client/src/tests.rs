@@ -634,6 +634,40 @@ async fn a_lost_agent_connection_is_reopened() {
     assert!(proxy.accepted.load(Ordering::SeqCst) >= 4);
 }
 
+/// A client of several agents whose calls all run on servers asks its agent nothing, so it
+/// nudges it, and moves to the next agent as soon as that connection closes: by the time it
+/// needs an agent again it has one. Idle, it sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_client_of_several_agents_moves_before_it_needs_one_again() {
+    let grid = Grid::start(&["s1"]).await;
+    let proxies = [
+        Proxy::start(grid.agent_addr.clone()).await,
+        Proxy::start(grid.agent_addr.clone()).await,
+    ];
+    let mut cfg = ClientConfig::with_agent(&proxies[0].addr);
+    cfg.agents = proxies.iter().map(|p| p.addr.clone()).collect();
+    let c = GridClient::connect(cfg).await.unwrap();
+    let sleep = c.function_handle_default("sleep").await.unwrap();
+    let sinks = || grid.agent.sinks.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(sinks(), 0, "an idle client nudges nobody");
+    let (used, other) = if c.agent_addr() == proxies[0].addr {
+        (&proxies[0], &proxies[1])
+    } else {
+        (&proxies[1], &proxies[0])
+    };
+    let id = c.call_async(&sleep, ints(3000, 0)).unwrap();
+    let running = || !grid.server("s1").running.lock().unwrap().is_empty();
+    wait_until(running).await;
+    wait_until(|| sinks() >= 2).await;
+    used.cut();
+    wait_until(|| c.agent_addr() == other.addr).await;
+    assert!(running(), "moved while the call still ran");
+    assert_eq!(other.accepted.load(Ordering::SeqCst), 1);
+    let r = c.wait(id).await.unwrap();
+    assert_eq!((r.server.as_str(), r.attempts), ("s1", 1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_server_connection_is_reopened() {
     let grid = Grid::start(&["s1", "s2"]).await;

@@ -93,6 +93,8 @@ pub struct AgentState {
     next_ticket: AtomicU64,
     /// Delay before answering rank, ms.
     pub rank_delay_ms: AtomicU64,
+    /// `sink` requests received (what clients nudge a connection with).
+    pub sinks: AtomicU64,
 }
 
 /// Ranks every listed server, in the order of [`AgentState::servers`], for the test services;
@@ -221,6 +223,7 @@ impl AgentApi for TestAgent {
         Vec::new()
     }
     async fn sink(self, _: Context, data: serde_bytes::ByteBuf) -> u64 {
+        self.0.sinks.fetch_add(1, Ordering::SeqCst);
         data.len() as u64
     }
     async fn map_graph(
@@ -289,7 +292,8 @@ pub struct ServerStateT {
     pub cancels: Mutex<Vec<(CallId, bool)>>,
     /// Calls taken back by their client (a `sleep` counts as waiting, not started).
     pub withdrawals: Mutex<Vec<CallId>>,
-    running: Mutex<HashMap<CallId, Arc<Notify>>>,
+    /// The `sleep` calls running, each with what cancels it.
+    pub running: Mutex<HashMap<CallId, Arc<Notify>>>,
 }
 
 /// Runs `add`, `sleep` (ms, cancellable), `fail` and `busy` for real; keeps no values.
