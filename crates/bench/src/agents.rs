@@ -9,7 +9,8 @@
 //!   heartbeat (1 s) and of each call's arrival (a server's notice), so this measures what
 //!   that costs where calls are shorter than a heartbeat. Also the agents' CPU per call ranked
 //!   (from `/proc`), with one agent on SQLite beside one on PostgreSQL (the rank path must not
-//!   wait on the database), and how busy the machine's cores were (`host_cpu_busy`): every
+//!   wait on the database) and a second SQLite one as the control (`bag_cpu` and `dag_cpu`
+//!   rows: the ratios), and how busy the machine's cores were (`host_cpu_busy`): every
 //!   agent hears every report, so N agents cost about N times one's CPU, on the same two cores
 //!   as the clients, the servers and PostgreSQL here.
 //! - `dag` rows: the same clients and servers, each client running `graphs` task graphs one
@@ -380,18 +381,29 @@ impl Runs {
 /// How many fleets of each configuration run the bag and the DAG.
 const REPEATS: usize = 3;
 
-/// The configurations of the bag and DAG rows: agents, where they keep what they learn, and
-/// whether the clients spread over the agents. The last has three agents but every client on
-/// the first: the others place nothing, and only hear of every call (as every agent does) on
-/// the same two cores as everything else; what that costs is this machine's floor for the
-/// spread three.
-const FLEETS: [(usize, Store, bool); 5] = [
-    (1, Store::Sqlite, true),
-    (1, Store::Postgres, true),
-    (2, Store::Postgres, true),
-    (3, Store::Postgres, true),
-    (3, Store::Postgres, false),
+/// The configurations of the bag and DAG rows: a name, agents, where they keep what they
+/// learn, and whether the clients spread over the agents. `three_first` has three agents but
+/// every client on the first: the others place nothing, and only hear of every call (as every
+/// agent does) on the same two cores as everything else; what that costs is this machine's
+/// floor for the spread three. `sqlite_again` is `sqlite` once more, the control for the CPU
+/// per call: one agent's CPU per call moves by more than a tenth between fleets that differ
+/// in nothing, and PostgreSQL's ratio means something only beyond that.
+const FLEETS: [(&str, usize, Store, bool); 6] = [
+    ("sqlite", 1, Store::Sqlite, true),
+    ("postgres", 1, Store::Postgres, true),
+    ("sqlite_again", 1, Store::Sqlite, true),
+    ("two", 2, Store::Postgres, true),
+    ("three", 3, Store::Postgres, true),
+    ("three_first", 3, Store::Postgres, false),
 ];
+
+/// Where `name` is in [`FLEETS`].
+fn fleet(name: &str) -> usize {
+    FLEETS
+        .iter()
+        .position(|f| f.0 == name)
+        .expect("a fleet of FLEETS")
+}
 
 /// The bag and DAG rows. Each round starts a fresh fleet of every configuration in turn and
 /// runs a bag and a DAG on it: what a fleet's agents learn first can set its makespan (fleets
@@ -402,7 +414,7 @@ fn bags_and_dags(opts: &AgentsBench, pg: &TempPostgres, emit: &mut dyn FnMut(Jso
     let mut bags: Vec<Vec<Run>> = FLEETS.iter().map(|_| Vec::new()).collect();
     let mut dags: Vec<Vec<Run>> = FLEETS.iter().map(|_| Vec::new()).collect();
     for round in 0..REPEATS {
-        for (i, &(agents, store, spread)) in FLEETS.iter().enumerate() {
+        for (i, &(_, agents, store, spread)) in FLEETS.iter().enumerate() {
             eprintln!(
                 "bench agents: round {} of {REPEATS}, {agents} agent(s) on {store:?}{} …",
                 round + 1,
@@ -427,17 +439,15 @@ fn bags_and_dags(opts: &AgentsBench, pg: &TempPostgres, emit: &mut dyn FnMut(Jso
         dags.into_iter().map(Runs).collect(),
     );
     // One agent on PostgreSQL: what the others are over.
-    let one = FLEETS
-        .iter()
-        .position(|f| *f == (1, Store::Postgres, true))
-        .expect("in FLEETS");
+    let one = fleet("postgres");
     for (row, runs) in [("bag", &bags), ("dag", &dags)] {
         let base = runs[one].median_makespan_s();
-        for (&(agents, store, spread), r) in FLEETS.iter().zip(runs) {
+        for (&(name, agents, store, spread), r) in FLEETS.iter().zip(runs) {
             let median = r.median_makespan_s();
             emit(json!({
                 "bench": "agents",
                 "row": row,
+                "fleet": name,
                 "agents": agents,
                 "store": format!("{store:?}").to_lowercase(),
                 "clients": opts.clients,
@@ -452,6 +462,18 @@ fn bags_and_dags(opts: &AgentsBench, pg: &TempPostgres, emit: &mut dyn FnMut(Jso
                 "host_cpu_stolen": r.host_stolen(),
             }));
         }
+        // One agent's CPU per call on PostgreSQL over SQLite, beside SQLite over itself.
+        let cpu = |name: &str| runs[fleet(name)].agent_cpu_us_per_call();
+        let over = |a: f64, b: f64| round3(a / b);
+        let (sqlite, postgres, again) = (cpu("sqlite"), cpu("postgres"), cpu("sqlite_again"));
+        emit(json!({
+            "bench": "agents",
+            "row": format!("{row}_cpu"),
+            "postgres_over_sqlite": over(postgres.0, sqlite.0),
+            "postgres_over_sqlite_outside_store": over(postgres.1, sqlite.1),
+            "sqlite_again_over_sqlite": over(again.0, sqlite.0),
+            "sqlite_again_over_sqlite_outside_store": over(again.1, sqlite.1),
+        }));
     }
     Ok(())
 }
