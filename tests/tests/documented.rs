@@ -4,7 +4,9 @@
 //! loopback ports for the hosts and ports of the text); every command in a comment of a file
 //! under `deploy/` or `examples/` (and `crates/capi/install.sh`) run here or by the test
 //! [`ELSEWHERE`] names. A command the table does not know fails the census: whoever documents
-//! a command says where it is run.
+//! a command says where it is run. Commands named inline in the Markdown files' prose are
+//! checked for what they name (packages, test targets, the CLI's words), not run: most start
+//! benchmarks or daemons that the blocks already run.
 
 use gridwise_e2e::{bin, capi_lib_dir, cargo_build, free_port, gridwise_cli, python_venv};
 use std::os::unix::process::CommandExt;
@@ -736,4 +738,147 @@ fn the_files_commands_run_as_written() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The Markdown files whose inline commands are checked.
+const MARKDOWN: [&str; 4] = [
+    "README.md",
+    "docs/ARCHITECTURE.md",
+    "docs/DESIGN.md",
+    "examples/sim/README.md",
+];
+
+/// The commands the prose of the Markdown files names in inline code
+/// (`` `gridwise status --json` ``), outside their fenced blocks, line breaks undone.
+fn inline_commands() -> Vec<String> {
+    MARKDOWN
+        .iter()
+        .flat_map(|f| inline_commands_of(&std::fs::read_to_string(root().join(f)).unwrap()))
+        .collect()
+}
+
+fn inline_commands_of(text: &str) -> Vec<String> {
+    let mut prose = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            prose.push_str(line);
+            prose.push(' ');
+        }
+    }
+    prose
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|s| {
+            let program = s.split(' ').find(|w| !w.contains('=')).unwrap_or("");
+            ["gridwise", "cargo"].contains(&program) && s.contains(' ')
+        })
+        .collect()
+}
+
+/// Whether a command is a template (`FILE`, `N`, `[--json]`, `…`, `a|b`) rather than one to
+/// type as it stands, or only an option's name (`gridwise --config`).
+fn is_template(command: &str) -> bool {
+    let words: Vec<&str> = command.split(' ').collect();
+    if words.len() == 2 && words[1].starts_with("--") {
+        return true;
+    }
+    words.iter().any(|w| {
+        w.contains(['[', '…', '|', '<'])
+            || (!w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()))
+            || w.ends_with("=…")
+    })
+}
+
+/// The value after `flag` in `words`.
+fn flag_value<'a>(words: &[&'a str], flag: &str) -> Option<&'a str> {
+    words
+        .iter()
+        .position(|w| *w == flag)
+        .and_then(|i| words.get(i + 1).copied())
+}
+
+/// Every inline `cargo test|run -p PKG --test T|--example E` of the Markdown files names a
+/// package and target of this workspace, and every inline `gridwise …` that is not a template parses (its words,
+/// then `--help`, which clap answers only if all before it were understood). A command that
+/// names a crate it has moved out of fails here, as `--test fuzz_decoders` under
+/// `gridwise-proto` once did.
+#[test]
+fn the_docs_inline_commands_name_what_exists() {
+    let meta = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(meta.status.success());
+    let meta: serde_json::Value = serde_json::from_slice(&meta.stdout).unwrap();
+    let target = |package: &str, kind: &str, name: &str| {
+        meta["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["name"] == package)
+            .flat_map(|p| p["targets"].as_array().unwrap())
+            .any(|t| t["name"] == name && t["kind"].as_array().unwrap().iter().any(|k| k == kind))
+    };
+    let packages: Vec<&str> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    let cli = gridwise_cli();
+    let (mut cargo, mut parsed) = (0, 0);
+    let mut wrong = Vec::new();
+    for command in inline_commands() {
+        let words: Vec<&str> = command.split(' ').filter(|w| !w.contains('=')).collect();
+        match words[0] {
+            "cargo" => {
+                cargo += 1;
+                let Some(package) = flag_value(&words, "-p") else {
+                    continue;
+                };
+                if !packages.contains(&package) {
+                    wrong.push(format!("{command}: no package {package}"));
+                }
+                for (flag, kind) in [("--test", "test"), ("--example", "example")] {
+                    if let Some(name) = flag_value(&words, flag)
+                        && !target(package, kind, name)
+                    {
+                        wrong.push(format!("{command}: {package} has no {kind} {name}"));
+                    }
+                }
+            }
+            _ if is_template(&command) => {}
+            _ => {
+                parsed += 1;
+                let out = Command::new(&cli)
+                    .args(&words[1..])
+                    .arg("--help")
+                    .env_remove("GRIDWISE_AGENT")
+                    .env_remove("GRIDWISE_TOKEN")
+                    .output()
+                    .unwrap();
+                if !out.status.success() {
+                    wrong.push(format!(
+                        "{command}: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        cargo >= 5 && parsed >= 10,
+        "{cargo} cargo, {parsed} gridwise commands found"
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
