@@ -121,6 +121,47 @@ fn every_link_of_the_documentation_is_to_a_file_in_the_repository() {
     );
 }
 
+/// The packages `text` names after each `apt-get install` (up to the closing backtick or the
+/// end of the line of a shell command), options left out.
+fn apt_installs(text: &str) -> std::collections::BTreeSet<String> {
+    text.match_indices("apt-get install ")
+        .flat_map(|(at, m)| {
+            let rest = &text[at + m.len()..];
+            let end = rest.find(['`', ';', '"']).unwrap_or(rest.len());
+            rest[..end]
+                .split_whitespace()
+                .filter(|w| !w.starts_with('-'))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_readme_names_every_system_package_the_ci_installs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let ci = std::fs::read_to_string(root.join(".ci/run")).expect(".ci/run");
+    let needed: std::collections::BTreeSet<String> = ci
+        .match_indices("missing+=(")
+        .flat_map(|(at, m)| {
+            let rest = &ci[at + m.len()..];
+            rest[..rest.find(')').expect("missing+=( … )")].split_whitespace()
+        })
+        .map(str::to_string)
+        .collect();
+    assert!(needed.contains("postgresql"), "{needed:?}");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let named = apt_installs(&readme);
+    let unnamed: Vec<_> = needed.difference(&named).collect();
+    assert!(
+        unnamed.is_empty(),
+        ".ci/run installs {unnamed:?}, which no `apt-get install` of the README names (it names {named:?})"
+    );
+    assert_eq!(
+        apt_installs("(`apt-get install -y a\nb`; x) apt-get install c; d"),
+        ["a", "b", "c"].map(String::from).into()
+    );
+}
+
 /// The README's first C program (under "From C"), as the user copies it.
 fn readme_c_program() -> String {
     let readme = std::fs::read_to_string(

@@ -182,7 +182,17 @@ impl AgentLink {
     ) -> Result<AgentLink, GrpcError> {
         let first = rand::random_range(0..addrs.len().max(1));
         let lost = Arc::new(Notify::new());
-        let (at, (client, alive)) = open_any_agent(&rt, &addrs, first, &wire_cfg, &lost).await?;
+        let (at, (client, alive)) = open_any_agent(&rt, &addrs, first, &wire_cfg, &lost)
+            .await
+            .map_err(|mut e| {
+                // A newcomer's first call most often fails here: say where the address came from.
+                if e.code == gridwise_proto::ErrorCode::CommunicationFailed {
+                    e.message.push_str(
+                        "; is an agent running there? The client takes its agents from `agent` in its config file, GRIDWISE_AGENT, or --agent on the command line (comma-separated for several)",
+                    );
+                }
+                e
+            })?;
         Ok(AgentLink {
             rt,
             addrs,

@@ -692,3 +692,17 @@ async fn a_lost_server_connection_is_reopened() {
     assert_eq!(c.call(&add, ints(2, 2)).await.unwrap().server, "s1");
     assert_eq!(proxy.accepted.load(Ordering::SeqCst), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_agent_listening_says_where_the_client_took_its_address_from() {
+    let dead = dead_addr();
+    let e = match GridClient::connect(ClientConfig::with_agent(&dead)).await {
+        Err(e) => e,
+        Ok(_) => panic!("a client connected to {dead}, where nothing listens"),
+    };
+    assert_eq!(e.code, gridwise_proto::ErrorCode::CommunicationFailed);
+    assert!(e.message.contains(&dead), "{}", e.message);
+    for hint in ["is an agent running", "GRIDWISE_AGENT", "--agent"] {
+        assert!(e.message.contains(hint), "no `{hint}` in: {}", e.message);
+    }
+}
