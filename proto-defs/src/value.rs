@@ -90,6 +90,12 @@ pub fn array_bytes(len: usize) -> Result<Vec<u8>, std::collections::TryReserveEr
     Ok(buf)
 }
 
+/// Caps the bytes of spare buffers [`recycle`] keeps (256 MiB unless set): a server holds them
+/// beside what its calls are charged, so it keeps no more than its memory budget allows.
+pub fn limit_spare(bytes: usize) {
+    spare::limit(bytes);
+}
+
 /// Gives a large array buffer back for [`array_bytes`] to hand out again, so that a program
 /// sending or receiving arrays of the same size call after call fills pages it already has
 /// instead of faulting in fresh ones (on a VM a fresh 64 MiB costs 10–300 ms, a warm copy
@@ -101,14 +107,16 @@ pub fn recycle(buf: Vec<u8>) {
 
 mod spare {
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
     /// Smaller buffers cost little to fault in: they are not kept.
     const LEAST: usize = 4 << 20;
     /// At most this many buffers are kept, the oldest given up first …
     const MOST: usize = 4;
-    /// … and at most this many bytes …
-    const MOST_BYTES: usize = 256 << 20;
+    /// … and at most this many bytes unless [`limit`] says fewer …
+    pub(super) const MOST_BYTES: usize = 256 << 20;
+    static LIMIT: AtomicUsize = AtomicUsize::new(MOST_BYTES);
     /// … and none unused for longer than this: a program between bursts holds no spare pages.
     pub(super) const IDLE: Duration = Duration::from_secs(10);
 
@@ -142,14 +150,25 @@ mod spare {
         spare.drain(..drop_first).map(|(_, b)| b).collect()
     }
 
+    fn most_bytes() -> usize {
+        LIMIT.load(Ordering::Relaxed)
+    }
+
+    /// Sets the bytes kept, at most [`MOST_BYTES`], and frees what is over it now.
+    pub(super) fn limit(bytes: usize) {
+        LIMIT.store(bytes.min(MOST_BYTES), Ordering::Relaxed);
+        release(IDLE);
+    }
+
     pub(super) fn give(mut buf: Vec<u8>) {
-        if buf.capacity() < LEAST || buf.capacity() > MOST_BYTES {
+        let most_bytes = most_bytes();
+        if buf.capacity() < LEAST || buf.capacity() > most_bytes {
             return;
         }
         buf.clear();
         let mut spare = spare();
         spare.push((Instant::now(), buf));
-        let gone = trim(&mut spare, IDLE, MOST, MOST_BYTES);
+        let gone = trim(&mut spare, IDLE, MOST, most_bytes);
         drop(spare);
         drop(gone);
     }
@@ -165,9 +184,9 @@ mod spare {
             return Some(spare.remove(i).1);
         }
         // A new buffer comes: the spare ones make room for it, so that spare and new together
-        // stay within MOST_BYTES (a program moving a larger array than before holds no more
+        // stay within the limit (a program moving a larger array than before holds no more
         // than it did).
-        let gone = trim(&mut spare, IDLE, MOST, MOST_BYTES.saturating_sub(len));
+        let gone = trim(&mut spare, IDLE, MOST, most_bytes().saturating_sub(len));
         drop(spare);
         drop(gone);
         None
@@ -175,7 +194,7 @@ mod spare {
 
     /// Frees the buffers unused for longer than `idle`.
     pub(super) fn release(idle: Duration) {
-        let gone = trim(&mut spare(), idle, MOST, MOST_BYTES);
+        let gone = trim(&mut spare(), idle, MOST, most_bytes());
         drop(gone);
     }
 }
@@ -555,6 +574,26 @@ mod tests {
             spare::take(len).is_none(),
             "a spare buffer stayed beside a new one"
         );
+        // Under a limit (here, in the one test that gives back buffers, so that no other
+        // test's buffers are affected), a buffer over it is not kept, and those held past a
+        // new limit are freed at once.
+        let mut d = array_bytes(len).unwrap();
+        d.resize(len, 2);
+        recycle(d);
+        limit_spare(len - 1);
+        assert!(spare::take(len).is_none(), "kept past a lower limit");
+        let mut e = array_bytes(len).unwrap();
+        e.resize(len, 3);
+        recycle(e);
+        assert!(spare::take(len).is_none(), "kept over the limit");
+        limit_spare(len);
+        let mut f = array_bytes(len).unwrap();
+        f.resize(len, 4);
+        let at = f.as_ptr();
+        recycle(f);
+        let g = array_bytes(len).unwrap();
+        assert_eq!(g.as_ptr(), at, "not kept within the limit");
+        limit_spare(usize::MAX);
     }
 
     #[test]

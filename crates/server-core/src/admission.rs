@@ -133,6 +133,13 @@ impl Admission {
     }
 }
 
+/// The bytes of finished arrays' buffers a server may keep to use again
+/// (`gridwise_proto::value::limit_spare`): a quarter of its memory budget, as for the calls
+/// waiting. They are charged to no call, so a server with a small budget keeps few.
+pub fn spare_bytes(budget_bytes: u64) -> u64 {
+    budget_bytes / WAITING_SHARE
+}
+
 /// Whether a call of `footprint` bytes is charged to the memory budget.
 pub fn charged(footprint: u64) -> bool {
     footprint >= UNCHARGED_BELOW
@@ -159,6 +166,12 @@ mod tests {
             outputs,
             client_reply_limit: 0,
         }
+    }
+
+    #[test]
+    fn spare_buffers_take_a_quarter_of_the_budget() {
+        assert_eq!(spare_bytes(64 << 20), 16 << 20);
+        assert_eq!(spare_bytes(server().budget_bytes), 25 * MB);
     }
 
     #[test]

@@ -123,6 +123,9 @@ pub async fn run_with(
     let mut services: Vec<_> = set.values().map(|k| k.desc().clone()).collect();
     services.sort_by(|a, b| a.name.cmp(&b.name));
     let budget = cfg.memory_budget();
+    gridwise_proto::value::limit_spare(
+        usize::try_from(gridwise_server_core::admission::spare_bytes(budget)).unwrap_or(usize::MAX),
+    );
 
     let (to_agent, inbox) = mpsc::unbounded_channel();
     let dial = wire::DialConfig {
