@@ -229,8 +229,10 @@ pub enum ComputeSource {
         /// Whether the speed was adjusted for the server's recent load (band model).
         load_adjusted: bool,
     },
-    /// complexity ÷ a rate, because the size lies outside the range the model covers: the
-    /// calibrated rate, or past the top of a one-parameter model its speed there if slower.
+    /// complexity ÷ a rate, because the size lies outside the range the model covers: below a
+    /// one-parameter model's bottom, the bottom's speed; past its top, the top's speed where the
+    /// speed fell there, else the faster of it and the calibrated rate; with several
+    /// parameters, the calibrated rate.
     RateOutsideModel {
         /// Operations per second.
         rate: f64,
@@ -290,7 +292,7 @@ impl fmt::Display for ComputeSource {
             ),
             ComputeSource::RateOutsideModel { rate, points } => write!(
                 f,
-                "complexity / {:.3} Gop/s, the calibrated rate or the model's top if slower (size outside the model's {points} points)",
+                "complexity / {:.3} Gop/s, the speed at the model's nearer end or the calibrated rate (size outside the model's {points} points)",
                 rate / 1e9
             ),
             ComputeSource::Declared => f.write_str("the service's declared duration"),
