@@ -71,6 +71,8 @@ pub struct AgentsBench {
     pub kill_calls: usize,
     /// Rows to run (all when empty): `bag` (with the DAG rows), `kill`, `cut`, `sim`.
     pub only: Vec<String>,
+    /// The servers' heartbeat intervals the `sim` rows are run at, s.
+    pub heartbeats: Vec<f64>,
 }
 
 impl AgentsBench {
@@ -487,6 +489,13 @@ pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
     {
         anyhow::bail!("no rows {o:?}: --only takes bag, kill, cut, sim");
     }
+    if let Some(h) = opts
+        .heartbeats
+        .iter()
+        .find(|h| !(h.is_finite() && **h > 0.0))
+    {
+        anyhow::bail!("--heartbeats {h}: each interval must be a positive number of seconds");
+    }
     let pg = TempPostgres::start().map_err(|e| anyhow!("{e}"))?;
     eprintln!("bench agents: PostgreSQL on 127.0.0.1:{}", pg.port());
     // The single agent on PostgreSQL's median makespans (bag, DAG): what the others are over.
@@ -504,7 +513,9 @@ pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
     }
     drop(pg);
     if opts.runs("sim") {
-        simulated(emit)?;
+        for &heartbeat_s in &opts.heartbeats {
+            simulated(heartbeat_s, emit)?;
+        }
     }
     Ok(())
 }
@@ -518,12 +529,12 @@ const SIM_SCENARIO: &str = include_str!("../../../examples/sim/online-10k.json")
 /// 5 % the rows are judged by.
 const SIM_SEEDS: [u64; 3] = [1, 2, 3];
 
-/// One omniscient agent, then N agents at a heartbeat interval, on the simulated platform,
+/// One omniscient agent, then N agents, at one heartbeat interval on the simulated platform,
 /// for each of [`SIM_SEEDS`]: a row per draw, then one per number of agents over all draws
-/// (mean response and makespan over the draws, against one agent's).
-fn simulated(emit: &mut dyn FnMut(Json)) -> Result<()> {
+/// (mean response and makespan over the draws, against one agent's at the same interval: a
+/// lone agent sees its own calls at once, and its heartbeats only predict them again).
+fn simulated(heartbeat_s: f64, emit: &mut dyn FnMut(Json)) -> Result<()> {
     const AGENTS: [usize; 3] = [1, 3, 10];
-    let heartbeat_s = 1.0;
     // Per number of agents: the sums of mean response and makespan over the draws.
     let mut sums = [(0.0, 0.0); AGENTS.len()];
     for seed in SIM_SEEDS {

@@ -455,6 +455,10 @@ enum BenchCmd {
         /// sim.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// The servers' heartbeat intervals the sim rows are run at, s, comma-separated (each
+        /// adds about five minutes).
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        heartbeats: Vec<f64>,
     },
     /// Fault tolerance: 10,000 mixed calls on 3 servers while one server is killed and
     /// restarted, one is stopped for 20 s and the agent is killed and restarted; then an
@@ -873,6 +877,7 @@ fn run_bench(which: &BenchCmd) -> anyhow::Result<()> {
             graphs,
             kill_calls,
             only,
+            heartbeats,
         } => bench::agents::run(
             &bench::agents::AgentsBench {
                 clients: *clients,
@@ -880,6 +885,7 @@ fn run_bench(which: &BenchCmd) -> anyhow::Result<()> {
                 graphs: *graphs,
                 kill_calls: *kill_calls,
                 only: only.clone(),
+                heartbeats: heartbeats.clone(),
             },
             &mut |line| print_line(*json, &line),
         ),

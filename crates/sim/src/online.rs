@@ -9,8 +9,9 @@
 //! from a live server's report. Nothing reads a clock except the decision timer.
 //!
 //! A call's inputs travel from the client before it queues and its outputs back after its
-//! kernel, over the scenario's default link. What is left out: link contention, heartbeats
-//! after the first (no load history, so no load band), failures.
+//! kernel, over the scenario's default link. Every `heartbeat_s` each server's heartbeat lists
+//! the calls it holds to every agent, with no load sample (so no load history and no load
+//! band). What is left out: load in heartbeats, link contention, failures.
 
 use crate::platform::Platform;
 use crate::scenario::{Gaps, Knowledge, Scenario, ScenarioError, WorkloadSpec};
