@@ -18,6 +18,14 @@ pub const FAST_HEARTBEATS: [&str; 4] = [
     "1000",
 ];
 
+/// The repository's root folder (canonical), where the README, `deploy/` and `examples/` are.
+pub fn repo_root() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("the repository's root folder")
+}
+
 /// The target directory of this test build (`target/<profile>`) and cargo's name for its
 /// profile.
 pub fn target_dir() -> Result<(PathBuf, String), String> {
@@ -139,7 +147,7 @@ pub fn capi_lib_dir() -> PathBuf {
 /// against this build's `libgridwise.a` into `out`; returns `out`.
 pub fn c_examples(out: &std::path::Path) -> PathBuf {
     let lib = capi_lib_dir();
-    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c");
+    let examples = repo_root().join("examples/c");
     let make = Command::new("make")
         .arg("-s")
         .arg("-C")

@@ -15,10 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .unwrap()
+    gridwise_e2e::repo_root()
 }
 
 /// The README's `sh` blocks, in order.

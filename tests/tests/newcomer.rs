@@ -42,10 +42,8 @@ fn help_never_prints_the_token_from_the_environment() {
 #[test]
 fn config_is_taken_before_the_command_as_deploy_client_toml_says() {
     // deploy/client.toml's first line: `gridwise --config deploy/client.toml status`.
-    let first = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/client.toml"),
-    )
-    .unwrap();
+    let first =
+        std::fs::read_to_string(gridwise_e2e::repo_root().join("deploy/client.toml")).unwrap();
     assert!(first.starts_with("# gridwise --config deploy/client.toml status"));
     let g = Grid::agent(&FAST_HEARTBEATS);
     let dir = tempfile::tempdir().unwrap();
@@ -86,7 +84,7 @@ fn relative_links(text: &str) -> Vec<&str> {
 
 #[test]
 fn every_link_of_the_documentation_is_to_a_file_in_the_repository() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = gridwise_e2e::repo_root();
     let docs = [
         "README.md",
         "docs/ARCHITECTURE.md",
@@ -102,9 +100,7 @@ fn every_link_of_the_documentation_is_to_a_file_in_the_repository() {
             let resolved = dir.join(target);
             // Out of the repository (the shared folder beside it) counts as broken: a clone
             // has nothing there.
-            let inside = resolved
-                .canonicalize()
-                .is_ok_and(|p| p.starts_with(root.canonicalize().unwrap()));
+            let inside = resolved.canonicalize().is_ok_and(|p| p.starts_with(&root));
             if !inside {
                 broken.push(format!("{doc}: {target}"));
             }
@@ -138,7 +134,7 @@ fn apt_installs(text: &str) -> std::collections::BTreeSet<String> {
 
 #[test]
 fn the_readme_names_every_system_package_the_ci_installs() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = gridwise_e2e::repo_root();
     let ci = std::fs::read_to_string(root.join(".ci/run")).expect(".ci/run");
     let needed: std::collections::BTreeSet<String> = ci
         .match_indices("missing+=(")
@@ -164,10 +160,7 @@ fn the_readme_names_every_system_package_the_ci_installs() {
 
 /// The README's first C program (under "From C"), as the user copies it.
 fn readme_c_program() -> String {
-    let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
-    )
-    .unwrap();
+    let readme = std::fs::read_to_string(gridwise_e2e::repo_root().join("README.md")).unwrap();
     let from_c = &readme[readme.find("## From C").expect("a From C section")..];
     let start = from_c.find("```c\n").expect("a C program under From C") + 5;
     let len = from_c[start..].find("```").unwrap();
@@ -176,7 +169,7 @@ fn readme_c_program() -> String {
 
 /// Compiles `source` against this build's libgridwise with warnings as errors.
 fn compile_c(source: &str, dir: &std::path::Path) -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = gridwise_e2e::repo_root();
     let lib = gridwise_e2e::capi_lib_dir();
     let src = dir.join("prog.c");
     std::fs::write(&src, source).unwrap();

@@ -489,12 +489,8 @@ pub fn run(opts: &AgentsBench, emit: &mut dyn FnMut(Json)) -> Result<()> {
     {
         anyhow::bail!("no rows {o:?}: --only takes bag, kill, cut, sim");
     }
-    if let Some(h) = opts
-        .heartbeats
-        .iter()
-        .find(|h| !(h.is_finite() && **h > 0.0))
-    {
-        anyhow::bail!("--heartbeats {h}: each interval must be a positive number of seconds");
+    for &h in &opts.heartbeats {
+        gridwise_sim::check_agents(1, h).map_err(|e| anyhow!("--heartbeats {h}: {e}"))?;
     }
     let pg = TempPostgres::start().map_err(|e| anyhow!("{e}"))?;
     eprintln!("bench agents: PostgreSQL on 127.0.0.1:{}", pg.port());

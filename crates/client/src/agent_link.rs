@@ -93,16 +93,22 @@ async fn nudged<T>(
     loop {
         tokio::select! {
             answer = &mut request => return answer,
-            _ = tokio::time::sleep(FAILOVER_NUDGE) => {
-                let c = client.clone();
-                rt.spawn(async move {
-                    let _ = c
-                        .sink(wire::context(FAILOVER_NUDGE * 4), serde_bytes::ByteBuf::new())
-                        .await;
-                });
-            }
+            _ = tokio::time::sleep(FAILOVER_NUDGE) => nudge(client.clone(), rt),
         }
     }
+}
+
+/// Sends an empty `sink` over `client`'s connection, answered or not: bytes its host must
+/// acknowledge within [`FAILOVER_UNACKED`].
+fn nudge(client: Arc<AgentApiClient>, rt: &Handle) {
+    rt.spawn(async move {
+        let _ = client
+            .sink(
+                wire::context(FAILOVER_NUDGE * 4),
+                serde_bytes::ByteBuf::new(),
+            )
+            .await;
+    });
 }
 
 /// Connects to the first of `addrs` that answers, from `first` on round the list; which one,
@@ -216,6 +222,16 @@ impl AgentLink {
         lock(&self.current).client.clone()
     }
 
+    /// The connection in use: its number, its client, and whether it is still up.
+    fn current(&self) -> (u64, Arc<AgentApiClient>, bool) {
+        let cur = lock(&self.current);
+        (
+            cur.epoch,
+            cur.client.clone(),
+            cur.alive.load(Ordering::Acquire),
+        )
+    }
+
     /// The agent in use (reconnections dial it first, then the others configured).
     pub(crate) fn addr(&self) -> String {
         self.addrs[lock(&self.current).at].clone()
@@ -280,14 +296,7 @@ impl AgentLink {
         let mut backoff = AGENT_BACKOFF.0;
         let mut lost_once = false;
         loop {
-            let (epoch, client, alive) = {
-                let cur = lock(&self.current);
-                (
-                    cur.epoch,
-                    cur.client.clone(),
-                    cur.alive.load(Ordering::Acquire),
-                )
-            };
+            let (epoch, client, alive) = self.current();
             // A connection known to be closed is replaced before use.
             let attempt = if alive {
                 Ok(client)
@@ -368,14 +377,7 @@ async fn watch_loop(link: Weak<AgentLink>, lost: Arc<Notify>, busy: impl Fn() ->
             _ = tokio::time::sleep(FAILOVER_NUDGE) => false,
         };
         let Some(link) = link.upgrade() else { return };
-        let (epoch, client, alive) = {
-            let cur = lock(&link.current);
-            (
-                cur.epoch,
-                cur.client.clone(),
-                cur.alive.load(Ordering::Acquire),
-            )
-        };
+        let (epoch, client, alive) = link.current();
         if !alive {
             if busy()
                 && let Err(e) = link.reconnect(epoch).await
@@ -387,14 +389,7 @@ async fn watch_loop(link: Weak<AgentLink>, lost: Arc<Notify>, busy: impl Fn() ->
             continue;
         }
         if !closed && busy() && link.asking.load(Ordering::Acquire) == 0 {
-            link.rt.spawn(async move {
-                let _ = client
-                    .sink(
-                        wire::context(FAILOVER_NUDGE * 4),
-                        serde_bytes::ByteBuf::new(),
-                    )
-                    .await;
-            });
+            nudge(client, &link.rt);
         }
     }
 }

@@ -31,7 +31,9 @@ mod tests;
 pub use engine::{EngineError, SimRun, simulate};
 pub use gridwise_kernels::{LoadSpec, LoadTrace};
 pub use gridwise_sched::GraphPolicy;
-pub use online::{Decision, OnlineReport, OnlineRun, simulate_online, simulate_online_agents};
+pub use online::{
+    Decision, OnlineReport, OnlineRun, check_agents, simulate_online, simulate_online_agents,
+};
 pub use platform::{Platform, ServerClass};
 pub use report::{MAX_LP_BOUND_CELLS, MAX_LP_CELLS, Outcome, SimError, SimReport, Simulation, run};
 pub use scenario::{Gaps, Knowledge, Scenario, ScenarioError, Sizes, WorkloadSpec};

@@ -174,6 +174,18 @@ pub fn simulate_online(scenario: &Scenario, policy: Policy) -> Result<OnlineRun,
     simulate_online_agents(scenario, policy, 1, 1.0)
 }
 
+/// Whether `agents` agents at a heartbeat every `heartbeat_s` can be simulated: at least one
+/// agent, and a positive, finite interval (checked before a long run, not after it).
+pub fn check_agents(agents: usize, heartbeat_s: f64) -> Result<(), ScenarioError> {
+    if agents == 0 || !(heartbeat_s.is_finite() && heartbeat_s > 0.0) {
+        return Err(ScenarioError::invalid(
+            "agents",
+            "at least one agent, and a positive, finite heartbeat interval in seconds",
+        ));
+    }
+    Ok(())
+}
+
 /// [`simulate_online`] with `agents` agents sharing the servers, as several agents sharing a
 /// store do: call `i` is ranked by agent `i mod agents`; every server tells every agent of
 /// each call as it arrives (`AgentCore::arrived`) and as it ends (its report), and every
@@ -189,12 +201,7 @@ pub fn simulate_online_agents(
     heartbeat_s: f64,
 ) -> Result<OnlineRun, ScenarioError> {
     let agent_knows = check_online(scenario, policy)?;
-    if agents == 0 || heartbeat_s.is_nan() || heartbeat_s <= 0.0 {
-        return Err(ScenarioError::invalid(
-            "agents",
-            "at least one agent, and a positive heartbeat interval",
-        ));
-    }
+    check_agents(agents, heartbeat_s)?;
     let platform = scenario.platform()?;
     let mut descs = HashMap::new();
     for name in scenario.services.keys() {
